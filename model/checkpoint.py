@@ -1,0 +1,117 @@
+"""Load and save checkpoints in every format we know, detected from the file itself.
+
+Every format reader turns its file into (GPTConfig, state dict in our parameter names, info);
+this module checks the state against the config (missing/unexpected keys, shapes, dtypes,
+non-finite values) and builds the model. Files are untrusted: pickles are read only with
+`torch.load(weights_only=True)`, which refuses anything that needs code to rebuild.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+
+import torch
+
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import native
+from transformer_viewer.model.gpt import GPT
+
+BUNDLED_NAME = "bundled.safetensors"
+
+
+def bundled_checkpoint_path() -> str:
+    return str(resources.files("transformer_viewer.assets").joinpath(BUNDLED_NAME))
+
+
+@dataclass
+class LoadedModel:
+    model: GPT
+    config: GPTConfig
+    format: str  # "native", "nanogpt", "huggingface", "tutorial"
+    source: str  # the path or name it came from
+    name: str  # short display name
+    tokenizer: str = "gpt2"
+    training: dict = field(default_factory=dict)
+
+    @property
+    def n_params(self) -> int:
+        return self.model.n_params
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def load_checkpoint(path_or_name: str | None = None, device: str | torch.device = "cpu",
+                    n_head: int | None = None, dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """Load any supported checkpoint (None: the bundled model) onto `device`, in eval mode."""
+    from transformer_viewer.model.formats import detect  # the format readers
+
+    source = bundled_checkpoint_path() if path_or_name is None else os.fspath(path_or_name)
+    fmt, reader = detect.find_reader(source)
+    config, state, info = reader(source, n_head=n_head)
+    model = build_model(config, state, source)
+    model.to(device=device, dtype=dtype)
+    name = info.get("name") or _display_name(source)
+    return LoadedModel(model=model, config=config, format=fmt, source=source, name=name,
+                       tokenizer=info.get("tokenizer", "gpt2"), training=info.get("training", {}))
+
+
+def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
+    """A GPT with `state` loaded, after checking every key, shape, dtype and value."""
+    with torch.device("meta"):
+        expected = GPT(config).state_dict()
+    if config.tie_embeddings:
+        expected.pop("lm_head.weight", None)
+        state = {k: v for k, v in state.items() if k != "lm_head.weight"} if "wte.weight" in state else state
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing:
+        raise CheckpointError(f"{source}: missing keys {_few(missing)}; the file does not hold a complete model")
+    if unexpected:
+        raise CheckpointError(f"{source}: unexpected keys {_few(unexpected)}; it is not a model of this layout")
+    for k, ref in expected.items():
+        t = state[k]
+        if not isinstance(t, torch.Tensor):
+            raise CheckpointError(f"{source}: {k} is not a tensor")
+        if tuple(t.shape) != tuple(ref.shape):
+            raise CheckpointError(f"{source}: shape mismatch for {k}: expected {tuple(ref.shape)}, found {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise CheckpointError(f"{source}: {k} has dtype {str(t.dtype).replace('torch.', '')}; weights must be floating point")
+        if not torch.isfinite(t).all():
+            raise CheckpointError(f"{source}: {k} contains NaN or Inf values; the checkpoint is damaged")
+    # Built on the meta device and filled by assignment: no time spent on a random init
+    # that would be overwritten at once.
+    with torch.device("meta"):
+        model = GPT(config)
+    weights = {k: state[k].to(torch.float32) for k in expected}
+    if config.tie_embeddings:
+        weights["lm_head.weight"] = weights["wte.weight"]
+    model.load_state_dict(weights, strict=True, assign=True)
+    if config.tie_embeddings:
+        model.lm_head.weight = model.wte.weight  # one Parameter again, as in a fresh model
+    return model.eval()
+
+
+def save_checkpoint(model: GPT, path: str, tokenizer: str = "gpt2", training: dict | None = None,
+                    dtype: torch.dtype | None = None) -> None:
+    """Write our own format atomically; `dtype` (e.g. torch.float16) shrinks the file."""
+    state = model.state_dict()
+    if model.config.tie_embeddings:
+        state.pop("lm_head.weight", None)  # safetensors refuses shared storage; it is re-tied on load
+    if dtype is not None:
+        state = {k: v.to(dtype) for k, v in state.items()}
+    native.write_native(path, model.config, state, tokenizer=tokenizer, training=training)
+
+
+def _few(keys: list[str], n: int = 4) -> str:
+    shown = ", ".join(keys[:n])
+    return shown + (f" (and {len(keys) - n} more)" if len(keys) > n else "")
+
+
+def _display_name(source: str) -> str:
+    base = os.path.basename(os.path.normpath(source))
+    return base or source

@@ -1,0 +1,17 @@
+"""Errors a user can act on: each carries one line saying what is wrong and what to do."""
+
+
+class ModelError(Exception):
+    """Base of every error the model package raises on purpose (never a bug)."""
+
+
+class CheckpointError(ModelError):
+    """A checkpoint could not be loaded or saved; the message is one actionable line."""
+
+
+class DeviceError(ModelError):
+    """The requested device is not available here."""
+
+
+class CaptureTooLargeError(ModelError):
+    """A trace would need more memory than the configured budget allows."""

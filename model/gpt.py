@@ -1,0 +1,171 @@
+"""A decoder-only transformer written out in full: pre-LayerNorm blocks, explicit causal
+attention, GELU MLP, learned (or sinusoidal) positions. Parameter names follow GPT-2 / nanoGPT
+(`c_attn`, `c_proj`, `c_fc`, `ln_1`, ...) so checkpoints map onto it with few renames.
+
+Every activation passes through a named HookPoint; capture and head masks work by hooking
+those, so this file knows nothing about either.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.hooks import HookPoint
+
+_ACTIVATIONS = {
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+    "gelu": F.gelu,  # exact erf GELU, as nanoGPT
+    "relu": F.relu,
+}
+
+
+def sinusoidal_positions(T: int, C: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """The fixed sin/cos table of "Attention Is All You Need", (T, C)."""
+    pos = torch.arange(T, device=device, dtype=torch.float32)[:, None]  # (T, 1)
+    i = torch.arange(0, C, 2, device=device, dtype=torch.float32)  # (C/2,)
+    angle = pos / torch.pow(10000.0, i / C)  # (T, C/2)
+    table = torch.zeros(T, C, device=device)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : C // 2])
+    return table.to(dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.head_size = config.head_size
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.hook_q = HookPoint()  # (B, T, nh, hs)
+        self.hook_k = HookPoint()  # (B, T, nh, hs)
+        self.hook_v = HookPoint()  # (B, T, nh, hs)
+        self.hook_pattern = HookPoint()  # (B, nh, T, T), rows are queries
+        self.hook_z = HookPoint()  # (B, T, nh, hs), per-head outputs before c_proj
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        nh, hs = self.n_head, self.head_size
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = self.hook_q(q.view(B, T, nh, hs))  # (B, T, nh, hs)
+        k = self.hook_k(k.view(B, T, nh, hs))  # (B, T, nh, hs)
+        v = self.hook_v(v.view(B, T, nh, hs))  # (B, T, nh, hs)
+        # Scaling q before the product touches T*hs numbers instead of T*T.
+        qh = q.transpose(1, 2) * (1.0 / math.sqrt(hs))  # (B, nh, T, hs)
+        kh = k.transpose(1, 2)  # (B, nh, T, hs)
+        vh = v.transpose(1, 2)  # (B, nh, T, hs)
+        scores = qh @ kh.transpose(-2, -1)  # (B, nh, T, T)
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu_(1)
+        scores = scores.masked_fill_(future, float("-inf"))
+        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))  # (B, nh, T, T)
+        z = self.attn_dropout(pattern) @ vh  # (B, nh, T, hs)
+        z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)
+        return self.resid_dropout(self.c_proj(z.reshape(B, T, C)))  # (B, T, C)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, config.n_mlp, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_mlp, config.n_embd, bias=config.bias)
+        self.act = _ACTIVATIONS[config.activation]
+        self.dropout = nn.Dropout(config.dropout)
+        self.hook_pre = HookPoint()  # (B, T, n_mlp)
+        self.hook_post = HookPoint()  # (B, T, n_mlp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pre = self.hook_pre(self.c_fc(x))
+        post = self.hook_post(self.act(pre))
+        return self.dropout(self.c_proj(post))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
+        self.mlp = MLP(config)
+        self.hook_resid_pre = HookPoint()  # (B, T, C)
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_mid = HookPoint()
+        self.hook_mlp_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln_1(x))))
+        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln_2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.positional == "learned" else None
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        self.hook_embed = HookPoint()  # (B, T, C)
+        self.hook_pos_embed = HookPoint()  # (B, T, C)
+        self.hook_final = HookPoint()  # (B, T, C), after ln_f
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2's initialisation, with its 1/sqrt(2 n_layer) scaling of residual projections."""
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith("c_proj.weight") else 0.02
+                nn.init.normal_(p, mean=0.0, std=std)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+            else:
+                nn.init.ones_(p)  # LayerNorm gains
+
+    @property
+    def n_params(self) -> int:
+        """Parameters counted once (a tied head shares the embedding)."""
+        return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, T) -> the residual stream entering block 0, (B, T, C)."""
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of {T} tokens is longer than block_size={self.config.block_size}")
+        tok = self.hook_embed(self.wte(idx))  # (B, T, C)
+        if self.wpe is not None:
+            pos = self.wpe(torch.arange(T, device=idx.device))  # (T, C)
+        else:
+            pos = sinusoidal_positions(T, self.config.n_embd, device=idx.device, dtype=tok.dtype)
+        pos = self.hook_pos_embed(pos.unsqueeze(0).expand(B, T, -1))  # (B, T, C)
+        return self.drop(tok + pos)
+
+    def run_blocks(self, x: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """Run blocks start..stop-1 on a residual stream; lets a mask change resume mid-model."""
+        for block in self.blocks[start:stop]:
+            x = block(x)
+        return x
+
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """Residual stream (..., C) -> logits (..., vocab_size) through ln_f and the head."""
+        return self.lm_head(self.hook_final(self.ln_f(x)))
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        """nanoGPT's contract: logits (B, T, V), and the mean cross-entropy when targets are given."""
+        logits = self.unembed(self.run_blocks(self.embed(idx)))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))  # (B*T, V)
+        return logits, loss

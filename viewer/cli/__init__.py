@@ -1,0 +1,1 @@
+"""Command line: `transformer-viewer` and its subcommands."""

@@ -1,0 +1,73 @@
+"""`transformer-viewer`: with no subcommand it opens the window; subcommands work headless.
+
+Each subcommand lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`.
+Errors the user can act on print one line to stderr and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help). Modules are imported only when their command runs, so
+# `predict` never pays for Qt and the window never waits for argparse of every command.
+SUBCOMMANDS = {
+    "info": ("transformer_viewer.viewer.cli.info", "describe a checkpoint: format, config, parameters"),
+    "predict": ("transformer_viewer.viewer.cli.predict", "top-k next tokens for a prompt, with optional head masks"),
+    "train": ("transformer_viewer.viewer.cli.train", "train a small model on text files"),
+    "heads": ("transformer_viewer.viewer.cli.heads", "score every head: previous-token, induction, sink, ..."),
+    "scan": ("transformer_viewer.viewer.cli.scan", "head-importance scan: ablate each head, measure the effect"),
+    "export": ("transformer_viewer.viewer.cli.export", "render a view to PNG/SVG/NPY/CSV without a window"),
+}
+GUI_MODULE = "transformer_viewer.viewer.cli.gui"
+
+
+def build_parser(name: str) -> argparse.ArgumentParser:
+    module_name, help_text = SUBCOMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"transformer-viewer {name}", description=help_text)
+    importlib.import_module(module_name).add_arguments(parser)
+    return parser
+
+
+def gui_parser() -> argparse.ArgumentParser:
+    commands = "\n".join(f"  {n:<9}{h}" for n, (_, h) in SUBCOMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog="transformer-viewer",
+        description="See inside GPT-style transformers. With no subcommand, opens the window.",
+        epilog=f"subcommands (transformer-viewer COMMAND --help):\n{commands}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    importlib.import_module(GUI_MODULE).add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        name, rest = argv[0], argv[1:]
+        args = build_parser(name).parse_args(rest)
+        module = importlib.import_module(SUBCOMMANDS[name][0])
+    else:
+        args = gui_parser().parse_args(argv)
+        module = importlib.import_module(GUI_MODULE)
+    return run_guarded(module.run, args)
+
+
+def run_guarded(fn, args) -> int:
+    from transformer_viewer.model.errors import ModelError
+
+    try:
+        return int(fn(args) or 0)
+    except ModelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""`transformer-viewer train`: train a small GPT on text with a progress bar; Ctrl-C saves."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from transformer_viewer.model.errors import ModelError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", nargs="+", required=True, help="plain text or .xz text files")
+    p.add_argument("--out", required=True, help="checkpoint to write (.safetensors)")
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-head", type=int, default=8)
+    p.add_argument("--n-embd", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=256)
+    p.add_argument("--activation", default="gelu_tanh", choices=["gelu_tanh", "gelu", "relu"])
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--eval-batches", type=int, default=20)
+    p.add_argument("--val-fraction", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--save-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                   help="dtype of the final checkpoint (float16 halves the file)")
+    p.add_argument("--full-vocab-loss", action="store_true",
+                   help="multiply the head by every vocabulary row, not only tokens the data contains")
+    p.add_argument("--resume", action="store_true", help="continue from --out")
+
+
+def run(args) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from transformer_viewer.model.config import GPTConfig
+    from transformer_viewer.model.data import load_corpus
+    from transformer_viewer.model.device import resolve_device
+    from transformer_viewer.model.train import TrainConfig, train
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    try:
+        config = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
+                           activation=args.activation)
+    except ValueError as e:
+        raise ModelError(str(e)) from None
+    tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
+                     eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed,
+                     save_dtype=args.save_dtype, active_vocab=not args.full_vocab_loss)
+    corpus = load_corpus(args.data, val_fraction=args.val_fraction)
+    print(f"data: {len(corpus.train):,} training tokens, {len(corpus.val):,} validation tokens", file=sys.stderr)
+    bar = tqdm(total=tc.steps, unit="step", dynamic_ncols=True, file=sys.stderr)
+    last_val = [float("nan")]
+
+    def on_step(info):
+        if "val_loss" in info:
+            last_val[0] = info["val_loss"]
+            bar.write(f"step {info['step']}: train {info['loss']:.3f}  val {info['val_loss']:.3f}")
+        bar.n = info["step"]
+        bar.set_postfix(loss=f"{info['loss']:.3f}", val=f"{last_val[0]:.3f}", tok_s=f"{info['tokens_per_s']:.0f}")
+        bar.refresh()
+
+    argv = ["transformer-viewer", "train", *sys.argv[2:]] if sys.argv[1:2] == ["train"] else []
+    try:
+        record = train(corpus, config, tc, args.out, device=device, resume=args.resume, on_step=on_step, argv=argv)
+    except KeyboardInterrupt:
+        bar.close()
+        print(f"interrupted: saved the model so far to {args.out}; continue with --resume", file=sys.stderr)
+        return 0
+    bar.close()
+    print(f"saved {args.out}: val loss {record.get('final_val_loss', float('nan')):.3f} nats/token "
+          f"(unigram baseline {record['unigram_val_loss']:.3f}), {record['wall_time_s']:.0f} s")
+    return 0
