@@ -1,0 +1,320 @@
+"""Capture: one forward pass that records what the viewer draws, as numpy arrays.
+
+`Session` owns a loaded model and the current prompt. `Session.run(mask)` returns a frozen
+`Trace`; it caches every layer's resid_pre, so a run whose head mask first differs from the
+cached one at layer l recomputes only layers l.. and reuses everything before. `Session.predict`
+is the same without capture: just the next-token distribution, for toggles and scans.
+
+Hooks are registered for each forward inside `hooks(...)` and always removed afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from transformer_viewer.model.checkpoint import LoadedModel
+from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
+from transformer_viewer.model.hooks import hooks
+from transformer_viewer.model.interventions import ABLATIONS, first_changed_layer, head_mask_hooks
+from transformer_viewer.model.tokenizer import Tokenized, Tokenizer
+
+DEFAULT_MEMORY_BUDGET = 4 << 30  # bytes of captured arrays one trace may hold
+
+
+@dataclass(frozen=True)
+class NextToken:
+    """The next-token distribution at one position."""
+
+    position: int
+    probs: np.ndarray  # (V,) float32, over the tokenizer's vocabulary
+    top_ids: np.ndarray  # (k,) int64, most likely first
+    top_probs: np.ndarray  # (k,) float32
+    top_logits: np.ndarray  # (k,) float32
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Everything one capture recorded. Arrays only: this crosses to the GUI thread."""
+
+    token_ids: np.ndarray  # (T,) int64
+    labels: tuple[str, ...]  # visible label of each token
+    spans: tuple[tuple[int, int], ...]  # character span of each token in `text`
+    text: str  # the text that was run (after truncation to the context)
+    dropped_tokens: int  # tokens cut from the front to fit block_size
+    attention: np.ndarray  # (L, nh, T, T), rows are queries, float16 unless asked otherwise
+    resid_norms: np.ndarray  # (2L + 2, T) float32, rows named by resid_labels
+    resid_labels: tuple[str, ...]  # "embed", "0.pre", "0.mid", ..., "final"
+    mlp_post: np.ndarray  # (L, T, n_mlp), post-activation
+    head_norms: np.ndarray  # (L, nh, T) float32, L2 norm of each head's write to the residual
+    token_logprobs: np.ndarray  # (T,) float32, log p(token t | tokens < t); NaN at t = 0
+    next: NextToken
+    mask: np.ndarray  # (L, nh) bool, the heads that were ablated
+    ablation: str  # "zero" or "mean"
+    forward_ms: float
+    first_layer_run: int  # 0 for a full run; l when layers < l were reused from the cache
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+def resid_labels(n_layer: int) -> tuple[str, ...]:
+    rows = ["embed"]
+    for layer in range(n_layer):
+        rows += [f"{layer}.pre", f"{layer}.mid"]
+    return tuple(rows + ["final"])
+
+
+class Session:
+    """A model, a tokenizer and the current prompt, with the caches that make edits cheap.
+
+    Not thread-safe: the viewer keeps one on its worker thread.
+    """
+
+    def __init__(self, loaded: LoadedModel, tokenizer: Tokenizer | None = None,
+                 pattern_dtype=np.float16, memory_budget: int = DEFAULT_MEMORY_BUDGET):
+        self.loaded = loaded
+        self.model = loaded.model.eval()
+        self.config = loaded.config
+        self.tokenizer = tokenizer or Tokenizer()
+        self.pattern_dtype = np.dtype(pattern_dtype)
+        self.memory_budget = memory_budget
+        self.n_vocab = min(self.config.vocab_size, self.tokenizer.n_vocab)  # padded rows are ignored
+        self.tokens: Tokenized | None = None
+        self.dropped = 0
+        self._ids: torch.Tensor | None = None  # (1, T)
+        self._clear_cache()
+
+    # -- prompt ---------------------------------------------------------------------------
+    def set_prompt(self, text: str) -> Tokenized:
+        """Tokenize; a prompt longer than block_size keeps its last block_size tokens."""
+        tok = self.tokenizer.tokenize(text)
+        block = self.config.block_size
+        self.dropped = max(0, len(tok.ids) - block)
+        if self.dropped:
+            start_char = tok.spans[self.dropped][0]
+            spans = tuple((a - start_char, b - start_char) for a, b in tok.spans[self.dropped:])
+            tok = Tokenized(tok.ids[self.dropped:], tok.labels[self.dropped:], spans, text[start_char:])
+        self.set_tokens(tok)
+        return tok
+
+    def set_tokens(self, tok: Tokenized) -> None:
+        if len(tok.ids) > self.config.block_size:
+            raise ModelError(f"{len(tok.ids)} tokens do not fit the model's context of {self.config.block_size}")
+        if tok.ids and max(tok.ids) >= self.config.vocab_size:
+            raise ModelError(f"token id {max(tok.ids)} is outside this model's vocabulary of {self.config.vocab_size}")
+        self.tokens = tok
+        self._ids = torch.tensor([tok.ids], dtype=torch.long, device=self.device)  # (1, T)
+        self._clear_cache()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _clear_cache(self) -> None:
+        self._resid: list[torch.Tensor] | None = None  # resid_pre of each layer, then the final resid_post
+        self._cached_mask: np.ndarray | None = None
+        self._cached_ablation = "zero"
+        self._cached_trace: Trace | None = None
+
+    def _require_prompt(self) -> torch.Tensor:
+        if self._ids is None or self._ids.shape[1] == 0:
+            raise ModelError("the prompt is empty; type some text first")
+        return self._ids
+
+    def _normal_mask(self, mask) -> np.ndarray:
+        L, nh = self.config.n_layer, self.config.n_head
+        if mask is None:
+            return np.zeros((L, nh), dtype=bool)
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != (L, nh):
+            raise ModelError(f"head mask has shape {mask.shape}; this model needs ({L}, {nh})")
+        return mask
+
+    def _position(self, position: int | None, T: int) -> int:
+        p = T - 1 if position is None else int(position)
+        if p < 0:
+            p += T
+        if not 0 <= p < T:
+            raise ModelError(f"position {position} is outside the prompt's {T} tokens")
+        return p
+
+    def estimate_bytes(self, T: int) -> int:
+        c = self.config
+        pattern = c.n_layer * c.n_head * T * T * self.pattern_dtype.itemsize
+        mlp = c.n_layer * T * c.n_mlp * self.pattern_dtype.itemsize
+        return pattern + mlp + (c.n_layer + 1) * T * c.n_embd * 4
+
+    def max_tokens_within_budget(self) -> int:
+        lo, hi = 1, self.config.block_size
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self.estimate_bytes(mid) <= self.memory_budget else (lo, mid - 1)
+        return lo
+
+    # -- capture --------------------------------------------------------------------------
+    @torch.inference_mode()
+    def run(self, mask=None, ablation: str = "zero", position: int | None = None, top_k: int = 10) -> Trace:
+        """Full capture under `mask`, reusing cached layers before the first changed one."""
+        ids = self._require_prompt()
+        mask = self._normal_mask(mask)
+        if ablation not in ABLATIONS:
+            raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+        T = ids.shape[1]
+        if self.estimate_bytes(T) > self.memory_budget:
+            raise CaptureTooLargeError(
+                f"capturing {T} tokens needs about {self.estimate_bytes(T) / 2**20:.0f} MiB, over the "
+                f"{self.memory_budget / 2**20:.0f} MiB budget; shorten the prompt to {self.max_tokens_within_budget()} tokens or fewer")
+        p = self._position(position, T)
+        start = self._start_layer(mask, ablation, self._cached_trace is not None)
+        t0 = time.perf_counter()
+        c = self.config
+        L, nh = c.n_layer, c.n_head
+        prev = self._cached_trace
+        if start > 0 and prev is not None:
+            attention = prev.attention.copy()
+            mlp_post = prev.mlp_post.copy()
+            head_norms = prev.head_norms.copy()
+            norms = prev.resid_norms.copy()
+        else:
+            attention = np.empty((L, nh, T, T), dtype=self.pattern_dtype)
+            mlp_post = np.empty((L, T, c.n_mlp), dtype=self.pattern_dtype)
+            head_norms = np.empty((L, nh, T), dtype=np.float32)
+            norms = np.empty((2 * L + 2, T), dtype=np.float32)
+        torch_pattern_dtype = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}[self.pattern_dtype]
+        model = self.model
+        new_resid: list[torch.Tensor] = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
+
+        def store(dest, index, dtype=None):
+            def hook(_m, _inp, out):
+                t = out[0]
+                dest[index] = (t.to(dtype) if dtype is not None else t).cpu().numpy()
+            return hook
+
+        def store_norm(row):
+            def hook(_m, _inp, out):
+                norms[row] = out[0].float().norm(dim=-1).cpu().numpy()
+            return hook
+
+        def keep_resid(layer):
+            def hook(_m, _inp, out):
+                new_resid[layer] = out
+            return hook
+
+        def head_norm_hook(layer):
+            w_o = model.blocks[layer].attn.c_proj.weight  # (C, C): out = z_flat @ w_o.T
+            hs = c.head_size
+            w_heads = w_o.T.reshape(nh, hs, c.n_embd)  # (nh, hs, C)
+
+            def hook(_m, _inp, z):
+                per_head = torch.einsum("tnh,nhc->ntc", z[0], w_heads)  # (nh, T, C)
+                head_norms[layer] = per_head.float().norm(dim=-1).cpu().numpy()
+            return hook
+
+        named = head_mask_hooks(mask, ablation, start)
+        if start == 0:
+            named.append(("hook_embed", store_norm(0)))
+        for layer in range(start, L):
+            b = f"blocks.{layer}"
+            named += [
+                (f"{b}.hook_resid_pre", keep_resid(layer)),
+                (f"{b}.hook_resid_pre", store_norm(1 + 2 * layer)),
+                (f"{b}.hook_resid_mid", store_norm(2 + 2 * layer)),
+                (f"{b}.attn.hook_pattern", store(attention, layer, torch_pattern_dtype)),
+                (f"{b}.attn.hook_z", head_norm_hook(layer)),
+                (f"{b}.mlp.hook_post", store(mlp_post, layer, torch_pattern_dtype)),
+            ]
+        named.append((f"blocks.{L - 1}.hook_resid_post", store_norm(2 * L + 1)))
+        with hooks(model, named):
+            x = model.embed(ids) if start == 0 else self._resid[start]
+            final = model.run_blocks(x, start)
+        new_resid[L] = final
+        logits = model.unembed(final[0])[:, : self.n_vocab].float()  # (T, V)
+        logprobs = torch.log_softmax(logits, dim=-1)  # (T, V)
+        token_lp = np.full(T, np.nan, dtype=np.float32)
+        if T > 1:
+            token_lp[1:] = logprobs[torch.arange(T - 1), ids[0, 1:]].cpu().numpy()
+        nxt = _next_token(logits[p], logprobs[p], p, top_k)
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
+        tok = self.tokens
+        trace = Trace(
+            token_ids=np.asarray(tok.ids, dtype=np.int64), labels=tok.labels, spans=tok.spans, text=tok.text,
+            dropped_tokens=self.dropped, attention=attention, resid_norms=norms, resid_labels=resid_labels(L),
+            mlp_post=mlp_post, head_norms=head_norms, token_logprobs=token_lp, next=nxt, mask=mask.copy(),
+            ablation=ablation, forward_ms=elapsed, first_layer_run=start,
+        )
+        self._cached_trace = trace
+        return trace
+
+    def _start_layer(self, mask: np.ndarray, ablation: str, have_cache: bool) -> int:
+        if not have_cache or self._resid is None or self._cached_mask is None:
+            return 0
+        return first_changed_layer(self._cached_mask, self._cached_ablation, mask, ablation)
+
+    # -- prediction only ------------------------------------------------------------------
+    @torch.inference_mode()
+    def predict(self, mask=None, ablation: str = "zero", position: int | None = None, top_k: int = 10,
+                update_cache: bool = True) -> NextToken:
+        """The next-token distribution under `mask`, computing as little as possible: layers
+        from the first changed one, positions up to `position` (zero ablation is causal), and
+        the head at one position. `update_cache=False` leaves the cache as it was (scans)."""
+        ids = self._require_prompt()
+        mask = self._normal_mask(mask)
+        if ablation not in ABLATIONS:
+            raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+        T = ids.shape[1]
+        p = self._position(position, T)
+        model, L = self.model, self.config.n_layer
+        if self._resid is None:
+            self.run(None, "zero", p, top_k)  # a clean run fills the cache once
+        start = self._start_layer(mask, ablation, True)
+        if start >= L:
+            final = self._resid[L]
+        else:
+            # Under zero ablation nothing after `position` can reach it; mean ablation
+            # averages over every position, so it needs them all.
+            keep = p + 1 if ablation == "zero" else T
+            x = self._resid[start][:, :keep]
+            new_resid = list(self._resid)
+            named = head_mask_hooks(mask, ablation, start)
+            if update_cache and keep == T:
+                for layer in range(start + 1, L):
+                    named.append((f"blocks.{layer}.hook_resid_pre", _setter(new_resid, layer)))
+            with hooks(model, named):
+                final = model.run_blocks(x, start)
+            if update_cache and keep == T:
+                new_resid[L] = final
+                self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
+                self._cached_trace = None  # its arrays no longer match the cache: the next run() is a full one
+        logits = model.unembed(final[0, p]).float()[: self.n_vocab]  # (V,)
+        return _next_token(logits, torch.log_softmax(logits, dim=-1), p, top_k)
+
+    def residuals(self) -> list[torch.Tensor]:
+        """resid_pre of every layer, then the final resid_post, for the cached run (1, T, C)."""
+        if self._resid is None:
+            raise ModelError("no run yet; call run() first")
+        return list(self._resid)
+
+
+def _setter(dest: list, index: int):
+    def hook(_m, _inp, out):
+        dest[index] = out
+    return hook
+
+
+def _next_token(logits: torch.Tensor, logprobs: torch.Tensor, position: int, top_k: int) -> NextToken:
+    k = max(1, min(int(top_k), logits.shape[-1]))
+    top = torch.topk(logits, k)
+    probs = logprobs.exp()
+    return NextToken(
+        position=position,
+        probs=probs.cpu().numpy().astype(np.float32),
+        top_ids=top.indices.cpu().numpy().astype(np.int64),
+        top_probs=probs[top.indices].cpu().numpy().astype(np.float32),
+        top_logits=top.values.cpu().numpy().astype(np.float32),
+    )

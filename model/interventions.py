@@ -1,0 +1,42 @@
+"""Head masks as hooks on `blocks.{l}.attn.hook_z`: the head's output is removed (zero) or
+replaced by its mean over the prompt's positions (mean) before the output projection."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+ABLATIONS = ("zero", "mean")
+
+
+def head_mask_hooks(mask: np.ndarray, ablation: str, start_layer: int = 0) -> list[tuple[str, object]]:
+    """(hook name, hook) pairs that apply `mask` to layers >= start_layer."""
+    named = []
+    for layer in range(start_layer, mask.shape[0]):
+        heads = np.flatnonzero(mask[layer])
+        if len(heads):
+            named.append((f"blocks.{layer}.attn.hook_z", _ablate(torch.as_tensor(heads), ablation)))
+    return named
+
+
+def _ablate(heads: torch.Tensor, ablation: str):
+    def hook(_module, _inputs, z: torch.Tensor) -> torch.Tensor:
+        z = z.clone()  # (B, T, nh, hs); never edit the tensor other hooks may hold
+        idx = heads.to(z.device)
+        if ablation == "zero":
+            z[:, :, idx] = 0.0
+        else:
+            z[:, :, idx] = z[:, :, idx].mean(dim=1, keepdim=True)  # mean over positions
+        return z
+    return hook
+
+
+def first_changed_layer(old_mask: np.ndarray, old_ablation: str, new_mask: np.ndarray, new_ablation: str) -> int:
+    """The first layer whose computation differs between two mask settings (n_layer if none)."""
+    L = new_mask.shape[0]
+    for layer in range(L):
+        if not np.array_equal(old_mask[layer], new_mask[layer]):
+            return layer
+        if old_ablation != new_ablation and new_mask[layer].any():
+            return layer
+    return L
