@@ -1,0 +1,177 @@
+"""The one object every view shares: what is loaded, what was run, and what is selected.
+
+Views take a `ViewerState`, read its attributes and subscribe to its signals; they change the
+selection through its setters, never by writing attributes. All of it lives on the GUI thread.
+
+Signals (each emitted only when the value really changed):
+- `model_changed(ModelInfo | None)`: a new model was loaded or moved to another device. The
+  selection is clamped, the mask reset to all-False of the new shape, neuron cleared.
+- `clean_trace_changed(Trace)`: the unmasked run of the current prompt (the baseline).
+- `trace_changed(Trace)`: the run views draw: the masked model when a mask is set, otherwise
+  the same object as `clean_trace`. Emitted after `clean_trace_changed` when both change.
+- `selection_changed()`: `layer`, `head` or `query` changed.
+- `mask_changed(np.ndarray)`: the (L, nh) head mask or the ablation ("zero"/"mean") changed.
+- `neuron_changed(int | None)`: the MLP neuron chips are coloured by (of `layer`).
+- `prompt_changed(str)`: the prompt text to run (the editor and e.g. generation set it).
+
+`query` is None for "the last token"; `query_index` resolves it against the current trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+
+ABLATIONS = ("zero", "mean")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the GUI knows about the loaded model (no torch objects)."""
+
+    name: str
+    format: str
+    source: str
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    n_params: int
+    device: str
+    n_mlp: int = 0
+    vocab_size: int = 0
+
+    @property
+    def params_text(self) -> str:
+        n = self.n_params
+        for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+            if n >= div:
+                return f"{n / div:.1f}{unit} params"
+        return f"{n} params"
+
+
+class ViewerState(QObject):
+    model_changed = Signal(object)
+    trace_changed = Signal(object)
+    clean_trace_changed = Signal(object)
+    selection_changed = Signal()
+    mask_changed = Signal(object)
+    neuron_changed = Signal(object)
+    prompt_changed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.model_info: ModelInfo | None = None
+        self.trace = None  # Trace drawn by the views (masked when a mask is set)
+        self.clean_trace = None  # Trace of the unmasked model, the baseline
+        self.prompt = ""
+        self.layer = 0
+        self.head = 0
+        self.query: int | None = None
+        self.mask = np.zeros((1, 1), dtype=bool)
+        self.ablation = "zero"
+        self.neuron: int | None = None
+
+    # -- derived --------------------------------------------------------------------------
+    @property
+    def n_layer(self) -> int:
+        return self.model_info.n_layer if self.model_info else 1
+
+    @property
+    def n_head(self) -> int:
+        return self.model_info.n_head if self.model_info else 1
+
+    @property
+    def n_tokens(self) -> int:
+        return self.trace.n_tokens if self.trace is not None else 0
+
+    @property
+    def query_index(self) -> int | None:
+        """The selected query position resolved against the trace (None without a trace)."""
+        T = self.n_tokens
+        if T == 0:
+            return None
+        return T - 1 if self.query is None else min(self.query, T - 1)
+
+    @property
+    def is_masked(self) -> bool:
+        return bool(self.mask.any())
+
+    # -- setters --------------------------------------------------------------------------
+    def set_model(self, info: ModelInfo | None) -> None:
+        """A new model (or the same one on another device). Resets what no longer fits."""
+        old = self.model_info
+        self.model_info = info
+        same_shape = old is not None and info is not None and (old.n_layer, old.n_head) == (info.n_layer, info.n_head)
+        if not same_shape or old.source != info.source:
+            self.trace = None
+            self.clean_trace = None
+            self.mask = np.zeros((self.n_layer, self.n_head), dtype=bool)
+            self.neuron = None
+            self.layer = min(self.layer, self.n_layer - 1)
+            self.head = min(self.head, self.n_head - 1)
+            self.query = None
+        self.model_changed.emit(info)
+
+    def set_prompt(self, text: str) -> None:
+        if text != self.prompt:
+            self.prompt = text
+            self.prompt_changed.emit(text)
+
+    def set_traces(self, trace, clean) -> None:
+        """Install a worker result: `trace` under the current mask and `clean` without one."""
+        if clean is not None and clean is not self.clean_trace:
+            self.clean_trace = clean
+            if self.query is not None and self.query >= clean.n_tokens:
+                self.query = None
+            self.clean_trace_changed.emit(clean)
+        if trace is not self.trace:
+            self.trace = trace
+            self.trace_changed.emit(trace)
+
+    def set_selection(self, layer: int | None = None, head: int | None = None, query: int | None = None,
+                      *, clear_query: bool = False) -> None:
+        """Change any of layer, head, query (None leaves it); `clear_query=True` selects the last token."""
+        new_layer = self.layer if layer is None else max(0, min(int(layer), self.n_layer - 1))
+        new_head = self.head if head is None else max(0, min(int(head), self.n_head - 1))
+        new_query = self.query
+        if clear_query:
+            new_query = None
+        elif query is not None:
+            T = self.n_tokens
+            q = int(query)
+            new_query = None if T and q >= T - 1 else max(0, q)
+        if (new_layer, new_head, new_query) == (self.layer, self.head, self.query):
+            return
+        self.layer, self.head, self.query = new_layer, new_head, new_query
+        self.selection_changed.emit()
+
+    def set_mask(self, mask) -> None:
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != (self.n_layer, self.n_head):
+            raise ValueError(f"mask shape {mask.shape} does not match the model's ({self.n_layer}, {self.n_head})")
+        if np.array_equal(mask, self.mask):
+            return
+        self.mask = mask.copy()
+        self.mask.setflags(write=False)  # views share it; a change goes through set_mask
+        self.mask_changed.emit(self.mask)
+
+    def toggle_head(self, layer: int, head: int) -> None:
+        mask = self.mask.copy()
+        mask[layer, head] = not mask[layer, head]
+        self.set_mask(mask)
+
+    def set_ablation(self, ablation: str) -> None:
+        if ablation not in ABLATIONS:
+            raise ValueError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+        if ablation != self.ablation:
+            self.ablation = ablation
+            self.mask_changed.emit(self.mask)
+
+    def set_neuron(self, neuron: int | None) -> None:
+        neuron = None if neuron is None else int(neuron)
+        if neuron != self.neuron:
+            self.neuron = neuron
+            self.neuron_changed.emit(neuron)

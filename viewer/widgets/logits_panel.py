@@ -1,0 +1,171 @@
+"""Next-token predictions, baseline (clean model) and masked side by side, at the selected
+position, with what the mask did to the baseline's favourite: its new probability and rank,
+and KL(baseline || masked) over the whole vocabulary."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QStyledItemDelegate,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+BAR_ROLE = Qt.UserRole + 1
+_BASE_BAR, _MASK_BAR = QColor(90, 140, 220, 110), QColor(220, 90, 70, 110)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What masking did to the next-token distribution at one position."""
+
+    top_id: int  # the baseline's most likely token
+    p_baseline: float
+    p_masked: float
+    new_rank: int  # 1-based rank of top_id under the mask
+    kl: float  # KL(baseline || masked), nats
+
+    @property
+    def delta(self) -> float:
+        return self.p_masked - self.p_baseline
+
+
+def compare(baseline, masked) -> Comparison:
+    """Compare two NextToken distributions over the same vocabulary."""
+    p = baseline.probs.astype(np.float64)  # (V,)
+    q = masked.probs.astype(np.float64)  # (V,)
+    top = int(baseline.top_ids[0])
+    support = p > 0
+    kl = float(np.sum(p[support] * (np.log(p[support]) - np.log(np.maximum(q[support], 1e-300)))))
+    rank = 1 + int(np.count_nonzero(q > q[top]))
+    return Comparison(top, float(p[top]), float(q[top]), rank, max(kl, 0.0))
+
+
+@functools.lru_cache(maxsize=1)
+def _tokenizer():
+    from transformer_viewer.model.tokenizer import Tokenizer  # tiktoken only, no torch
+
+    return Tokenizer()
+
+
+def token_label(token_id: int) -> str:
+    try:
+        return _tokenizer().label(int(token_id))
+    except Exception:  # noqa: BLE001 - an id past the tokenizer (padded vocab) still needs a name
+        return f"<{int(token_id)}>"
+
+
+class _BarDelegate(QStyledItemDelegate):
+    """Draws the probability as a bar behind the number."""
+
+    def paint(self, painter, option, index) -> None:
+        value = index.data(BAR_ROLE)
+        if value is not None:
+            color = index.data(Qt.UserRole + 2) or _BASE_BAR
+            r = QRectF(option.rect).adjusted(1, 2, -1, -2)
+            painter.fillRect(QRectF(r.left(), r.top(), r.width() * max(0.0, min(1.0, float(value))), r.height()), color)
+        super().paint(painter, option, index)
+
+
+class LogitsPanel(QWidget):
+    """Top-k next tokens, baseline vs masked, following `state.query`."""
+
+    COLUMNS = ("#", "baseline", "p", "masked", "p")
+
+    def __init__(self, state, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.header = QLabel("no prediction yet")
+        self.header.setWordWrap(True)
+        self.table = QTableWidget(0, len(self.COLUMNS))
+        self.table.setHorizontalHeaderLabels(self.COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setSelectionMode(QAbstractItemView.NoSelection)
+        self.table.setFocusPolicy(Qt.NoFocus)
+        self.table.setItemDelegate(_BarDelegate(self.table))
+        hh = self.table.horizontalHeader()
+        for col, mode in enumerate((QHeaderView.ResizeToContents, QHeaderView.Stretch, QHeaderView.ResizeToContents,
+                                    QHeaderView.Stretch, QHeaderView.ResizeToContents)):
+            hh.setSectionResizeMode(col, mode)
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.header)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.summary)
+        self.comparison: Comparison | None = None
+        state.trace_changed.connect(lambda _t: self.refresh())
+        state.model_changed.connect(lambda _i: self.refresh())
+
+    def refresh(self) -> None:
+        trace, clean = self.state.trace, self.state.clean_trace
+        if trace is None or clean is None:
+            self.header.setText("no prediction yet")
+            self.table.setRowCount(0)
+            self.summary.setText("")
+            self.comparison = None
+            return
+        base, masked = clean.next, trace.next
+        pos = masked.position
+        label = trace.labels[pos] if pos < trace.n_tokens else "?"
+        where = "the last token" if pos == trace.n_tokens - 1 else "the selected token"
+        self.header.setText(f"Next token after position {pos} {label!r} ({where})")
+        self._fill(base, masked)
+        self.comparison = c = compare(base, masked)
+        n = int(trace.mask.sum())
+        if n == 0:
+            self.summary.setText(f"No heads masked: the masked column equals the baseline. "
+                                 f"Top token {token_label(c.top_id)!r} at p = {c.p_baseline:.3f}.")
+            return
+        sign = "+" if c.delta >= 0 else "\u2212"
+        self.summary.setText(
+            f"{n} head{'s' if n != 1 else ''} masked ({trace.ablation}). Baseline top {token_label(c.top_id)!r}: "
+            f"p {c.p_baseline:.3f} \u2192 {c.p_masked:.3f} ({sign}{abs(c.delta):.3f}), rank 1 \u2192 {c.new_rank}. "
+            f"KL(baseline \u2016 masked) = {c.kl:.4f} nats")
+
+    def _fill(self, base, masked) -> None:
+        k = max(len(base.top_ids), len(masked.top_ids))
+        self.table.setRowCount(k)
+        top = int(base.top_ids[0])
+        for row in range(k):
+            self._set(row, 0, str(row + 1), align=Qt.AlignRight)
+            for col, nt, color in ((1, base, _BASE_BAR), (3, masked, _MASK_BAR)):
+                if row >= len(nt.top_ids):
+                    continue
+                tid, prob = int(nt.top_ids[row]), float(nt.top_probs[row])
+                item = self._set(row, col, token_label(tid))
+                item.setToolTip(f"id {tid}, p = {prob:.5g}, logit {float(nt.top_logits[row]):.3f}")
+                if col == 3 and tid == top:
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                p_item = self._set(row, col + 1, f"{prob:.3f}", align=Qt.AlignRight)
+                p_item.setData(BAR_ROLE, prob)
+                p_item.setData(Qt.UserRole + 2, color)
+
+    def _set(self, row: int, col: int, text: str, align=Qt.AlignLeft) -> QTableWidgetItem:
+        item = QTableWidgetItem(text)
+        item.setTextAlignment(int(align | Qt.AlignVCenter))
+        self.table.setItem(row, col, item)
+        return item
+
+    def rows(self) -> list[tuple[str, float, str, float]]:
+        """The table as (baseline label, p, masked label, p) rows, for tests and export."""
+        out = []
+        for row in range(self.table.rowCount()):
+            cells = [self.table.item(row, c) for c in range(1, 5)]
+            out.append(tuple(c.text() if i % 2 == 0 else float(c.text()) for i, c in enumerate(cells) if c))
+        return out

@@ -1,0 +1,81 @@
+"""The prompt: runs the model as the user types (debounced) and at once on Ctrl+Enter.
+
+Tokenizing happens on the worker, so even a 1 MB paste never stalls typing here. Below the
+editor a notice line says when the prompt does not fit the model's context (the model sees the
+last block_size tokens) or why it could not run.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFontMetrics, QKeySequence, QShortcut
+from PySide6.QtWidgets import QLabel, QPlainTextEdit, QVBoxLayout, QWidget
+
+DEBOUNCE_MS = 250
+
+
+class PromptEditor(QWidget):
+    """Emits `run_requested(text)` 250 ms after the last edit, or at once on Ctrl+Enter."""
+
+    run_requested = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None, debounce_ms: int = DEBOUNCE_MS):
+        super().__init__(parent)
+        self.edit = QPlainTextEdit()
+        self.edit.setPlaceholderText("Type a prompt; the model runs as you type (Ctrl+Enter runs now)")
+        self.edit.setTabChangesFocus(True)
+        lines = QFontMetrics(self.edit.font()).lineSpacing()
+        self.edit.setMinimumHeight(3 * lines + 12)
+        self.notice = QLabel()
+        self.notice.setWordWrap(True)
+        self.notice.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.notice.hide()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(self.edit, 1)
+        layout.addWidget(self.notice)
+        self.timer = QTimer(self)
+        self.timer.setSingleShot(True)
+        self.timer.setInterval(debounce_ms)
+        self.timer.timeout.connect(self.run_now)
+        self.edit.textChanged.connect(self.timer.start)
+        for keys in ("Ctrl+Return", "Ctrl+Enter"):
+            shortcut = QShortcut(QKeySequence(keys), self.edit)
+            shortcut.setContext(Qt.WidgetShortcut)
+            shortcut.activated.connect(self.run_now)
+
+    def text(self) -> str:
+        return self.edit.toPlainText()
+
+    def set_text(self, text: str, run: bool = True) -> None:
+        """Replace the prompt; `run=True` runs it now instead of after the debounce."""
+        if text != self.text():
+            self.edit.blockSignals(True)
+            self.edit.setPlainText(text)
+            self.edit.blockSignals(False)
+        if run:
+            self.run_now()
+
+    def run_now(self) -> None:
+        self.timer.stop()
+        self.run_requested.emit(self.text())
+
+    def show_notice(self, text: str, warning: bool = True) -> None:
+        if not text:
+            self.notice.hide()
+            return
+        color = "#a05a00" if warning else "palette(window-text)"
+        self.notice.setStyleSheet(f"color: {color};")
+        self.notice.setText(text)
+        self.notice.show()
+
+    def show_trace(self, trace, block_size: int) -> None:
+        """The truncation notice for a trace (hidden when it all fits)."""
+        dropped = int(getattr(trace, "dropped_tokens", 0) or 0)
+        if dropped:
+            total = dropped + trace.n_tokens
+            self.show_notice(f"The prompt is {total} tokens, longer than the model's context of {block_size}: "
+                             f"the first {dropped} are dropped and every view shows the last {trace.n_tokens}.")
+        else:
+            self.show_notice("")
