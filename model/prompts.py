@@ -1,0 +1,26 @@
+"""Example prompts for the app's prompt menu, shipped as `assets/prompts.json`: lines where a
+small Shakespeare/KJV model shows previous-token or induction behaviour (repeated formulae,
+names, refrains)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+
+PROMPTS_FILE = "prompts.json"
+
+
+@dataclass(frozen=True)
+class ExamplePrompt:
+    title: str  # menu entry
+    text: str  # the prompt itself
+    shows: str  # what to look for, one line
+
+
+@functools.lru_cache(maxsize=1)
+def example_prompts() -> tuple[ExamplePrompt, ...]:
+    """The bundled example prompts, in menu order."""
+    raw = resources.files("transformer_viewer.assets").joinpath(PROMPTS_FILE).read_text(encoding="utf-8")
+    return tuple(ExamplePrompt(title=p["title"], text=p["text"], shows=p.get("shows", "")) for p in json.loads(raw))
