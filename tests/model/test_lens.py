@@ -1,0 +1,94 @@
+import numpy as np
+import pytest
+import torch
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.hooks import count_hooks
+from transformer_viewer.model.lens import lens_labels, logit_lens, masked_residuals
+
+from tests.model.analysis_common import tiny_session
+
+
+def _full_logits(session, mask=None):
+    """Logits straight from the model's forward, no session caches involved."""
+    ids = torch.tensor([session.tokens.ids])
+    with torch.no_grad():
+        logits, _ = session.model(ids)
+    return logits[0, :, : session.n_vocab].float()  # (T, V)
+
+
+def test_last_row_is_the_models_own_prediction():
+    s = tiny_session()
+    trace = s.run(top_k=5)
+    lens = logit_lens(s)
+    logits = _full_logits(s)
+    probs = torch.softmax(logits, dim=-1)
+    assert lens.row_labels == lens_labels(2) == ("0.pre", "1.pre", "final")
+    np.testing.assert_array_equal(lens.top_ids[-1], logits.argmax(-1).numpy())
+    np.testing.assert_allclose(lens.top_probs[-1], probs.max(-1).values.numpy(), rtol=1e-5)
+    # and the session's own next-token prediction at the last position
+    assert lens.top_ids[-1, -1] == trace.next.top_ids[0]
+    assert lens.top_probs[-1, -1] == pytest.approx(float(trace.next.top_probs[0]), rel=1e-5)
+    np.testing.assert_array_equal(lens.final_ids, lens.top_ids[-1])
+    assert (lens.final_ranks[-1] == 0).all()
+
+
+def test_intermediate_rows_match_a_manual_lens_and_ranks():
+    s = tiny_session()
+    s.run()
+    lens = logit_lens(s)
+    resid = s.residuals()
+    with torch.no_grad():
+        logits = s.model.lm_head(s.model.ln_f(resid[1][0]))[:, : s.n_vocab]  # (T, V)
+    probs = torch.softmax(logits, dim=-1)
+    np.testing.assert_array_equal(lens.top_ids[1], logits.argmax(-1).numpy())
+    np.testing.assert_allclose(lens.top_probs[1], probs.max(-1).values.numpy(), rtol=1e-5)
+    final = torch.as_tensor(lens.final_ids)
+    want_rank = (logits > logits[torch.arange(len(final)), final][:, None]).sum(-1)
+    np.testing.assert_array_equal(lens.final_ranks[1], want_rank.numpy())
+    np.testing.assert_allclose(lens.final_probs[1], probs[torch.arange(len(final)), final].numpy(), rtol=1e-5)
+    assert lens.final_ranks.shape == (3, len(s.tokens.ids))
+    assert (lens.final_ranks[:-1] > 0).any(), "a random model should not know its answer at the embedding"
+
+
+def test_padded_vocab_rows_are_ignored():
+    from transformer_viewer.model.capture import Session
+
+    from tests.model.analysis_common import TINY, tiny_loaded
+
+    loaded = tiny_loaded(config=TINY.replace(vocab_size=50304))
+    with torch.no_grad():
+        loaded.model.wte.weight[50257:] = 100.0  # padding rows that would win every argmax
+    s = Session(loaded)
+    s.set_prompt("hello world")
+    s.run()
+    lens = logit_lens(s)
+    assert lens.top_ids.max() < 50257
+
+
+def test_reference_ids_and_masked_residuals_leave_the_cache_alone():
+    s = tiny_session()
+    s.run()
+    clean = logit_lens(s)
+    before = [r.clone() for r in s.residuals()]
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[0, 2] = True
+    res = masked_residuals(s, mask)
+    assert count_hooks(s.model) == 0
+    for a, b in zip(before, s.residuals(), strict=True):
+        assert torch.equal(a, b)
+    masked = logit_lens(s, res, reference_ids=clean.top_ids)
+    # the masked residuals equal those of a real masked run
+    s2 = tiny_session()
+    s2.run(mask)
+    for a, b in zip(res, s2.residuals(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert torch.equal(res[0], before[0])  # layer 0's input cannot change
+    assert not torch.equal(res[2], before[2])
+    np.testing.assert_array_equal(masked.reference_ids, clean.top_ids)
+    # reference probabilities are the masked lens's probability of the clean top token
+    with torch.no_grad():
+        p = torch.softmax(s.model.unembed(res[2][0])[:, : s.n_vocab], dim=-1)
+    want = p[torch.arange(p.shape[0]), torch.as_tensor(clean.top_ids[2])]
+    np.testing.assert_allclose(masked.reference_probs[2], want.numpy(), rtol=1e-5)
+    with pytest.raises(ModelError):
+        logit_lens(s, res, reference_ids=clean.top_ids[:, :3])

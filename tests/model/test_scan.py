@@ -1,0 +1,138 @@
+import numpy as np
+import pytest
+import torch
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.hooks import count_hooks
+from transformer_viewer.model.scan import head_scan, kl_divergence
+
+from tests.model.analysis_common import tiny_session
+
+
+def _single(layer, head, base=None):
+    m = np.zeros((2, 4), dtype=bool) if base is None else base.copy()
+    m[layer, head] = True
+    return m
+
+
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+def test_entries_equal_predict_with_that_head_masked(ablation):
+    s = tiny_session()
+    s.run()
+    res = head_scan(s, ablation=ablation, position=7)
+    ref = tiny_session()  # a fresh session: nothing shared with the scan's caches
+    base = ref.predict(None, ablation, 7)
+    assert res.target_id == int(base.top_ids[0])
+    assert res.baseline_metric == pytest.approx(np.log(base.probs[res.target_id]), rel=1e-6)
+    assert res.done.all() and not res.cancelled and res.metric == "logprob"
+    for layer in range(2):
+        for head in range(4):
+            out = ref.predict(_single(layer, head), ablation, 7)
+            p = out.probs[res.target_id]
+            assert res.target_probs[layer, head] == pytest.approx(float(p), rel=1e-5)
+            assert res.metric_values[layer, head] == pytest.approx(np.log(p), abs=1e-5)
+            assert res.effect[layer, head] == pytest.approx(np.log(p) - np.log(base.probs[res.target_id]), abs=1e-5)
+            assert res.kl[layer, head] == pytest.approx(kl_divergence(base.probs, out.probs), rel=1e-4, abs=1e-7)
+    assert np.abs(res.effect).max() > 1e-3, "masking a head of this model should move the prediction"
+    assert (res.kl >= 0).all()
+
+
+def test_distractor_gives_the_logit_difference():
+    s = tiny_session()
+    res = head_scan(s, target=262, distractor=3797)
+    assert res.metric == "logit_diff"
+    ids = torch.tensor([s.tokens.ids])
+    with torch.no_grad():
+        logits = s.model(ids)[0][0, -1]
+    assert res.baseline_metric == pytest.approx(float(logits[262] - logits[3797]), abs=1e-4)
+    m = _single(1, 3)
+    with torch.no_grad():
+        from transformer_viewer.model.hooks import hooks
+        from transformer_viewer.model.interventions import head_mask_hooks
+        with hooks(s.model, head_mask_hooks(m, "zero")):
+            lm = s.model(ids)[0][0, -1]
+    assert res.metric_values[1, 3] == pytest.approx(float(lm[262] - lm[3797]), abs=1e-4)
+
+
+def test_base_mask_heads_are_skipped_and_others_stack_on_it():
+    s = tiny_session()
+    base = _single(0, 0)
+    res = head_scan(s, base_mask=base)
+    assert not res.done[0, 0] and np.isnan(res.effect[0, 0])
+    assert res.n_done == 7
+    ref = tiny_session()
+    b = ref.predict(base)
+    assert res.target_id == int(b.top_ids[0])
+    out = ref.predict(_single(1, 2, base))
+    assert res.target_probs[1, 2] == pytest.approx(float(out.probs[res.target_id]), rel=1e-5)
+    assert [c for c in res.ranked("effect")][0] == min(
+        ((la, h) for la in range(2) for h in range(4) if res.done[la, h]), key=lambda c: res.effect[c])
+
+
+def test_scan_leaves_the_session_cache_intact_and_resumes_per_layer():
+    s = tiny_session()
+    trace = s.run()
+    resid = s.residuals()
+    snapshot = [r.clone() for r in resid]
+    started = []
+    # Count which block each predict starts from: a head in layer 1 must not rerun layer 0.
+    orig = s.model.run_blocks
+
+    def spy(x, start=0, stop=None):
+        started.append(start)
+        return orig(x, start, stop)
+    s.model.run_blocks = spy
+    head_scan(s)
+    s.model.run_blocks = orig
+    assert sorted(started) == [0] * 4 + [1] * 4
+    assert count_hooks(s.model) == 0
+    for a, b, c in zip(resid, s.residuals(), snapshot, strict=True):
+        assert a is b and torch.equal(b, c)
+    again = s.run()
+    assert again.first_layer_run == 2  # the cached trace survived: nothing recomputed
+    np.testing.assert_array_equal(again.attention, trace.attention)
+
+
+def test_cancel_stops_within_the_current_forward_and_returns_partial():
+    s = tiny_session()
+    s.run()
+    calls = {"n": 0}
+    blocks_after_cancel = []
+
+    def is_cancelled():
+        calls["n"] += 1
+        # Each layer-0 head checks three times (before it, then as blocks 0 and 1 start):
+        # the ninth check is between block 0 and block 1 of the third head.
+        return calls["n"] > 8
+
+    def count(_m, _i, _o):
+        if calls["n"] > 8:
+            blocks_after_cancel.append(1)
+    handles = [b.register_forward_hook(count) for b in s.model.blocks]
+    progress = []
+    res = head_scan(s, progress=lambda d, t: progress.append((d, t)), is_cancelled=is_cancelled)
+    for h in handles:
+        h.remove()
+    assert res.cancelled
+    assert res.n_done == 2
+    assert blocks_after_cancel == [], "no block may finish once cancel is seen"
+    assert progress[0] == (0, 8) and progress[-1] == (res.n_done, 8)
+    assert np.isnan(res.effect[~res.done]).all() and not np.isnan(res.effect[res.done]).any()
+    assert count_hooks(s.model) == 0
+    # the session is still usable and unchanged
+    assert s.run().first_layer_run == 2
+
+
+def test_cancel_before_start():
+    s = tiny_session()
+    res = head_scan(s, is_cancelled=lambda: True)
+    assert res.cancelled and res.n_done == 0
+
+
+def test_bad_tokens_are_clear_errors():
+    s = tiny_session()
+    with pytest.raises(ModelError, match="outside the vocabulary"):
+        head_scan(s, target=50257)
+    with pytest.raises(ModelError, match="distractor is the target"):
+        head_scan(s, target=5, distractor=5)
+    with pytest.raises(ModelError, match="ablation"):
+        head_scan(s, ablation="noise")

@@ -1,0 +1,128 @@
+"""`transformer-viewer scan`: ablate every head in turn and print how much each one matters.
+
+The table is sorted by effect (the change of the metric when the head is ablated, most
+negative first: the heads the prediction leans on most), with a tqdm bar on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.viewer.cli.common import add_checkpoint_arguments, load_from_args, parse_mask_spec
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_checkpoint_arguments(p)
+    p.add_argument("--prompt", required=True, help="the text to run")
+    p.add_argument("--target", default=None,
+                   help="token whose log-probability is measured: one GPT-2 token as text (e.g. ' Paris') "
+                        "or an integer id; digits alone are an id, so write a number token with its space, ' 42' (default: the baseline's top token)")
+    p.add_argument("--distractor", default=None,
+                   help="measure the logit difference target - distractor (equal to the log-prob difference)")
+    p.add_argument("--position", type=int, default=None,
+                   help="token position whose next-token prediction is measured (default: the last; negative counts from the end)")
+    p.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how a head is removed (default: zero)")
+    p.add_argument("--mask", nargs="*", default=[], metavar="L.H",
+                   help="heads ablated in every run, the baseline included (LAYER.HEAD, 0-based; LAYER.* for a layer)")
+    p.add_argument("--sort", default="effect", choices=["effect", "abs", "kl"],
+                   help="order of the table: effect (largest drop first), abs (largest |effect|), kl (default: effect)")
+    p.add_argument("--top", type=int, default=None, help="print only the first N heads")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def parse_token(spec: str | None, tokenizer, n_vocab: int, what: str = "--target") -> int | None:
+    """A token given as an integer id or as text that is exactly one GPT-2 token."""
+    if spec is None:
+        return None
+    if spec.strip().lstrip("-").isdigit() and spec == spec.strip():
+        i = int(spec)
+        if not 0 <= i < n_vocab:
+            raise ModelError(f"{what} {i}: token ids run from 0 to {n_vocab - 1}")
+        return i
+    ids = tokenizer.encode(spec)
+    if len(ids) != 1:
+        pieces = " + ".join(repr(tokenizer.token_bytes(i).decode("utf-8", errors="replace")) for i in ids) or "nothing"
+        raise ModelError(f"{what} {spec!r} is {len(ids)} GPT-2 tokens ({pieces}), not one; pass a single token "
+                         f"(often with its leading space, e.g. ' Paris') or an integer id")
+    if ids[0] >= n_vocab:
+        raise ModelError(f"{what} {spec!r} is token {ids[0]}, outside this model's vocabulary of {n_vocab}")
+    return ids[0]
+
+
+def run(args) -> int:
+    import torch
+    from tqdm import tqdm
+    from transformer_viewer.model.capture import Session
+    from transformer_viewer.model.scan import head_scan
+
+    if args.top is not None and args.top < 1:
+        raise ModelError(f"--top must be at least 1, got {args.top}")
+    loaded = load_from_args(args)
+    session = Session(loaded)
+    session.set_prompt(args.prompt)
+    if session.tokens is None or not session.tokens.ids:
+        raise ModelError("the prompt is empty; pass some text with --prompt")
+    c = loaded.config
+    base = parse_mask_spec(args.mask, c.n_layer, c.n_head)
+    target = parse_token(args.target, session.tokenizer, session.n_vocab, "--target")
+    distractor = parse_token(args.distractor, session.tokenizer, session.n_vocab, "--distractor")
+    bar = None if args.no_progress else tqdm(total=0, unit="head", file=sys.stderr, dynamic_ncols=True, leave=False)
+
+    def progress(done, total):
+        if bar is not None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+    try:
+        with torch.inference_mode():
+            result = head_scan(session, target=target, distractor=distractor, position=args.position,
+                               ablation=args.ablation, base_mask=base, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    order = result.ranked(args.sort)
+    if args.top is not None:
+        order = order[: args.top]
+    tok = session.tokenizer
+    if args.json:
+        print(json.dumps(_as_json(result, order, session, loaded.name), indent=2))
+        return 0
+    label = session.tokens.labels[result.position]
+    what = f"log p({tok.label(result.target_id)!r})"
+    if result.distractor_id is not None:
+        what = f"logit({tok.label(result.target_id)!r}) - logit({tok.label(result.distractor_id)!r})"
+    print(f"model {loaded.name}: predicting after position {result.position} ({label!r}); "
+          f"{result.ablation} ablation; metric {what}; baseline {result.baseline_metric:.4f}"
+          + (f"; base mask {' '.join(args.mask)}" if args.mask else ""))
+    print(f"{'head':>7} {'effect':>10} {'metric':>10} {'p(target)':>10} {'KL':>10}")
+    for layer, head in order:
+        print(f"{f'{layer}.{head}':>7} {result.effect[layer, head]:>+10.4f} {result.metric_values[layer, head]:>10.4f} "
+              f"{result.target_probs[layer, head]:>10.4g} {result.kl[layer, head]:>10.4g}")
+    return 0
+
+
+def _as_json(result, order, session, name) -> dict:
+    tok = session.tokenizer
+
+    def token(i):
+        return None if i is None else {"id": int(i), "token": tok.decode([i]), "label": tok.label(i)}
+    return {
+        "model": name,
+        "prompt": session.tokens.text,
+        "position": result.position,
+        "ablation": result.ablation,
+        "metric": result.metric,
+        "target": token(result.target_id),
+        "distractor": token(result.distractor_id),
+        "base_mask": [f"{la}.{h}" for la, h in zip(*result.base_mask.nonzero(), strict=True)],
+        "baseline": {"metric": result.baseline_metric, "target_prob": result.baseline_target_prob},
+        "heads": [
+            {"layer": la, "head": h, "effect": float(result.effect[la, h]), "metric": float(result.metric_values[la, h]),
+             "target_prob": float(result.target_probs[la, h]), "kl": float(result.kl[la, h])}
+            for la, h in order
+        ],
+    }
