@@ -71,7 +71,7 @@ class TokenAxis(pg.AxisItem):
 
     def showLabel(self, show: bool = True):
         super().showLabel(show)
-        if self._labels:
+        if getattr(self, "_labels", ()):  # also called from AxisItem.__init__, before ours ran
             self._resize()
 
     def labels(self) -> tuple[str, ...]:

@@ -1,0 +1,244 @@
+"""Export a view as PNG or SVG, or the matrix it shows as .npy or .csv. Every write is atomic.
+
+A file is written to a temporary name in the destination folder and moved over the target
+with os.replace, so a failure never leaves a partial file. SVG is rendered by Qt's own
+QSvgGenerator (pyqtgraph's SVGExporter crashes on ImageItems with PySide6 6.12); the heatmap
+becomes an embedded <image>. Qt is imported only by the image exporters.
+
+A view is anything with `export_target()` (the QGraphicsView to render) and `matrix()`,
+optionally `row_labels()` / `col_labels()`; a bare QGraphicsView, GraphicsLayoutWidget or
+QWidget can be rendered too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+import tempfile
+
+import numpy as np
+from transformer_viewer.model.errors import ModelError
+
+IMAGE_FORMATS = (".png", ".svg")
+MATRIX_FORMATS = (".npy", ".csv")
+FORMATS = IMAGE_FORMATS + MATRIX_FORMATS
+
+
+class ExportError(ModelError):
+    """An export that cannot be written; one line saying what to do. A ModelError, so the CLI's
+    run_guarded and the app's error dialog treat it like every other user-facing error."""
+
+
+def extension(path) -> str:
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    if ext not in FORMATS:
+        shown = ext or "no extension"
+        raise ExportError(f"cannot export to {os.fspath(path)!r} ({shown}): use a file name ending in {', '.join(FORMATS)}")
+    return ext
+
+
+def check_writable(path) -> str:
+    """The absolute path, after checking its folder exists and is a folder we can write."""
+    path = os.path.abspath(os.fspath(path))
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        raise ExportError(f"cannot write {path}: it is a folder; give a file name inside it")
+    if not os.path.isdir(folder):
+        raise ExportError(f"cannot write {path}: the folder {folder} does not exist; create it or choose another")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ExportError(f"cannot write {path}: the folder {folder} is not writable; choose a folder you can write to")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yield a temporary path beside `path`; on success it replaces `path`, on failure it is removed."""
+    path = check_writable(path)
+    folder, name = os.path.split(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
+    except OSError as e:
+        raise ExportError(f"cannot write {path}: {e.strerror or e}; choose a folder you can write to") from None
+    os.close(fd)
+    try:
+        yield tmp
+        _match_umask(tmp)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise ExportError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder's permissions") from None
+        raise
+
+
+def _match_umask(path: str) -> None:
+    # mkstemp makes 0600 files; an exported picture should get the user's usual permissions.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+# -- matrices ----------------------------------------------------------------------------------
+def export_matrix(matrix, path, row_labels=None, col_labels=None) -> str:
+    """Write `matrix` as .npy (any shape) or .csv (2-D, header of column labels, first column of
+    row labels). Returns the absolute path written."""
+    ext = extension(path)
+    if ext not in MATRIX_FORMATS:
+        raise ExportError(f"{os.fspath(path)}: export_matrix writes .npy or .csv; use export_view for images")
+    m = np.asarray(matrix)
+    if ext == ".npy":
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.save(f, m, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        return os.path.abspath(path)
+    if m.ndim != 2:
+        raise ExportError(f"{os.fspath(path)}: CSV holds a 2-D matrix but this view has shape {m.shape}; export .npy instead")
+    R, C = m.shape
+    rows = list(row_labels) if row_labels is not None else [str(i) for i in range(R)]
+    cols = list(col_labels) if col_labels is not None else [str(i) for i in range(C)]
+    if len(rows) != R or len(cols) != C:
+        raise ExportError(f"{os.fspath(path)}: {len(rows)} row and {len(cols)} column labels for a {R} x {C} matrix")
+    buf = io.StringIO()
+    writer = csv.writer(buf, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
+    writer.writerow(["", *cols])
+    fmt = "%.9g" if m.dtype.kind == "f" else "%s"  # 9 digits round-trip float32 exactly
+    for label, row in zip(rows, m, strict=True):
+        writer.writerow([label, *(fmt % v for v in row.tolist())])
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    return os.path.abspath(path)
+
+
+def read_csv_matrix(path) -> tuple[np.ndarray, list[str], list[str]]:
+    """Read back what export_matrix wrote: (matrix, row_labels, col_labels)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f))
+    cols = rows[0][1:]
+    labels = [r[0] for r in rows[1:]]
+    values = np.array([[float(v) for v in r[1:]] for r in rows[1:]], dtype=np.float64).reshape(len(labels), len(cols))
+    return values, labels, cols
+
+
+# -- images ------------------------------------------------------------------------------------
+def _graphics_view(target):
+    from PySide6 import QtWidgets
+
+    if hasattr(target, "export_target"):
+        target = target.export_target()
+    if isinstance(target, QtWidgets.QGraphicsView):
+        return target, None
+    if isinstance(target, QtWidgets.QWidget):
+        return None, target
+    raise ExportError(f"cannot render a {type(target).__name__} as an image; pass a view widget")
+
+
+def _flush_layout(widget) -> None:
+    from PySide6 import QtWidgets
+
+    app = QtWidgets.QApplication.instance()
+    if app is not None:
+        app.processEvents()
+    widget.updateGeometry()
+
+
+@contextlib.contextmanager
+def _sized(view, widget, size):
+    """Temporarily give the rendered widget `size` (w, h) so the layout is done at that size."""
+    w = view if view is not None else widget
+    if size is None:
+        yield w.width(), w.height()
+        return
+    old = w.size()
+    try:
+        w.resize(int(size[0]), int(size[1]))
+        _flush_layout(w)
+        yield int(size[0]), int(size[1])
+    finally:
+        w.resize(old)
+        _flush_layout(w)
+
+
+def _render(view, widget, painter, width: int, height: int) -> None:
+    from PySide6 import QtCore
+
+    target = QtCore.QRectF(0, 0, width, height)
+    if view is not None:
+        painter.fillRect(target, view.backgroundBrush())
+        source = view.mapToScene(view.viewport().rect()).boundingRect()
+        view.scene().render(painter, target, source)
+    else:
+        painter.scale(width / max(1, widget.width()), height / max(1, widget.height()))
+        widget.render(painter)
+
+
+def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = None) -> str:
+    """Render `target` to PNG at `scale` x its on-screen size, or laid out at `size` (w, h) pixels."""
+    from PySide6 import QtCore, QtGui
+
+    if extension(path) != ".png":
+        raise ExportError(f"{os.fspath(path)}: export_png writes .png files")
+    if not (0 < float(scale) <= 16):
+        raise ExportError(f"scale {scale} is out of range; use a value between 0.1 and 16")
+    view, widget = _graphics_view(target)
+    with _sized(view, widget, size) as (w, h):
+        W, H = max(1, round(w * scale)), max(1, round(h * scale))
+        image = QtGui.QImage(W, H, QtGui.QImage.Format.Format_ARGB32)
+        image.fill(QtCore.Qt.GlobalColor.transparent)
+        painter = QtGui.QPainter(image)
+        try:
+            painter.setRenderHint(QtGui.QPainter.RenderHint.Antialiasing)
+            painter.setRenderHint(QtGui.QPainter.RenderHint.TextAntialiasing)
+            painter.scale(W / w if w else 1, H / h if h else 1)
+            _render(view, widget, painter, w, h)
+        finally:
+            painter.end()
+    with atomic_path(path) as tmp:
+        if not image.save(tmp, "PNG"):
+            raise OSError(f"Qt could not encode {W}x{H} PNG")
+    return os.path.abspath(path)
+
+
+def export_svg(target, path, size: tuple[int, int] | None = None, title: str = "transformer-viewer") -> str:
+    """Render `target` to SVG through QSvgGenerator: vector axes and text, the heatmap as an <image>."""
+    from PySide6 import QtCore, QtGui
+    from PySide6.QtSvg import QSvgGenerator
+
+    if extension(path) != ".svg":
+        raise ExportError(f"{os.fspath(path)}: export_svg writes .svg files")
+    view, widget = _graphics_view(target)
+    with _sized(view, widget, size) as (w, h), atomic_path(path) as tmp:
+        gen = QSvgGenerator()
+        gen.setFileName(tmp)
+        gen.setSize(QtCore.QSize(w, h))
+        gen.setViewBox(QtCore.QRect(0, 0, w, h))
+        gen.setTitle(title)
+        gen.setDescription("exported by transformer-viewer")
+        painter = QtGui.QPainter()
+        if not painter.begin(gen):
+            raise OSError("Qt could not start the SVG file")
+        try:
+            _render(view, widget, painter, w, h)
+        finally:
+            painter.end()
+    return os.path.abspath(path)
+
+
+def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = None) -> str:
+    """Export by extension: .png / .svg render the view, .npy / .csv write `view.matrix()`."""
+    ext = extension(path)
+    check_writable(path)
+    if ext == ".png":
+        return export_png(view, path, scale=scale, size=size)
+    if ext == ".svg":
+        return export_svg(view, path, size=size)
+    if not hasattr(view, "matrix"):
+        raise ExportError(f"this view has no matrix to write to {ext}; export .png or .svg instead")
+    rows = view.row_labels() if hasattr(view, "row_labels") else None
+    cols = view.col_labels() if hasattr(view, "col_labels") else None
+    return export_matrix(view.matrix(), path, rows, cols)
