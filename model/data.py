@@ -12,6 +12,8 @@ import numpy as np
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.tokenizer import ENDOFTEXT_ID, Tokenizer
 
+XZ_MAGIC = b"\xfd7zXZ\x00"
+
 
 @dataclass(frozen=True)
 class Corpus:
@@ -21,13 +23,17 @@ class Corpus:
 
 
 def read_text(path: str) -> tuple[str, str]:
-    """(text, sha256 of the file as stored) for a plain or .xz file."""
+    """(text, sha256 of the file as stored) for a plain or .xz file (told apart by the xz magic
+    bytes, so a compressed file without the extension is not read as text)."""
     if not os.path.isfile(path):
         raise ModelError(f"{path}: data file not found")
-    with open(path, "rb") as f:
-        raw = f.read()
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read the data file ({e.strerror})") from None
     digest = hashlib.sha256(raw).hexdigest()
-    if path.endswith(".xz"):
+    if raw.startswith(XZ_MAGIC) or path.endswith(".xz"):
         try:
             raw = lzma.decompress(raw)
         except lzma.LZMAError as e:
@@ -37,6 +43,10 @@ def read_text(path: str) -> tuple[str, str]:
 
 def load_corpus(paths: list[str], val_fraction: float = 0.05, tokenizer: Tokenizer | None = None) -> Corpus:
     """The last `val_fraction` of every file is held out, so validation covers each source."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ModelError(f"the validation fraction must be between 0 and 1, got {val_fraction}")
+    if not paths:
+        raise ModelError("no data files given")
     tok = tokenizer or Tokenizer()
     train_parts, val_parts, files = [], [], []
     for path in paths:

@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.data import Corpus, unigram_loss
+from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import GPT
 
 
@@ -37,6 +38,14 @@ class TrainConfig:
     seed: int = 1337
     save_dtype: str = "float32"  # "float16" / "bfloat16" to ship a small file
     active_vocab: bool = True  # train the output layer only on tokens the data contains
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training, after the model so far was saved; `record` is what was saved."""
+
+    def __init__(self, record: dict):
+        super().__init__("training interrupted; the model so far was saved")
+        self.record = record
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:
@@ -76,19 +85,26 @@ class ActiveVocabLoss:
     exactly n_unseen * e^0, one constant logit log(n_unseen). The head multiplies only by the
     rows of seen tokens (a third of GPT-2's vocabulary on our corpus), and the loss equals the
     full model's loss: evaluation runs the full model to show it.
+
+    `zero_unseen=False` (a resumed or pre-trained model) zeroes nothing: every row that is not
+    already zero stays active, whether the data has its token or not, so no learned embedding is
+    wiped and the loss is still exact.
     """
 
-    def __init__(self, model: GPT, train: np.ndarray):
+    def __init__(self, model: GPT, train: np.ndarray, zero_unseen: bool = True):
         V = model.config.vocab_size
         seen = np.zeros(V, dtype=bool)
         seen[np.unique(train)] = True
-        self.active = torch.from_numpy(np.flatnonzero(seen))
+        with torch.no_grad():
+            if zero_unseen:
+                model.wte.weight[torch.from_numpy(~seen).to(model.wte.weight.device)] = 0.0
+            nonzero = (model.wte.weight.detach() != 0).any(dim=1).cpu().numpy()  # (V,)
+        active = seen | nonzero
+        self.active = torch.from_numpy(np.flatnonzero(active))
         self.remap = torch.full((V,), -1, dtype=torch.long)
         self.remap[self.active] = torch.arange(len(self.active))
-        n_unseen = int(V - seen.sum())
+        n_unseen = int(V - active.sum())
         self.unseen_logit = math.log(n_unseen) if n_unseen else float("-inf")
-        with torch.no_grad():
-            model.wte.weight[torch.from_numpy(~seen)] = 0.0
 
     def __call__(self, model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         h = model.hook_final(model.ln_f(model.run_blocks(model.embed(x))))  # (B, T, C)
@@ -114,7 +130,8 @@ def _optim_path(out: str) -> str:
 
 def save_state(model, opt, out, record, tc: TrainConfig, final_dtype=None) -> None:
     save_checkpoint(model, out, training=record, dtype=final_dtype)
-    # Optimizer moments go beside the checkpoint, only so --resume continues exactly.
+    # Optimizer moments go beside the checkpoint, only so --resume continues exactly. Their
+    # step is checked on resume: a crash between the two writes must not pair mismatched ones.
     tensors, meta = {}, {"step": str(record["steps"])}
     for i, p in enumerate(p for g in opt.param_groups for p in g["params"]):
         st = opt.state.get(p)
@@ -127,39 +144,58 @@ def save_state(model, opt, out, record, tc: TrainConfig, final_dtype=None) -> No
     os.replace(tmp, _optim_path(out))
 
 
-def restore_optimizer(opt, out: str) -> None:
+def restore_optimizer(opt, out: str, step: int) -> bool:
+    """Load the AdamW moments saved beside `out` at `step`; False (fresh moments) if there are
+    none or they belong to another step."""
     path = _optim_path(out)
     if not os.path.exists(path):
-        return
+        return False
     from safetensors import safe_open
 
     with safe_open(path, framework="pt") as f:
-        meta = f.metadata()
+        meta = f.metadata() or {}
+    if meta.get("step") != str(step):
+        return False
     tensors = load_file(path)
     for i, p in enumerate(p for g in opt.param_groups for p in g["params"]):
         if f"{i}.exp_avg" in tensors:
             opt.state[p] = {"step": torch.tensor(float(meta[f"{i}.step"])),
-                            "exp_avg": tensors[f"{i}.exp_avg"], "exp_avg_sq": tensors[f"{i}.exp_avg_sq"]}
+                            "exp_avg": tensors[f"{i}.exp_avg"].to(p.device, p.dtype),
+                            "exp_avg_sq": tensors[f"{i}.exp_avg_sq"].to(p.device, p.dtype)}
+    return True
+
+
+def check_data(corpus: Corpus, block: int) -> None:
+    """Each split must hold at least one window of block_size + 1 tokens (and one spare)."""
+    need = block + 2
+    for name, data in (("training", corpus.train), ("validation", corpus.val)):
+        if len(data) < need:
+            raise ModelError(f"the {name} split has {len(data)} tokens, fewer than block_size + 2 = {need}; "
+                             f"give more text, a smaller --block-size or a larger --val-fraction")
 
 
 def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="cpu", resume: bool = False,
           on_step: Callable[[dict], None] | None = None, argv: list[str] | None = None) -> dict:
-    """Train and save to `out`; returns the training record. KeyboardInterrupt saves and re-raises."""
+    """Train and save to `out`; returns the training record. Ctrl-C (a KeyboardInterrupt, also
+    one raised by `on_step`) saves and raises TrainingInterrupted, itself a KeyboardInterrupt."""
     torch.manual_seed(tc.seed)
-    start_step, history, wall_before = 0, [], 0.0
+    start_step, history, wall_before, before = 0, [], 0.0, {}
     if resume:
+        if not os.path.exists(out):
+            raise ModelError(f"{out}: no checkpoint to resume from; drop --resume to start a new run")
         loaded = load_checkpoint(out, device=device)
-        model, config = loaded.model, loaded.config
-        start_step = int(loaded.training.get("steps", 0))
-        history = list(loaded.training.get("history", []))
-        wall_before = float(loaded.training.get("wall_time_s", 0.0))
+        model, config, before = loaded.model, loaded.config, loaded.training
+        start_step = int(before.get("steps", 0))
+        history = list(before.get("history", []))
+        wall_before = float(before.get("wall_time_s", 0.0))
     else:
         model = GPT(config).to(device)
+    check_data(corpus, config.block_size)
     model.train()
     opt = make_optimizer(model, tc)
-    active_loss = ActiveVocabLoss(model, corpus.train) if tc.active_vocab and config.tie_embeddings else None
-    if resume:
-        restore_optimizer(opt, out)
+    active_loss = (ActiveVocabLoss(model, corpus.train, zero_unseen=not resume)
+                   if tc.active_vocab and config.tie_embeddings else None)
+    restored = restore_optimizer(opt, out, start_step) if resume else False
     # One generator per step index keeps the batch sequence identical across a resume.
     block = config.block_size
     t0 = time.perf_counter()
@@ -167,10 +203,14 @@ def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="
         "data": list(corpus.files), "seed": tc.seed, "train_config": asdict(tc), "model_config": config.to_dict(),
         "train_tokens": int(len(corpus.train)), "val_tokens": int(len(corpus.val)),
         "unigram_val_loss": unigram_loss(corpus.train, corpus.val, config.vocab_size),
-        "command": argv or [],
+        "command": before.get("command") or argv or [],
     }
+    if resume:
+        # The first command stays the record of how the run began; each resume is added.
+        record["resumed"] = [*before.get("resumed", []),
+                             {"from_step": start_step, "optimizer_restored": restored, "command": argv or []}]
     step = start_step
-    train_loss = float("nan")
+    train_loss = float(before.get("final_train_loss", float("nan")))
     final_dtype = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}[tc.save_dtype]
 
     def snapshot(final: bool):
@@ -204,8 +244,8 @@ def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="
             if on_step:
                 on_step(info)
     except KeyboardInterrupt:
+        record["interrupted"] = True  # before the save, so the checkpoint says so too
         snapshot(final=False)
-        record["interrupted"] = True
-        raise
+        raise TrainingInterrupted(record) from None
     snapshot(final=True)
     return record

@@ -36,12 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     import torch
     from tqdm import tqdm
-
     from transformer_viewer.model.config import GPTConfig
     from transformer_viewer.model.data import load_corpus
     from transformer_viewer.model.device import resolve_device
-    from transformer_viewer.model.train import TrainConfig, train
+    from transformer_viewer.model.train import TrainConfig, TrainingInterrupted, train
 
+    _check_numbers(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -55,25 +55,59 @@ def run(args) -> int:
                      save_dtype=args.save_dtype, active_vocab=not args.full_vocab_loss)
     corpus = load_corpus(args.data, val_fraction=args.val_fraction)
     print(f"data: {len(corpus.train):,} training tokens, {len(corpus.val):,} validation tokens", file=sys.stderr)
+    if args.resume:
+        print(f"resuming {args.out}: its own model shape is used; training runs to step {tc.steps}", file=sys.stderr)
     bar = tqdm(total=tc.steps, unit="step", dynamic_ncols=True, file=sys.stderr)
     last_val = [float("nan")]
 
     def on_step(info):
         if "val_loss" in info:
             last_val[0] = info["val_loss"]
-            bar.write(f"step {info['step']}: train {info['loss']:.3f}  val {info['val_loss']:.3f}")
+            bar.write(f"step {info['step']}: train {info['loss']:.3f}  val {info['val_loss']:.3f}", file=sys.stderr)
         bar.n = info["step"]
         bar.set_postfix(loss=f"{info['loss']:.3f}", val=f"{last_val[0]:.3f}", tok_s=f"{info['tokens_per_s']:.0f}")
         bar.refresh()
 
-    argv = ["transformer-viewer", "train", *sys.argv[2:]] if sys.argv[1:2] == ["train"] else []
+    argv = ["transformer-viewer", "train", *sys.argv[2:]] if sys.argv[1:2] == ["train"] else command_line(args)
     try:
         record = train(corpus, config, tc, args.out, device=device, resume=args.resume, on_step=on_step, argv=argv)
-    except KeyboardInterrupt:
-        bar.close()
-        print(f"interrupted: saved the model so far to {args.out}; continue with --resume", file=sys.stderr)
-        return 0
+    except BaseException as e:
+        bar.close()  # before any message, so the bar does not redraw over it
+        if isinstance(e, TrainingInterrupted):
+            print(f"interrupted at step {e.record['steps']}: saved the model so far to {args.out}; "
+                  f"continue with --resume", file=sys.stderr)
+            return 130  # saved cleanly, but the run is not finished: a script must not take it for done
+        if isinstance(e, KeyboardInterrupt):
+            print("interrupted before training began; nothing was saved", file=sys.stderr)
+            return 130
+        raise
     bar.close()
     print(f"saved {args.out}: val loss {record.get('final_val_loss', float('nan')):.3f} nats/token "
           f"(unigram baseline {record['unigram_val_loss']:.3f}), {record['wall_time_s']:.0f} s")
     return 0
+
+
+def _check_numbers(args) -> None:
+    """Flags argparse accepts but training cannot use, said before any data is read."""
+    positive = {"--steps": args.steps, "--batch-size": args.batch_size, "--eval-every": args.eval_every,
+                "--eval-batches": args.eval_batches}
+    for flag, value in positive.items():
+        if value < 1:
+            raise ModelError(f"{flag} must be at least 1, got {value}")
+    if not args.lr > 0:
+        raise ModelError(f"--lr must be positive, got {args.lr}")
+    if args.warmup < 0 or args.threads < 0:
+        raise ModelError("--warmup and --threads cannot be negative")
+    if not 0.0 < args.val_fraction < 1.0:
+        raise ModelError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}")
+
+
+def command_line(args) -> list[str]:
+    """Every flag spelled out, for the record when we were not run from the shell (tests, the app)."""
+    out = ["transformer-viewer", "train", "--data", *args.data]
+    for key, value in sorted(vars(args).items()):
+        if key == "data" or value is False or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        out += [flag] if value is True else [flag, str(value)]
+    return out

@@ -1,0 +1,108 @@
+"""`transformer-viewer train` end to end on a tiny config: plain and .xz text, a few steps."""
+
+import hashlib
+import lzma
+
+import pytest
+
+from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.viewer.cli.main import main
+
+from .test_train import write_text
+
+TINY_FLAGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
+              "--steps", "4", "--warmup", "1", "--eval-every", "2", "--eval-batches", "2", "--val-fraction", "0.2",
+              "--device", "cpu", "--seed", "5"]
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli-data")
+    plain = write_text(folder / "plain.txt")
+    xz = folder / "packed.txt.xz"
+    with open(plain, "rb") as f:
+        xz.write_bytes(lzma.compress(f.read()))
+    return plain, str(xz)
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["plain", "xz"])
+def test_train_writes_a_checkpoint_with_its_record(texts, tmp_path, capsys, which):
+    data = texts[which]
+    out = tmp_path / "m.safetensors"
+    assert main(["train", "--data", data, "--out", str(out), *TINY_FLAGS]) == 0
+    captured = capsys.readouterr()
+    assert "saved" in captured.out and "unigram baseline" in captured.out
+    assert "training tokens" in captured.err and "step 2: train" in captured.err
+    loaded = load_checkpoint(str(out))
+    assert (loaded.config.n_layer, loaded.config.n_head, loaded.config.n_embd) == (1, 2, 16)
+    t = loaded.training
+    with open(data, "rb") as f:
+        assert t["data"][0]["sha256"] == hashlib.sha256(f.read()).hexdigest()
+    assert t["steps"] == 4 and [h["step"] for h in t["history"]] == [2, 4] and t["seed"] == 5
+    assert t["command"][:4] == ["transformer-viewer", "train", "--data", data]
+    assert "--steps" in t["command"]
+
+
+def test_plain_and_xz_give_the_same_curve(texts, tmp_path, capsys):
+    outs = [tmp_path / "a.safetensors", tmp_path / "b.safetensors"]
+    for data, out in zip(texts, outs, strict=True):
+        assert main(["train", "--data", data, "--out", str(out), *TINY_FLAGS]) == 0
+    capsys.readouterr()
+    a, b = (load_checkpoint(str(o)).training["history"] for o in outs)
+    assert a == b
+
+
+def test_resume_continues(texts, tmp_path, capsys):
+    out = tmp_path / "r.safetensors"
+    assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS]) == 0
+    more = [f if f != "4" else "6" for f in TINY_FLAGS]  # --steps 6
+    assert main(["train", "--data", texts[0], "--out", str(out), *more, "--resume"]) == 0
+    assert "resuming" in capsys.readouterr().err
+    t = load_checkpoint(str(out)).training
+    assert t["steps"] == 6 and [h["step"] for h in t["history"]] == [2, 4, 6]
+    assert t["resumed"][0]["from_step"] == 4
+
+
+def test_ctrl_c_exits_cleanly_with_the_model_saved(texts, tmp_path, capsys, monkeypatch):
+    import tqdm
+
+    out = tmp_path / "c.safetensors"
+    real = tqdm.tqdm.set_postfix
+
+    def interrupt_at_3(self, *a, **kw):
+        real(self, *a, **kw)
+        if self.n == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(tqdm.tqdm, "set_postfix", interrupt_at_3)
+    assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted at step 3" in err and "--resume" in err and "Traceback" not in err
+    t = load_checkpoint(str(out)).training
+    assert t["steps"] == 3 and t["interrupted"] is True
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--steps", "0"], "--steps"),
+    (["--val-fraction", "1.5"], "--val-fraction"),
+    (["--n-embd", "15"], "divisible"),
+    (["--block-size", "4096"], "block_size"),
+])
+def test_bad_flags_are_one_line_errors(texts, tmp_path, capsys, extra, message):
+    out = tmp_path / "e.safetensors"
+    assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS, *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error:") and message in err[-1]
+    assert not out.exists()
+
+
+def test_missing_and_broken_data(tmp_path, capsys):
+    out = str(tmp_path / "e.safetensors")
+    assert main(["train", "--data", str(tmp_path / "none.txt"), "--out", out, *TINY_FLAGS]) == 2
+    assert "not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.txt.xz"
+    bad.write_bytes(b"not xz at all")
+    assert main(["train", "--data", str(bad), "--out", out, *TINY_FLAGS]) == 2
+    assert "not a valid .xz" in capsys.readouterr().err
+    resume = main(["train", "--data", str(tmp_path / "none.txt"), "--out", out, *TINY_FLAGS, "--resume"])
+    assert resume == 2
