@@ -217,6 +217,7 @@ def export_svg(target, path, size: tuple[int, int] | None = None, title: str = "
         gen.setFileName(tmp)
         gen.setSize(QtCore.QSize(w, h))
         gen.setViewBox(QtCore.QRect(0, 0, w, h))
+        gen.setResolution(96)  # CSS pixels: width/height in mm then match w x h px
         gen.setTitle(title)
         gen.setDescription("exported by transformer-viewer")
         painter = QtGui.QPainter()

@@ -1,0 +1,100 @@
+"""HeadGridView: thumbnails per layer x head, max-pooled, masked heads marked, click opens a head."""
+
+import numpy as np
+import pytest
+from PySide6 import QtCore
+from transformer_viewer.viewer.widgets.head_grid import THUMB, HeadGridView, max_pool, tile
+
+
+def patterns(L=3, nh=4, T=10):
+    rng = np.random.default_rng(1)
+    a = np.tril(rng.random((L, nh, T, T)) + 0.01)
+    return (a / a.sum(-1, keepdims=True)).astype(np.float16)
+
+
+@pytest.fixture
+def grid(qtbot):
+    g = HeadGridView()
+    qtbot.addWidget(g)
+    g.resize(520, 420)
+    g.show()
+    qtbot.waitExposed(g)
+    return g
+
+
+def test_max_pool_keeps_sharp_peaks():
+    a = np.zeros((1, 1, 1024, 1024), dtype=np.float16)
+    a[0, 0, 700, 3] = 1.0
+    pooled = max_pool(a)
+    assert pooled.shape == (1, 1, THUMB, THUMB)
+    assert pooled[0, 0, 700 // 16, 0] == 1.0 and pooled.sum() == 1.0
+
+
+def test_max_pool_uneven_and_small():
+    a = np.arange(2 * 3 * 100 * 100, dtype=np.float32).reshape(2, 3, 100, 100)
+    pooled = max_pool(a, 64)
+    assert pooled.shape == (2, 3, 50, 50)
+    assert pooled[1, 2, 0, 0] == a[1, 2, :2, :2].max()
+    small = np.ones((1, 1, 5, 5), dtype=np.float32)
+    assert max_pool(small).shape == (1, 1, 5, 5)
+
+
+def test_tile_places_each_head_in_its_cell():
+    thumbs = np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4)
+    img, P = tile(thumbs)
+    for layer in range(2):
+        for head in range(3):
+            np.testing.assert_array_equal(img[layer * P: layer * P + 4, head * P: head * P + 4], thumbs[layer, head])
+    assert np.isnan(img[4:P, :]).all()  # the gap is empty
+
+
+def test_click_emits_layer_and_head(grid, qtbot):
+    grid.set_patterns(patterns(), np.zeros((3, 4), dtype=bool))
+    QtCore.QCoreApplication.processEvents()
+    pos = grid.graphics.mapFromScene(grid.head_scene_pos(2, 1))
+    with qtbot.waitSignal(grid.head_activated, timeout=2000) as sig:
+        qtbot.mouseClick(grid.graphics.viewport(), QtCore.Qt.MouseButton.LeftButton, pos=pos)
+    assert sig.args == [2, 1]
+    assert grid.head_at(grid.head_scene_pos(0, 3)) == (0, 3)
+
+
+def test_masked_heads_are_marked(grid):
+    mask = np.zeros((3, 4), dtype=bool)
+    mask[1, 2] = mask[2, 0] = True
+    grid.set_patterns(patterns(), mask)
+    np.testing.assert_array_equal(grid.mask(), mask)
+    fill = grid._masked_fill.path()
+    centre = lambda layer, head: grid.view.mapSceneToView(grid.head_scene_pos(layer, head))  # noqa: E731
+    assert fill.contains(centre(1, 2)) and fill.contains(centre(2, 0))
+    assert not fill.contains(centre(0, 0))
+    grid.set_mask(np.zeros((3, 4), dtype=bool))
+    assert grid._masked_fill.path().isEmpty() and grid._crosses.path().isEmpty()
+    with pytest.raises(ValueError):
+        grid.set_mask(np.zeros((2, 2), dtype=bool))
+
+
+def test_selected_frame_and_hover(grid, qtbot):
+    grid.set_patterns(patterns(), None)
+    grid.set_selected(1, 3)
+    assert grid.selected() == (1, 3) and grid._frame.isVisible()
+    assert grid._frame.rect().contains(grid.view.mapSceneToView(grid.head_scene_pos(1, 3)))
+    grid.set_mask(np.eye(3, 4, dtype=bool))
+    with qtbot.waitSignal(grid.hover_text_changed, timeout=2000) as sig:
+        grid.graphics.scene().sigMouseMoved.emit(grid.head_scene_pos(1, 1))
+    assert sig.args[0].startswith("layer 1 head 1 (masked)")
+
+
+def test_thumbnails_are_what_is_drawn(grid):
+    a = patterns(T=300)
+    grid.set_patterns(a)
+    thumbs = grid.thumbnails()
+    assert thumbs.shape[2] <= THUMB
+    np.testing.assert_array_equal(thumbs, max_pool(a))
+    assert grid.matrix().shape == a.shape
+
+
+def test_log_scale(grid):
+    grid.set_patterns(patterns())
+    grid.set_log_scale(True)
+    assert tuple(grid.image.getLevels()) == pytest.approx((-4.0, 0.0))
+    assert np.nanmax(grid.image.image) <= 0.0
