@@ -98,3 +98,14 @@ def test_log_scale(grid):
     grid.set_log_scale(True)
     assert tuple(grid.image.getLevels()) == pytest.approx((-4.0, 0.0))
     assert np.nanmax(grid.image.image) <= 0.0
+
+
+def test_max_pool_float16_fast_path_matches_float32():
+    rng = np.random.default_rng(4)
+    a = rng.random((2, 2, 130, 130)).astype(np.float16)
+    ref = max_pool(a.astype(np.float32))
+    np.testing.assert_array_equal(max_pool(a), ref)
+    a[1, 0, 5, 7] = -3.0  # negative values (a diff) take the float path and stay right
+    a[1, 0, 4:8, 4:8] = -1.0
+    got = max_pool(a)
+    np.testing.assert_array_equal(got, max_pool(a.astype(np.float32)))

@@ -19,16 +19,31 @@ GAP = 0.12  # space between tiles, as a fraction of a tile
 
 
 def max_pool(attention: np.ndarray, size: int = THUMB) -> np.ndarray:
-    """(L, nh, T, T) -> (L, nh, S, S) with S <= size, each cell the max of its block."""
+    """(L, nh, T, T) -> (L, nh, S, S) float32 with S <= size, each cell the max of its block."""
     L, nh, T, T2 = attention.shape
     k = max(1, math.ceil(max(T, T2) / size))
     if k == 1:
         return np.asarray(attention, dtype=np.float32)
     S, S2 = math.ceil(T / k), math.ceil(T2 / k)
-    padded = np.zeros((L, nh, S * k, S2 * k), dtype=attention.dtype)
-    padded[:, :, :T, :T2] = attention
-    blocks = padded.reshape(L, nh, S, k, S2, k)  # (L, nh, S, k, S, k)
-    return blocks.max(axis=(3, 5)).astype(np.float32)  # (L, nh, S, S)
+    if (S * k, S2 * k) != (T, T2):
+        padded = np.zeros((L, nh, S * k, S2 * k), dtype=attention.dtype)
+        padded[:, :, :T, :T2] = attention
+        attention = padded
+    a = np.ascontiguousarray(attention)
+    if a.dtype == np.float16:
+        # numpy has no fast float16 max; for non-negative halves the bit patterns sort like the
+        # values, so take the max as uint16. A negative value (sign bit) would win: then redo.
+        pooled = _pool(a.view(np.uint16), L, nh, S, S2, k)
+        if not (pooled >= 0x8000).any():
+            return pooled.view(np.float16).astype(np.float32)
+        a = a.astype(np.float32)
+    return _pool(a, L, nh, S, S2, k).astype(np.float32)
+
+
+def _pool(a: np.ndarray, L: int, nh: int, S: int, S2: int, k: int) -> np.ndarray:
+    # Rows first: k whole rows reduce element-wise (vectorised), then k-wide runs within a row.
+    rows = a.reshape(L, nh, S, k, S2 * k).max(axis=3)  # (L, nh, S, S2 * k)
+    return rows.reshape(L, nh, S, S2, k).max(axis=4)  # (L, nh, S, S2)
 
 
 def tile(thumbs: np.ndarray) -> tuple[np.ndarray, int]:

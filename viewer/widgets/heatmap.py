@@ -51,6 +51,9 @@ class HeatmapView(QtWidgets.QWidget):
         self._row_name, self._col_name = "query", "key"
         self._levels = (0.0, 1.0)
         self._cmap_name = "viridis"
+        self._sequential = "viridis"  # what a non-diverging set_data falls back to
+        self._bar_ticks = None
+        self._texts = None
         self._log = False
         self._diverging = False
         self._hover = ""
@@ -118,13 +121,16 @@ class HeatmapView(QtWidgets.QWidget):
         self._diverging = diverging
         self._log = bool(log_scale)
         self._levels = self._pick_levels(m, levels, diverging)
-        self._cmap_name = colormap or (DIVERGING_COLORMAP if diverging else self._cmap_name)
-        self.bar.setColorMap(get_colormap(self._cmap_name))
+        if colormap is None:
+            colormap = DIVERGING_COLORMAP if diverging else self._sequential
+        self.set_colormap(colormap)
         self._left.set_labels(rows)
         self._bottom.set_labels(cols)
-        self.plot.setTitle(title or None)
-        self._left.setLabel(row_name)
-        self._bottom.setLabel(col_name)
+        if (title, row_name, col_name) != self._texts:  # re-laying out text is the slow part of a redraw
+            self._texts = (title, row_name, col_name)
+            self.plot.setTitle(title or None)
+            self._left.setLabel(row_name)
+            self._bottom.setLabel(col_name)
         self._render()
         if reshaped:
             self.view.setLimits(xMin=0, xMax=max(C, 1), yMin=0, yMax=max(R, 1),
@@ -155,10 +161,11 @@ class HeatmapView(QtWidgets.QWidget):
             shown = np.log10(np.maximum(m, floor))
             levels = (math.log10(floor), math.log10(top))
             ticks = [(float(e), f"{10.0 ** e:g}") for e in range(math.ceil(levels[0]), math.floor(levels[1]) + 1)]
-            self.bar.axis.setTicks([ticks])
         else:
-            shown, levels = m, self._levels
-            self.bar.axis.setTicks(None)
+            shown, levels, ticks = m, self._levels, None
+        if ticks != self._bar_ticks:  # rebuilding the bar's axis costs a repaint of its text
+            self._bar_ticks = ticks
+            self.bar.axis.setTicks(None if ticks is None else [ticks])
         if m.size == 0:
             shown = np.zeros((1, 1), dtype=np.float32)
         self.bar.setLevels(levels)
@@ -167,8 +174,12 @@ class HeatmapView(QtWidgets.QWidget):
 
     # -- appearance -----------------------------------------------------------------------
     def set_colormap(self, name: str) -> None:
+        if name == self._cmap_name:
+            return
         cmap = get_colormap(name)
         self._cmap_name = name
+        if name != DIVERGING_COLORMAP:
+            self._sequential = name
         self.bar.setColorMap(cmap)
 
     def colormap_name(self) -> str:
@@ -218,7 +229,7 @@ class HeatmapView(QtWidgets.QWidget):
         return self._col_labels
 
     def title(self) -> str:
-        return self.plot.titleLabel.text if self.plot.titleLabel.isVisible() else ""
+        return self._texts[0] if self._texts else ""
 
     def export_target(self) -> QtWidgets.QGraphicsView:
         """The view that PNG/SVG export renders (the plot and colour bar, not the readout)."""
