@@ -182,13 +182,17 @@ def _patterns(model, ids: torch.Tensor) -> np.ndarray:
 
 def induction_candidates(model, exclude=()) -> np.ndarray:
     """Token ids to draw random sequences from: real GPT-2 ids (not padding rows) other than
-    <|endoftext|> and `exclude`, whose embedding row is not all zero (a model trained with the
-    active-vocabulary loss has exactly-zero rows for tokens it never saw, all alike, which no
-    head could tell apart)."""
+    <|endoftext|> and `exclude`, whose embedding row is neither all zero nor shared with another
+    token. Active-vocabulary training leaves the tokens it never saw with one common row (zero,
+    or a learned vector): tokens no head could tell apart would say nothing about induction."""
     limit = min(model.config.vocab_size, GPT2_VOCAB)
-    with torch.no_grad():
-        nonzero = model.wte.weight[:limit].detach().abs().amax(dim=1) > 0  # (limit,)
-    ids = np.flatnonzero(nonzero.cpu().numpy())
+    w = model.wte.weight[:limit].detach().float().cpu()  # (limit, C)
+    nonzero = (w != 0).any(dim=1).numpy()
+    # Equal rows have equal random projections; a collision of distinct rows only drops a token.
+    direction = torch.randn(w.shape[1], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    proj = (w.double() @ direction).numpy()  # (limit,)
+    _, inverse, counts = np.unique(proj, return_inverse=True, return_counts=True)
+    ids = np.flatnonzero(nonzero & (counts[inverse] == 1))
     return ids[~np.isin(ids, [ENDOFTEXT_ID, *exclude])]
 
 

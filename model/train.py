@@ -38,6 +38,7 @@ class TrainConfig:
     seed: int = 1337
     save_dtype: str = "float32"  # "float16" / "bfloat16" to ship a small file
     active_vocab: bool = True  # train the output layer only on tokens the data contains
+    freeze_unseen: bool = False  # the first active-vocab version: unseen rows pinned at zero
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -78,32 +79,48 @@ def evaluate(model: GPT, data: np.ndarray, tc: TrainConfig, device) -> float:
 
 
 class ActiveVocabLoss:
-    """Exact full-vocabulary cross-entropy at a fraction of the cost, for tied models.
+    """Exact full-vocabulary cross-entropy, and its exact gradient, at a fraction of the cost,
+    for tied models.
 
-    Tokens that never occur in the training data have their embedding rows set to zero, so
-    their logits are exactly 0 and they get no gradient; their share of the softmax is then
-    exactly n_unseen * e^0, one constant logit log(n_unseen). The head multiplies only by the
-    rows of seen tokens (a third of GPT-2's vocabulary on our corpus), and the loss equals the
-    full model's loss: evaluation runs the full model to show it.
+    Tokens that never occur in the training data never appear as inputs, so their embedding
+    rows get gradient only through the softmax, and rows that start equal get the same gradient
+    at every step and stay equal (AdamW is elementwise). So they are set equal (to zero) once,
+    and the n_unseen identical logits h.u collapse into one logit h.u + log(n_unseen). The head
+    multiplies only by the rows of seen tokens (a third of GPT-2's vocabulary on our corpus) and
+    by u, the mean of the unseen rows: its gradient hands each unseen row its 1/n share, exactly
+    what the full loss gives it. Loss, gradients and therefore training equal full-vocabulary
+    training from that initialisation; evaluation runs the full model to show it.
 
-    `zero_unseen=False` (a resumed or pre-trained model) zeroes nothing: every row that is not
-    already zero stays active, whether the data has its token or not, so no learned embedding is
-    wiped and the loss is still exact.
+    `freeze_unseen=True` is the first version: the unseen rows stay at zero for good (their
+    logit a constant log(n_unseen)). The loss is still the full model's, but the model is
+    constrained: it can only out-weigh 30k zero logits by growing a component shared by every
+    seen embedding, which the tied input embeddings then carry too.
+
+    `zero_unseen=False` (a resumed or pre-trained model) changes no weight: only unseen rows
+    that are already equal to each other (zero, when frozen) are collapsed; any other row stays
+    active, so no learned embedding is wiped and the loss is still exact.
     """
 
-    def __init__(self, model: GPT, train: np.ndarray, zero_unseen: bool = True):
+    def __init__(self, model: GPT, train: np.ndarray, zero_unseen: bool = True, freeze_unseen: bool = False):
         V = model.config.vocab_size
         seen = np.zeros(V, dtype=bool)
         seen[np.unique(train)] = True
+        unseen = np.flatnonzero(~seen)
+        wte = model.wte.weight
         with torch.no_grad():
             if zero_unseen:
-                model.wte.weight[torch.from_numpy(~seen).to(model.wte.weight.device)] = 0.0
-            nonzero = (model.wte.weight.detach() != 0).any(dim=1).cpu().numpy()  # (V,)
-        active = seen | nonzero
+                wte[torch.from_numpy(unseen).to(wte.device)] = 0.0
+            rows = wte.detach()[torch.from_numpy(unseen).to(wte.device)]  # (n_unseen, C)
+            ref = torch.zeros_like(rows[:1]) if freeze_unseen or not len(rows) else rows[:1]
+            same = (rows == ref).all(dim=1).cpu().numpy()  # (n_unseen,)
+        active = np.ones(V, dtype=bool)
+        active[unseen[same]] = False
+        self.freeze_unseen = freeze_unseen
         self.active = torch.from_numpy(np.flatnonzero(active))
+        self.inactive = torch.from_numpy(np.flatnonzero(~active))
         self.remap = torch.full((V,), -1, dtype=torch.long)
         self.remap[self.active] = torch.arange(len(self.active))
-        n_unseen = int(V - active.sum())
+        n_unseen = len(self.inactive)
         self.unseen_logit = math.log(n_unseen) if n_unseen else float("-inf")
 
     def __call__(self, model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -111,6 +128,9 @@ class ActiveVocabLoss:
         w = model.lm_head.weight[self.active.to(h.device)]  # (S, C)
         logits = h @ w.T  # (B, T, S)
         rest = torch.full((*logits.shape[:2], 1), self.unseen_logit, device=h.device, dtype=logits.dtype)
+        if not self.freeze_unseen and len(self.inactive):
+            u = model.lm_head.weight[self.inactive.to(h.device)].mean(dim=0)  # (C,), every unseen row
+            rest = rest + (h @ u).unsqueeze(-1)  # (B, T, 1)
         logits = torch.cat([logits, rest], dim=-1)  # (B, T, S + 1)
         target = self.remap.to(y.device)[y]  # a target is always seen: it comes from the training data
         return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), target.view(-1))
@@ -193,7 +213,7 @@ def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="
     check_data(corpus, config.block_size)
     model.train()
     opt = make_optimizer(model, tc)
-    active_loss = (ActiveVocabLoss(model, corpus.train, zero_unseen=not resume)
+    active_loss = (ActiveVocabLoss(model, corpus.train, zero_unseen=not resume, freeze_unseen=tc.freeze_unseen)
                    if tc.active_vocab and config.tie_embeddings else None)
     restored = restore_optimizer(opt, out, start_step) if resume else False
     # One generator per step index keeps the batch sequence identical across a resume.

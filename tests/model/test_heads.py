@@ -207,6 +207,9 @@ def test_random_sequences_are_seeded_distinct_and_avoid_dead_rows():
     with torch.no_grad():
         model.wte.weight[30:] = 0.0  # never-seen tokens after active-vocabulary training
     assert induction_candidates(model).tolist() == list(range(30))
+    with torch.no_grad():
+        model.wte.weight[28:] = 0.5  # ... or one shared learned row
+    assert induction_candidates(model).tolist() == list(range(28))
     a = repeated_random_tokens(model, 12, 3, seed=7, prefix=[5])
     b = repeated_random_tokens(model, 12, 3, seed=7, prefix=[5])
     assert torch.equal(a, b)

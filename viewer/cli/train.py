@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dtype of the final checkpoint (float16 halves the file)")
     p.add_argument("--full-vocab-loss", action="store_true",
                    help="multiply the head by every vocabulary row, not only tokens the data contains")
+    p.add_argument("--freeze-unseen-rows", action="store_true",
+                   help="the first active-vocabulary loss: rows of tokens the data lacks stay at zero for good "
+                        "(same loss value, constrained training; only to reproduce runs made with it)")
     p.add_argument("--resume", action="store_true", help="continue from --out")
 
 
@@ -52,7 +55,8 @@ def run(args) -> int:
         raise ModelError(str(e)) from None
     tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
                      eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed,
-                     save_dtype=args.save_dtype, active_vocab=not args.full_vocab_loss)
+                     save_dtype=args.save_dtype, active_vocab=not args.full_vocab_loss,
+                     freeze_unseen=args.freeze_unseen_rows)
     corpus = load_corpus(args.data, val_fraction=args.val_fraction)
     print(f"data: {len(corpus.train):,} training tokens, {len(corpus.val):,} validation tokens", file=sys.stderr)
     if args.resume:
