@@ -15,7 +15,7 @@ import sys
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli.common import add_checkpoint_arguments, load_from_args, parse_mask_spec
 
-DEFAULT_SIZES = {"attention": (900, 820), "grid": (760, 760)}
+DEFAULT_SIZES = {"attention": (900, 820), "grid": None}  # None: the widget's sizeHint
 
 
 def _build_attention(trace, args):
@@ -52,7 +52,8 @@ VIEWS = {
 }
 
 
-def register_view(name: str, builder, size: tuple[int, int] = (900, 820)) -> None:
+def register_view(name: str, builder, size: tuple[int, int] | None = (900, 820)) -> None:
+    """Add a view: `builder(trace, args)` returns the widget; `size` None uses its sizeHint."""
     VIEWS[name] = builder
     DEFAULT_SIZES[name] = size
 
@@ -83,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="PNG pixel scale (default: 1; 2 for print)")
     parser.add_argument("--size", type=_size, default=None, metavar="WxH", help="layout size in pixels (default: per view)")
     parser.add_argument("--out", required=True, help="output file: .png, .svg, .npy or .csv")
+    analysis_export.add_arguments(parser)
 
 
 def _qt_app():
@@ -131,7 +133,11 @@ def run(args) -> int:
 
     app = _qt_app()
     widget = VIEWS[args.view](trace, args)
-    widget.resize(*(args.size or DEFAULT_SIZES.get(args.view, (900, 820))))
+    size = args.size or DEFAULT_SIZES.get(args.view, (900, 820))
+    if size:
+        widget.resize(*size)
+    else:
+        widget.resize(widget.sizeHint())
     widget.show()
     app.processEvents()
     try:
@@ -161,3 +167,7 @@ def _check_colormap(name: str) -> None:
         get_colormap(name)
     except ValueError as e:
         raise ModelError(f"--colormap: {e}") from None
+
+
+# The issue-5 views (residual, mlp, logit-lens, scan, diff) register themselves here.
+from transformer_viewer.viewer.cli import analysis_export  # noqa: E402

@@ -256,4 +256,9 @@ class HeadGridView(QtWidgets.QWidget):
             self.hover_text_changed.emit(text)
 
     def sizeHint(self) -> QtCore.QSize:
-        return QtCore.QSize(520, 520)
+        """Room for square thumbnails of 40..140 px for the current layers x heads."""
+        L, nh = self._shape
+        if not L:
+            return QtCore.QSize(520, 520)
+        tile = min(140.0, max(40.0, 720.0 / max(L, nh))) * (1 + GAP)
+        return QtCore.QSize(int(nh * tile + 70), int(L * tile + 90))

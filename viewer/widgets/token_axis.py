@@ -119,9 +119,11 @@ class TokenAxis(pg.AxisItem):
         ticks, texts = [], []
         pen = self.tickPen()
         h = self._metrics.height()
+        # Positions are shown whenever some labels are not: thinned out, or zoomed in.
+        indexed = bool(indices) and (step > 1 or indices[0] > 0 or indices[-1] < len(self._labels) - 1)
         for i in indices:
             pos = self._pixel(i + 0.5)
-            text = self._shown[i] if step == 1 else f"{i}:{self._shown[i]}"
+            text = f"{i}:{self._shown[i]}" if indexed else self._shown[i]
             if self.orientation == "left":
                 if not bounds.top() - 1 <= pos <= bounds.bottom() + 1:
                     continue
