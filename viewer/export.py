@@ -174,7 +174,7 @@ def _render(view, widget, painter, width: int, height: int) -> None:
         view.scene().render(painter, target, source)
     else:
         painter.scale(width / max(1, widget.width()), height / max(1, widget.height()))
-        widget.render(painter)
+        widget.render(painter, QtCore.QPoint())  # PySide6 has no render(painter) overload
 
 
 def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = None) -> str:
