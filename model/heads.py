@@ -176,7 +176,7 @@ def _patterns(model, ids: torch.Tensor) -> np.ndarray:
 
     named = [(f"blocks.{layer}.attn.hook_pattern", keep(layer)) for layer in range(L)]
     with torch.inference_mode(), hooks(model, named):
-        model(ids)
+        model.run_blocks(model.embed(ids))  # no unembedding: (B, T, V) logits would be the biggest array
     return np.stack(out)  # (L, B, nh, T, T)
 
 
