@@ -142,3 +142,24 @@ def test_views_registry_is_extensible():
     finally:
         export_cli.VIEWS.pop("probe")
         export_cli.DEFAULT_SIZES.pop("probe")
+
+
+def test_builders_may_take_the_session(ckpt, capsys, tmp_path, qapp):
+    seen = {}
+
+    def builder(trace, args, session):
+        from transformer_viewer.viewer.widgets.heatmap import HeatmapView
+
+        seen["session"] = session
+        w = HeatmapView()
+        w.set_data(trace.attention[0, 0], trace.labels, trace.labels)
+        return w
+
+    export_cli.register_view("probe", builder)
+    try:
+        rc, _, err = export(capsys, ckpt, tmp_path / "p.npy", "--view", "probe")
+    finally:
+        export_cli.VIEWS.pop("probe")
+        export_cli.DEFAULT_SIZES.pop("probe")
+    assert rc == 0, err
+    assert seen["session"].tokens.text == PROMPT

@@ -1,6 +1,6 @@
 """`transformer-viewer export`: render a view to PNG/SVG, or write its matrix to .npy/.csv, without a window.
 
-Views are registered in VIEWS: name -> builder(trace, args) returning a widget with
+Views are registered in VIEWS: name -> builder(trace, args[, session]) returning a widget with
 `export_target()` and `matrix()` (see transformer_viewer.viewer.export). Later views (residual,
 MLP, logit lens, scan, diff) add themselves here with `register_view` and any extra arguments in
 `add_arguments`.
@@ -132,7 +132,7 @@ def run(args) -> int:
         raise ModelError(f"--query {args.query} is outside the prompt's {trace.n_tokens} tokens (0..{trace.n_tokens - 1})")
 
     app = _qt_app()
-    widget = VIEWS[args.view](trace, args)
+    widget = _build(VIEWS[args.view], trace, args, session)
     size = args.size or DEFAULT_SIZES.get(args.view, (900, 820))
     if size:
         widget.resize(*size)
@@ -146,6 +146,17 @@ def run(args) -> int:
         _dispose(widget, app)
     print(path, file=sys.stdout)
     return 0
+
+
+def _build(builder, trace, args, session):
+    """Builders take (trace, args) or (trace, args, session); the session saves reloading the model."""
+    import inspect
+
+    try:
+        takes_session = len(inspect.signature(builder).parameters) >= 3
+    except (TypeError, ValueError):
+        takes_session = False
+    return builder(trace, args, session) if takes_session else builder(trace, args)
 
 
 def _dispose(widget, app) -> None:
