@@ -195,3 +195,17 @@ def test_folder_refusing_the_temp_file(view, tmp_path, monkeypatch):
     with pytest.raises(ExportError, match="Permission denied; choose a folder you can write to"):
         export_view(view, tmp_path / "a.csv")
     assert os.listdir(tmp_path) == []
+
+
+def test_plain_widget_renders_too(qtbot, tmp_path):
+    from PySide6 import QtWidgets
+
+    label = QtWidgets.QLabel("a plain widget, not a graphics view")
+    qtbot.addWidget(label)
+    label.resize(300, 80)
+    label.show()
+    qtbot.waitExposed(label)
+    assert png_size(export_png(label, tmp_path / "w.png", scale=2)) == (600, 160)
+    ET.parse(export_svg(label, tmp_path / "w.svg"))
+    with pytest.raises(ExportError, match="cannot render a int"):
+        export_png(3, tmp_path / "x.png")
