@@ -9,11 +9,11 @@ non-finite values) and builds the model. Files are untrusted: pickles are read o
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 
 import torch
-
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import native
@@ -51,24 +51,32 @@ def load_checkpoint(path_or_name: str | None = None, device: str | torch.device 
     from transformer_viewer.model.formats import detect  # the format readers
 
     source = bundled_checkpoint_path() if path_or_name is None else os.fspath(path_or_name)
+    if path_or_name is None and not os.path.exists(source):
+        raise CheckpointError(f"the bundled model is not installed ({source} is missing); give a checkpoint path")
     fmt, reader = detect.find_reader(source)
     config, state, info = reader(source, n_head=n_head)
-    model = build_model(config, state, source)
+    model = build_model(config, state, source, key_name=info.get("key_name"))
     model.to(device=device, dtype=dtype)
     name = info.get("name") or _display_name(source)
     return LoadedModel(model=model, config=config, format=fmt, source=source, name=name,
                        tokenizer=info.get("tokenizer", "gpt2"), training=info.get("training", {}))
 
 
-def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str) -> GPT:
-    """A GPT with `state` loaded, after checking every key, shape, dtype and value."""
-    with torch.device("meta"):
-        expected = GPT(config).state_dict()
+def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,
+                key_name: Callable[[str], str] | None = None) -> GPT:
+    """A GPT with `state` loaded, after checking every key, shape, dtype and value.
+
+    `key_name` maps our parameter names to the file's own, so messages name what the user's
+    file calls a tensor. `config.extra["head_bias"]` (tutorial models with a biased head) adds
+    a bias to the LM head, which GPT itself never has.
+    """
+    name = key_name or (lambda k: k)
+    expected = _skeleton(config).state_dict()
     if config.tie_embeddings:
         expected.pop("lm_head.weight", None)
         state = {k: v for k, v in state.items() if k != "lm_head.weight"} if "wte.weight" in state else state
-    missing = [k for k in expected if k not in state]
-    unexpected = [k for k in state if k not in expected]
+    missing = [name(k) for k in expected if k not in state]
+    unexpected = [name(k) for k in state if k not in expected]
     if missing:
         raise CheckpointError(f"{source}: missing keys {_few(missing)}; the file does not hold a complete model")
     if unexpected:
@@ -76,24 +84,51 @@ def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str) 
     for k, ref in expected.items():
         t = state[k]
         if not isinstance(t, torch.Tensor):
-            raise CheckpointError(f"{source}: {k} is not a tensor")
+            raise CheckpointError(f"{source}: {name(k)} is not a tensor")
         if tuple(t.shape) != tuple(ref.shape):
-            raise CheckpointError(f"{source}: shape mismatch for {k}: expected {tuple(ref.shape)}, found {tuple(t.shape)}")
+            raise CheckpointError(f"{source}: shape mismatch for {name(k)}: expected {tuple(ref.shape)}, found {tuple(t.shape)}")
         if not t.is_floating_point():
-            raise CheckpointError(f"{source}: {k} has dtype {str(t.dtype).replace('torch.', '')}; weights must be floating point")
+            raise CheckpointError(f"{source}: {name(k)} has dtype {str(t.dtype).replace('torch.', '')}; weights must be floating point")
         if not torch.isfinite(t).all():
-            raise CheckpointError(f"{source}: {k} contains NaN or Inf values; the checkpoint is damaged")
+            raise CheckpointError(f"{source}: {name(k)} contains NaN or Inf values; the checkpoint is damaged")
     # Built on the meta device and filled by assignment: no time spent on a random init
     # that would be overwritten at once.
-    with torch.device("meta"):
-        model = GPT(config)
-    weights = {k: state[k].to(torch.float32) for k in expected}
+    model = _skeleton(config)
+    # contiguous(): assign=True keeps the tensors themselves, and a transposed view would stay one.
+    weights = {k: state[k].to(torch.float32).contiguous() for k in expected}
     if config.tie_embeddings:
         weights["lm_head.weight"] = weights["wte.weight"]
     model.load_state_dict(weights, strict=True, assign=True)
     if config.tie_embeddings:
         model.lm_head.weight = model.wte.weight  # one Parameter again, as in a fresh model
     return model.eval()
+
+
+class _SkipInit(torch.overrides.TorchFunctionMode):
+    """Makes in-place initialisers no-ops while a skeleton is built on the meta device: there is
+    nothing to fill there, and the first meta `normal_` in a process costs seconds of importing
+    torch._dynamo. Modes are per thread, so other threads keep initialising normally."""
+
+    INITIALISERS = frozenset({"normal_", "uniform_", "zero_", "fill_", "ones_", "zeros_", "kaiming_uniform_",
+                              "trunc_normal_", "constant_", "xavier_uniform_", "xavier_normal_"})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in self.INITIALISERS:
+            target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))  # nn.init passes tensor=
+            if isinstance(target, torch.Tensor) and target.is_meta:
+                return target
+        return func(*args, **kwargs)
+
+
+def _skeleton(config: GPTConfig) -> GPT:
+    """A GPT on the meta device, parameters shaped but never initialised."""
+    with torch.device("meta"), _SkipInit():
+        model = GPT(config)
+    if config.extra.get("head_bias"):
+        head = model.lm_head
+        head.bias = torch.nn.Parameter(torch.zeros(head.out_features, device=head.weight.device))
+    return model
 
 
 def save_checkpoint(model: GPT, path: str, tokenizer: str = "gpt2", training: dict | None = None,

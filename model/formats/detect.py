@@ -1,23 +1,180 @@
-"""Which format a path holds, decided from its contents (not trusting the extension alone)."""
+"""Which format a path holds, decided from its contents (never trusting the extension alone).
+
+- a folder: Hugging Face (`config.json` + weights), or one holding nanoGPT's `ckpt.pt`;
+- a safetensors file (8-byte header length, then a JSON header): ours when its metadata has
+  our tag; else the weights of a Hugging Face folder (config.json beside it) or a tutorial state;
+- a zip (torch >= 1.6) or pickle (legacy torch) file: loaded with weights_only=True, then
+  classified by what it holds (nanoGPT's `model_args` + `model`, a tutorial or HF state dict);
+- a name that is no path (`gpt2`): the local Hugging Face cache, offline.
+
+A reader is `reader(source, n_head=None) -> (config, state in our names, info)`. Readers of
+pickles close over the object already loaded, so each file is unpickled once.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 from collections.abc import Callable
 
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import native
+from transformer_viewer.model.formats import hf_cache, huggingface, nanogpt, native, pickle_safe, tutorial
 
 Reader = Callable[..., tuple]
-
-
-def _read_native(path: str, n_head: int | None = None):
-    return native.read_native(path)
+MAX_SAFETENSORS_HEADER = 100 << 20  # the format's own limit
+HEAD_BYTES = 64
 
 
 def find_reader(source: str) -> tuple[str, Reader]:
+    if os.path.isdir(source):
+        return _folder(source)
     if not os.path.exists(source):
+        if hf_cache.looks_like_name(source):
+            snapshot = hf_cache.find_snapshot(source)
+            if snapshot is None:
+                raise hf_cache.not_downloaded(source)
+            return "huggingface", lambda _src, n_head=None: hf_cache.read_cached(source, snapshot, n_head)
         raise CheckpointError(f"{source}: file not found; check the path")
-    if os.path.isfile(source) and native.is_native(source):
-        return "native", _read_native
-    raise CheckpointError(f"{source}: unknown checkpoint format")
+    if not os.path.isfile(source):
+        raise CheckpointError(f"{source}: not a regular file or folder; give a checkpoint file or a model folder")
+    return _file(source)
+
+
+def _file(path: str) -> tuple[str, Reader]:
+    head = read_head(path, HEAD_BYTES)
+    size = os.path.getsize(path)
+    if size == 0:
+        raise CheckpointError(f"{path}: the file is empty (0 bytes); it was not saved completely, re-save it")
+    header = safetensors_header(path, head, size)
+    if header is not None:
+        return _safetensors(path, header)
+    if pickle_safe.looks_like_pickle(head):
+        obj = pickle_safe.load(path)
+        return _classify_pickle(path, obj)
+    raise CheckpointError(f"{path}: unknown checkpoint format: found {describe(head, size)}; "
+                          "give a .safetensors, nanoGPT ckpt.pt, state-dict .pt or Hugging Face folder")
+
+
+def read_head(path: str, n: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except PermissionError:
+        raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
+
+
+def safetensors_header(path: str, head: bytes, size: int) -> dict | None:
+    """The parsed JSON header when the file is safetensors; truncation is an error, not None."""
+    if len(head) < 9:
+        return None
+    (n,) = struct.unpack("<Q", head[:8])
+    if not (2 <= n <= MAX_SAFETENSORS_HEADER) or head[8:9] != b"{":
+        return None
+    if 8 + n > size:
+        raise CheckpointError(f"{path}: truncated safetensors file: its header alone needs {8 + n} bytes, the file "
+                              f"has {size}; re-save or re-download it")
+    try:
+        with open(path, "rb") as f:
+            f.seek(8)
+            header = json.loads(f.read(n).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"{path}: corrupt safetensors header (not valid JSON); re-save or re-download it") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object); re-save or re-download it")
+    ends = [v["data_offsets"][1] for k, v in header.items()
+            if k != "__metadata__" and isinstance(v, dict) and isinstance(v.get("data_offsets"), list)
+            and len(v["data_offsets"]) == 2 and isinstance(v["data_offsets"][1], int)]
+    need = 8 + n + max(ends, default=0)
+    if need > size:
+        raise CheckpointError(f"{path}: truncated safetensors file: {need} bytes expected, {size} found; "
+                              "re-save or re-download it")
+    return header
+
+
+def _safetensors(path: str, header: dict) -> tuple[str, Reader]:
+    meta = header.get("__metadata__") or {}
+    if isinstance(meta, dict) and meta.get("format") == native.FORMAT_TAG:
+        return "native", lambda src, n_head=None: native.read_native(src)
+    folder = os.path.dirname(os.path.abspath(path))
+    keys = [k for k in header if k != "__metadata__"]
+    if huggingface.is_hf_folder(folder) and os.path.basename(path).startswith("model"):
+        # A shard means the folder's index; a single file is read as given.
+        weights = None if "-of-" in os.path.basename(path) else path
+        return "huggingface", lambda _src, n_head=None: huggingface.read_folder(folder, weights=weights)
+    if "tok_emb.weight" in keys:
+        state = huggingface.load_safetensors(path)
+        if tutorial.is_tutorial(state):
+            return "tutorial", lambda src, n_head=None: tutorial.read_tutorial(src, state, n_head)
+    raise CheckpointError(f"{path}: unknown checkpoint format: a safetensors file without transformer-viewer "
+                          f"metadata whose keys ({_few(keys)}) match no known layout; a Hugging Face model needs "
+                          "its config.json beside it")
+
+
+def _classify_pickle(path: str, obj: object) -> tuple[str, Reader]:
+    if nanogpt.is_nanogpt(obj):
+        return "nanogpt", lambda src, n_head=None: nanogpt.read_nanogpt(src, obj)
+    if tutorial.is_tutorial(obj):
+        return "tutorial", lambda src, n_head=None: tutorial.read_tutorial(src, obj, n_head)
+    folder = os.path.dirname(os.path.abspath(path))
+    if isinstance(obj, dict) and huggingface.is_hf_folder(folder) and _looks_gpt2(obj):
+        state = obj.get("state_dict") if isinstance(obj.get("state_dict"), dict) else obj
+        return "huggingface", lambda _src, n_head=None: huggingface.read_folder(folder, weights=path, raw=state)
+    raise CheckpointError(f"{path}: unknown checkpoint format: found a torch file holding {describe_object(obj)}, "
+                          "which matches no known layout (nanoGPT, tutorial GPTStyleModel, Hugging Face GPT-2)")
+
+
+def _looks_gpt2(state: dict) -> bool:
+    return any(str(k).endswith("wte.weight") for k in state)
+
+
+def _folder(folder: str) -> tuple[str, Reader]:
+    if huggingface.is_hf_folder(folder):
+        return "huggingface", lambda _src, n_head=None: huggingface.read_folder(folder)
+    ckpt = os.path.join(folder, "ckpt.pt")
+    if os.path.isfile(ckpt):  # nanoGPT's out_dir
+        fmt, reader = _file(ckpt)
+        return fmt, lambda _src, n_head=None: reader(ckpt, n_head=n_head)
+    try:
+        entries = sorted(os.listdir(folder))
+    except PermissionError:
+        raise CheckpointError(f"{folder}: permission denied listing the folder; make it readable") from None
+    found = f"it holds {_few(entries, 5)}" if entries else "it is empty"
+    raise CheckpointError(f"{folder}: a folder with no model in it ({found}); give a checkpoint file, or a "
+                          "Hugging Face folder with config.json and model.safetensors")
+
+
+def describe(head: bytes, size: int) -> str:
+    """A few words on what a file seems to be, for the 'unknown format' message."""
+    kinds = [
+        (b"\x1f\x8b", "gzip-compressed data"), (b"\xfd7zXZ", "xz-compressed data"), (b"BZh", "bzip2-compressed data"),
+        (b"\x89HDF", "an HDF5 file (Keras .h5?)"), (b"\x93NUMPY", "a NumPy .npy array"), (b"GGUF", "a GGUF file (llama.cpp)"),
+        (b"PK", "a zip archive"), (b"\x7fELF", "a program (ELF executable)"),
+    ]
+    for magic, what in kinds:
+        if head.startswith(magic):
+            return f"{what}, {size} bytes"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"{size} bytes of binary data starting {head[:8].hex(' ')}"
+    start = " ".join(text.split())[:30]
+    if start.startswith(("{", "[")):
+        return f"JSON text starting {start!r}"
+    return f"text starting {start!r}"
+
+
+def describe_object(obj: object) -> str:
+    if isinstance(obj, dict):
+        keys = [str(k) for k in obj]
+        return f"a dict with keys {_few(keys)}" if keys else "an empty dict"
+    return f"a {type(obj).__name__}"
+
+
+def _few(items: list[str], n: int = 4) -> str:
+    shown = ", ".join(items[:n])
+    return shown + (f" (and {len(items) - n} more)" if len(items) > n else "")

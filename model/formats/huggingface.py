@@ -1,0 +1,157 @@
+"""A Hugging Face GPT-2-family folder: `config.json` plus `model.safetensors` or
+`pytorch_model.bin` (or their sharded `*.index.json` forms).
+
+Keys come with the `transformer.` prefix (GPT2LMHeadModel) or without it (GPT2Model); the
+four Conv1D projections are transposed into Linear layout; a missing `lm_head.weight` is the
+tied embedding; `attn.bias` / `attn.masked_bias` buffers are ignored. Any other architecture
+is refused: its weights would load into the wrong computation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+from safetensors import SafetensorError, safe_open
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import gpt2_layout, pickle_safe
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+# HF activation_function -> ours. "gelu_new" and "gelu_pytorch_tanh" are the same tanh curve.
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+
+
+def is_hf_folder(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, "config.json"))
+
+
+def weights_file(folder: str) -> str | None:
+    for name in WEIGHT_FILES:
+        if os.path.isfile(os.path.join(folder, name)):
+            return os.path.join(folder, name)
+    return None
+
+
+def read_folder(folder: str, name: str | None = None, weights: str | None = None,
+                raw: dict | None = None) -> tuple[GPTConfig, dict[str, torch.Tensor], dict]:
+    """`weights` names the file to use when the user gave one (else the folder's first of
+    WEIGHT_FILES); `raw` is its state dict when the caller has loaded it already."""
+    hf = read_config_json(folder)
+    config = config_from_hf(hf, folder)
+    weights = weights or weights_file(folder)
+    if weights is None:
+        raise CheckpointError(f"{folder}: has config.json but no weights (neither model.safetensors nor "
+                              "pytorch_model.bin); copy or download the weights into the folder")
+    raw = load_weights(weights) if raw is None else raw
+    state, names = gpt2_layout.to_ours(raw, conv1d=True)
+    if not config.tie_embeddings and "lm_head.weight" not in state:
+        raise CheckpointError(f"{folder}: config.json says tie_word_embeddings=false but the weights have no "
+                              "lm_head.weight; the head is missing")
+    info = {
+        "name": name or os.path.basename(os.path.normpath(folder)),
+        "tokenizer": "gpt2",
+        "training": {"source_format": "huggingface", "architectures": list(hf.get("architectures") or [])},
+        "key_name": gpt2_layout.file_namer(names, raw.keys()),
+    }
+    return config, state, info
+
+
+def read_config_json(folder: str) -> dict:
+    path = os.path.join(folder, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            hf = json.load(f)
+    except PermissionError:
+        raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e}); restore the model's config.json") from None
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{path}: not a JSON object; restore the model's config.json")
+    return hf
+
+
+def config_from_hf(hf: dict, folder: str) -> GPTConfig:
+    """GPTConfig from a GPT2Config dict; anything we would compute differently is refused."""
+    model_type = hf.get("model_type")
+    arch = ", ".join(hf.get("architectures") or []) or "unknown architecture"
+    if model_type != "gpt2":
+        raise CheckpointError(f"{folder}: config.json says model_type {model_type!r} ({arch}); only the GPT-2 "
+                              "family (model_type \"gpt2\": gpt2, distilgpt2, gpt2-medium, ...) is supported")
+    act = hf.get("activation_function", "gelu_new")
+    if act not in ACTIVATIONS:
+        raise CheckpointError(f"{folder}: activation_function {act!r} is not supported; "
+                              f"use one of {', '.join(ACTIVATIONS)}")
+    for field, ok, why in (
+        ("scale_attn_weights", True, "unscaled attention"),
+        ("scale_attn_by_inverse_layer_idx", False, "attention scaled by 1/layer"),
+        ("add_cross_attention", False, "cross-attention"),
+    ):
+        if bool(hf.get(field, ok)) != ok:
+            raise CheckpointError(f"{folder}: config.json sets {field}={hf[field]} ({why}), which this decoder "
+                                  "does not implement")
+    n_embd = hf.get("n_embd", 768)
+    n_inner = hf.get("n_inner")
+    try:
+        return GPTConfig(
+            block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
+            vocab_size=hf.get("vocab_size", 50257),
+            n_layer=hf.get("n_layer", 12),
+            n_head=hf.get("n_head", 12),
+            n_embd=n_embd,
+            dropout=float(hf.get("resid_pdrop", 0.0) or 0.0),
+            bias=True,
+            activation=ACTIVATIONS[act],
+            positional="learned",
+            tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+            layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+            n_mlp=n_inner if n_inner is not None else 0,
+        )
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{folder}: bad config.json: {e}") from None
+
+
+def load_weights(path: str) -> dict[str, torch.Tensor]:
+    if path.endswith(".index.json"):
+        return _load_sharded(path)
+    if path.endswith(".safetensors"):
+        return load_safetensors(path)
+    return _load_pickled(path)
+
+
+def _load_pickled(path: str) -> dict[str, torch.Tensor]:
+    obj = pickle_safe.load(path)
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state dict of tensors")
+    return obj
+
+
+def load_safetensors(path: str) -> dict[str, torch.Tensor]:
+    try:
+        with safe_open(path, framework="pt") as f:
+            return {k: f.get_tensor(k) for k in f.keys()}
+    except PermissionError:
+        raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({line}); re-save or re-download it") from None
+
+
+def _load_sharded(index_path: str) -> dict[str, torch.Tensor]:
+    try:
+        with open(index_path, encoding="utf-8") as f:
+            weight_map = json.load(f)["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (OSError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{index_path}: not a valid shard index ({e}); restore it") from None
+    folder = os.path.dirname(index_path)
+    state: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        path = os.path.join(folder, os.path.basename(str(shard)))  # never leave the folder
+        if not os.path.isfile(path):
+            raise CheckpointError(f"{index_path}: shard {shard} is missing; download every shard")
+        state.update(load_safetensors(path) if path.endswith(".safetensors") else _load_pickled(path))
+    return state

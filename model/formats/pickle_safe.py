@@ -1,0 +1,129 @@
+"""Reading untrusted torch pickles: `torch.load(weights_only=True)` only, every failure one line.
+
+weights_only refuses any pickle that names a class or function outside torch's short list of
+tensor types, so a file that would run code is rejected before anything in it runs. A bare
+Python pickle (not torch's format) is never handed to an unpickler at all: its opcodes are
+scanned with `pickletools`, which executes nothing, to say what code it would need.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import pickletools
+import re
+import zipfile
+
+import torch
+from transformer_viewer.model.errors import CheckpointError
+
+ZIP_MAGIC = b"PK\x03\x04"
+PICKLE_PROTO = 0x80
+# torch's pre-1.6 format begins with a pickled LONG1 magic number; a bare pickle does not.
+LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+_GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+)")
+_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8", "SHORT_BINSTRING", "BINSTRING", "STRING"}
+
+
+def looks_like_pickle(head: bytes) -> bool:
+    """Zip (torch >= 1.6) or a pickle protocol header (legacy torch, bare pickle)."""
+    return head.startswith(ZIP_MAGIC) or (len(head) >= 2 and head[0] == PICKLE_PROTO and 2 <= head[1] <= 5)
+
+
+def load(path: str) -> object:
+    """The object a torch checkpoint holds, loaded on the CPU without running any code."""
+    head = _head(path)
+    if not head.startswith(ZIP_MAGIC) and not head.startswith(LEGACY_MAGIC):
+        raise _bare_pickle_error(path)
+    if head.startswith(ZIP_MAGIC):
+        _check_zip(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        message = str(e)
+        if "GLOBAL" in message or "global" in message:
+            raise _refused(path, message) from None
+        raise CheckpointError(f"{path}: truncated or corrupt pickle inside the checkpoint "
+                              f"({_weights_only_reason(message)}); re-save or re-download it") from None
+    except PermissionError:
+        raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
+    except (EOFError, RuntimeError, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{path}: truncated or corrupt torch checkpoint ({_first_line(e)}); re-save or re-download it") from None
+
+
+def _head(path: str, n: int = 16) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except PermissionError:
+        raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
+
+
+def _check_zip(path: str) -> None:
+    """Catch a truncated or foreign zip before torch does, with a plainer message."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except zipfile.BadZipFile:
+        raise CheckpointError(f"{path}: truncated or corrupt zip archive (its central directory is missing); "
+                              "re-save or re-download it") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if not any(n.endswith("data.pkl") for n in names):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise CheckpointError(f"{path}: a zip archive that is not a torch checkpoint (it holds {shown or 'nothing'}); "
+                              "give a checkpoint file instead")
+
+
+def _refused(path: str, message: str) -> CheckpointError:
+    m = _GLOBAL_IN_MESSAGE.search(message)
+    what = f" (it references {m.group(1)})" if m else ""
+    return CheckpointError(
+        f"{path}: this pickle needs code to load{what}; refused, because unpickling it could run arbitrary code. "
+        "Re-save it as a plain state dict (torch.save(model.state_dict(), ...)) or as safetensors")
+
+
+def _bare_pickle_error(path: str) -> CheckpointError:
+    """A pickle not written by torch.save: tell code-carrying from merely foreign, executing nothing."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        globals_ = _pickle_globals(data)
+    except (ValueError, EOFError, pickle.UnpicklingError, UnicodeDecodeError):
+        return CheckpointError(f"{path}: truncated or corrupt pickle; re-save or re-download it")
+    except OSError as e:
+        return CheckpointError(f"{path}: cannot be read ({e.strerror or e})")
+    if globals_:
+        return _refused(path, f"GLOBAL {globals_[0]}")
+    return CheckpointError(f"{path}: a plain Python pickle holding no tensors, not a torch checkpoint; "
+                           "save the model with torch.save(model.state_dict(), ...)")
+
+
+def _pickle_globals(data: bytes) -> list[str]:
+    """Names of the classes/functions a pickle would import, read from its opcodes only."""
+    found, strings = [], []
+    for op, arg, _pos in pickletools.genops(io.BytesIO(data)):
+        if op.name in _STRING_OPS:
+            strings.append(arg if isinstance(arg, str) else arg.decode("latin-1"))
+        elif op.name in ("GLOBAL", "INST"):
+            found.append(str(arg).replace(" ", "."))
+        elif op.name == "STACK_GLOBAL":
+            found.append(".".join(strings[-2:]) if len(strings) >= 2 else "an unnamed global")
+    return found
+
+
+def _weights_only_reason(message: str) -> str:
+    """torch's weights_only message is a paragraph; keep its one informative line."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    for ln in lines:
+        if not ln.startswith(("Weights only load failed", "Please file an issue", "Check the documentation")):
+            return ln[:200]
+    return "unreadable pickle"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    line = text[0] if text else type(e).__name__
+    return line[:200]

@@ -1,0 +1,209 @@
+"""A plain state dict of the tutorial-style `GPTStyleModel`:
+
+    tok_emb      nn.Embedding(V, C)
+    pos_emb      nn.Embedding(T, C), or a (T, C) / (1, T, C) / (T, 1, C) table (parameter or buffer)
+    blocks.N.ln1, blocks.N.ln2          nn.LayerNorm(C)
+    blocks.N.attn                       nn.MultiheadAttention(C, n_head) (fused in_proj_weight,
+                                        or q/k/v_proj_weight), causal mask applied in forward
+    blocks.N.ff.net                     nn.Sequential(Linear(C, M), activation, Linear(M, C)[, Dropout])
+    ln_f, head                          nn.LayerNorm(C), nn.Linear(C, V)
+
+run as pre-LN blocks: x + attn(ln1(x)), then x + ff(ln2(x)), then head(ln_f(x)).
+
+What the weights cannot say, and what we assume:
+- The head count (nn.MultiheadAttention's in_proj mixes all heads): from `n_head` (`--n-head`),
+  or from a `config` dict saved beside the state; without either it is a CheckpointError.
+- The activation (GELU and ReLU have no weights): from that `config` dict when it names one,
+  else exact GELU, the default of `nn.GELU()` that most tutorials use.
+- Pre-LN order, as GPT-2; a post-LN model would load but compute something else.
+- No position table at all means the fixed sin/cos table of "Attention Is All You Need".
+A fixed sinusoidal buffer that *is* in the file is loaded as our learned table: same numbers.
+Missing biases (e.g. a bias-free MultiheadAttention beside biased Linears) are zeros. A
+non-zero `head.bias` is kept (`config.extra["head_bias"]`); an all-zero one is dropped.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import gpt2_layout
+
+WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")
+HINT_KEYS = ("config", "model_config", "args", "hparams", "hyperparameters")
+N_HEAD_HINTS = ("n_head", "num_heads", "nhead", "n_heads", "num_attention_heads")
+ACTIVATION_HINTS = ("activation", "activation_function", "act")
+ACTIVATION_NAMES = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_tanh": "gelu_tanh", "tanh": "gelu_tanh", "relu": "relu"}
+SINUSOIDAL_BLOCK_SIZE = 1024
+_ATTN = re.compile(r"^blocks\.(\d+)\.attn\.(in_proj_weight|q_proj_weight)$")
+_FF = re.compile(r"^blocks\.(\d+)\.ff\.net\.(\d+)\.weight$")
+
+
+def _tensor_dict(obj) -> bool:
+    return isinstance(obj, dict) and bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
+
+
+def unwrap(obj) -> tuple[dict, dict] | None:
+    """(state dict, hints) from a bare state dict or one wrapped as {"model_state_dict": ..., "config": ...}."""
+    if _tensor_dict(obj):
+        state, hints = obj, {}
+    elif isinstance(obj, dict):
+        inner = next((obj[k] for k in WRAPPER_KEYS if _tensor_dict(obj.get(k))), None)
+        if inner is None:
+            return None
+        state = inner
+        hints = {k: v for k, v in obj.items() if not isinstance(v, dict | torch.Tensor)}
+        for k in HINT_KEYS:
+            if isinstance(obj.get(k), dict):
+                hints.update(obj[k])
+    else:
+        return None
+    state = {gpt2_layout.strip_wrappers(k): v for k, v in state.items()}
+    return state, hints
+
+
+def is_tutorial(obj) -> bool:
+    found = unwrap(obj)
+    return found is not None and "tok_emb.weight" in found[0] and any(_ATTN.match(k) for k in found[0])
+
+
+def read_tutorial(path: str, obj, n_head: int | None = None) -> tuple[GPTConfig, dict[str, torch.Tensor], dict]:
+    src, hints = unwrap(obj)
+    src = dict(src)
+    used: set[str] = set()
+    names: dict[str, str] = {}
+    state: dict[str, torch.Tensor] = {}
+
+    def take(ours: str, theirs: str) -> None:
+        names[ours] = theirs
+        if theirs in src:
+            state[ours] = src[theirs]
+            used.add(theirs)
+
+    wte = src["tok_emb.weight"]
+    if wte.dim() != 2:
+        raise CheckpointError(f"{path}: tok_emb.weight has shape {tuple(wte.shape)}; expected (vocab, n_embd)")
+    V, C = wte.shape
+    n_head = _n_head(path, n_head, hints, C)
+    layers = sorted({int(m.group(1)) for k in src if (m := _ATTN.match(k))})
+    n_layer = layers[-1] + 1
+    take("wte.weight", "tok_emb.weight")
+    block_size, positional = _positions(path, src, used, state, names, C)
+    n_mlp = None
+    for layer in range(n_layer):
+        b = ob = f"blocks.{layer}"  # the tutorial and we both say blocks.N
+        for ours, theirs in (("ln_1", "ln1"), ("ln_2", "ln2")):
+            take(f"{ob}.{ours}.weight", f"{b}.{theirs}.weight")
+            take(f"{ob}.{ours}.bias", f"{b}.{theirs}.bias")
+        _attention(path, src, used, state, names, b)
+        take(f"{ob}.attn.c_proj.weight", f"{b}.attn.out_proj.weight")
+        take(f"{ob}.attn.c_proj.bias", f"{b}.attn.out_proj.bias")
+        linears = sorted(int(m.group(2)) for k in src if (m := _FF.match(k)) and int(m.group(1)) == layer
+                         and src[k].dim() == 2)
+        if len(linears) != 2:
+            raise CheckpointError(f"{path}: {b}.ff.net has {len(linears)} Linear layers; expected two "
+                                  "(Linear, activation, Linear)")
+        for ours, index in (("c_fc", linears[0]), ("c_proj", linears[1])):
+            take(f"{ob}.mlp.{ours}.weight", f"{b}.ff.net.{index}.weight")
+            take(f"{ob}.mlp.{ours}.bias", f"{b}.ff.net.{index}.bias")
+        if n_mlp is None:
+            n_mlp = int(src[f"{b}.ff.net.{linears[0]}.weight"].shape[0])
+    take("ln_f.weight", "ln_f.weight")
+    take("ln_f.bias", "ln_f.bias")
+    take("lm_head.weight", "head.weight")
+    extra = {}
+    head_bias = src.get("head.bias")
+    if head_bias is not None:
+        used.add("head.bias")
+        if bool(torch.any(head_bias != 0)):
+            state["lm_head.bias"], names["lm_head.bias"] = head_bias, "head.bias"
+            extra["head_bias"] = True
+    bias = any(k.endswith("bias") for k in state if k != "lm_head.bias")
+    if bias:
+        _zero_fill_biases(state, n_layer)
+    for k in src:
+        if k not in used:
+            state[k] = src[k]  # left in the file's name: build_model reports it as unexpected
+    activation = _activation(hints)
+    try:
+        config = GPTConfig(block_size=block_size, vocab_size=int(V), n_layer=n_layer, n_head=n_head, n_embd=int(C),
+                           bias=bias, activation=activation, positional=positional,
+                           tie_embeddings=gpt2_layout.tied(state), n_mlp=n_mlp or 0, extra=extra)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: these weights make no valid model: {e}") from None
+    info = {"tokenizer": "gpt2", "training": {"source_format": "tutorial", "assumed_activation": activation},
+            "key_name": lambda ours: names.get(ours, ours)}
+    return config, state, info
+
+
+def _n_head(path: str, n_head: int | None, hints: dict, C: int) -> int:
+    if n_head is None:
+        n_head = next((hints[k] for k in N_HEAD_HINTS if isinstance(hints.get(k), int)), None)
+    if n_head is None:
+        raise CheckpointError(f"{path}: a tutorial-style state dict does not record its head count "
+                              f"(nn.MultiheadAttention fuses the heads); pass --n-head N, where N divides n_embd={C}")
+    if not isinstance(n_head, int) or n_head <= 0 or C % n_head:
+        raise CheckpointError(f"{path}: --n-head {n_head} does not divide n_embd={C}; give the head count the model "
+                              "was built with")
+    return n_head
+
+
+def _positions(path, src, used, state, names, C) -> tuple[int, str]:
+    keys = [k for k in ("pos_emb.weight", "pos_emb") if k in src]
+    keys = keys or [k for k in src if k.startswith("pos_emb.")]
+    if not keys:
+        return SINUSOIDAL_BLOCK_SIZE, "sinusoidal"
+    if len(keys) > 1:
+        raise CheckpointError(f"{path}: several position tables ({', '.join(keys[:3])}); expected one pos_emb")
+    table = src[keys[0]]
+    if table.dim() == 3 and 1 in table.shape[:2]:
+        table = table.reshape(-1, table.shape[-1])  # (1, T, C) or (T, 1, C) -> (T, C)
+    if table.dim() != 2 or table.shape[1] != C:
+        raise CheckpointError(f"{path}: shape mismatch for {keys[0]}: expected (block_size, {C}), found {tuple(src[keys[0]].shape)}")
+    state["wpe.weight"], names["wpe.weight"] = table, keys[0]
+    used.add(keys[0])
+    return int(table.shape[0]), "learned"
+
+
+def _attention(path, src, used, state, names, b) -> None:
+    for k in (f"{b}.attn.bias_k", f"{b}.attn.bias_v"):
+        if k in src:
+            raise CheckpointError(f"{path}: {k} (MultiheadAttention add_bias_kv=True) is not supported by this decoder")
+    fused = f"{b}.attn.in_proj_weight"
+    if fused in src:
+        state[f"{b}.attn.c_attn.weight"] = src[fused]  # (3C, C): q, k, v stacked, as our c_attn
+        used.add(fused)
+    else:
+        parts = [f"{b}.attn.{x}_proj_weight" for x in "qkv"]
+        if not any(p in src for p in parts):
+            raise CheckpointError(f"{path}: missing keys {fused}; the file does not hold a complete model")
+        missing = [p for p in parts if p not in src]
+        if missing:
+            raise CheckpointError(f"{path}: missing keys {', '.join(missing)}; the attention weights are incomplete")
+        state[f"{b}.attn.c_attn.weight"] = torch.cat([src[p] for p in parts], dim=0)  # (3C, C)
+        used.update(parts)
+    names[f"{b}.attn.c_attn.weight"] = fused
+    if f"{b}.attn.in_proj_bias" in src:
+        state[f"{b}.attn.c_attn.bias"] = src[f"{b}.attn.in_proj_bias"]
+        used.add(f"{b}.attn.in_proj_bias")
+    names[f"{b}.attn.c_attn.bias"] = f"{b}.attn.in_proj_bias"
+
+
+def _zero_fill_biases(state, n_layer) -> None:
+    """Biases the file lacks are zeros: a bias-free layer computes the same as a zero bias."""
+    modules = [f"blocks.{layer}.{m}" for layer in range(n_layer)
+               for m in ("ln_1", "ln_2", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")] + ["ln_f"]
+    for module in modules:
+        w = state.get(f"{module}.weight")
+        if w is not None and f"{module}.bias" not in state:
+            state[f"{module}.bias"] = torch.zeros(w.shape[0], dtype=w.dtype)
+
+
+def _activation(hints: dict) -> str:
+    for k in ACTIVATION_HINTS:
+        v = hints.get(k)
+        if isinstance(v, str) and v.lower() in ACTIVATION_NAMES:
+            return ACTIVATION_NAMES[v.lower()]
+    return "gelu"

@@ -1,0 +1,185 @@
+"""Capture: the trace's numbers equal what a plain forward computes, and the incremental path
+(recompute from the first changed layer) equals a full recompute."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from transformer_viewer.model.capture import Session, resid_labels
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.hooks import hooks
+
+from tests.model.checkpoint_common import tiny_loaded
+
+PROMPT = "The cat sat on the mat because the cat was tired, and then"
+CONFIG = GPTConfig(n_layer=3, n_head=4, n_embd=32, block_size=64, vocab_size=50257)
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return tiny_loaded(CONFIG, seed=11)
+
+
+def session(loaded, prompt=PROMPT, **kw) -> Session:
+    s = Session(loaded, pattern_dtype=np.float32, **kw)
+    s.set_prompt(prompt)
+    return s
+
+
+def mask_of(*heads) -> np.ndarray:
+    m = np.zeros((CONFIG.n_layer, CONFIG.n_head), dtype=bool)
+    for layer, h in heads:
+        m[layer, h] = True
+    return m
+
+
+def assert_same_trace(a, b, atol=1e-6):
+    for field in ("attention", "resid_norms", "mlp_post", "head_norms", "token_logprobs"):
+        np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=1e-5, atol=atol, err_msg=field)
+    np.testing.assert_allclose(a.next.probs, b.next.probs, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(a.next.top_ids, b.next.top_ids)
+    np.testing.assert_array_equal(a.mask, b.mask)
+
+
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+def test_incremental_recompute_equals_full_recompute(loaded, ablation):
+    s = session(loaded)
+    clean = s.run()
+    assert clean.first_layer_run == 0
+    steps = [mask_of((1, 2)), mask_of((1, 2), (2, 0)), mask_of((2, 0)), mask_of((0, 3), (2, 0)), mask_of()]
+    expected_start = [1, 2, 1, 0, 0]
+    for mask, start in zip(steps, expected_start, strict=True):
+        inc = s.run(mask, ablation=ablation)
+        assert inc.first_layer_run == start
+        full = session(loaded).run(mask, ablation=ablation)
+        assert full.first_layer_run == 0
+        assert_same_trace(inc, full)
+    # Back to the clean run: identical to the first one.
+    assert_same_trace(s.run(), clean)
+
+
+def test_changing_only_the_ablation_recomputes_from_the_first_masked_layer(loaded):
+    s = session(loaded)
+    s.run(mask_of((1, 1)), ablation="zero")
+    mean = s.run(mask_of((1, 1)), ablation="mean")
+    assert mean.first_layer_run == 1
+    assert_same_trace(mean, session(loaded).run(mask_of((1, 1)), ablation="mean"))
+
+
+def test_masks_change_the_output(loaded):
+    s = session(loaded)
+    clean = s.run()
+    masked = s.run(mask_of((0, 0), (0, 1), (1, 2)))
+    assert np.abs(clean.next.probs - masked.next.probs).max() > 1e-3
+    assert np.abs(clean.resid_norms[3:] - masked.resid_norms[3:]).max() > 1e-3
+    np.testing.assert_array_equal(clean.resid_norms[:2], masked.resid_norms[:2])  # before any masked head
+
+
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+@pytest.mark.parametrize("position", [None, 4, -3])
+def test_predict_equals_the_next_token_of_run(loaded, ablation, position):
+    mask = mask_of((1, 0), (2, 3))
+    s = session(loaded)
+    s.run()
+    pred = s.predict(mask, ablation=ablation, position=position, top_k=7)
+    full = session(loaded).run(mask, ablation=ablation, position=position, top_k=7).next
+    assert pred.position == full.position
+    np.testing.assert_allclose(pred.probs, full.probs, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(pred.top_ids, full.top_ids)
+    np.testing.assert_allclose(pred.top_logits, full.top_logits, rtol=1e-5, atol=1e-5)
+
+
+def test_token_logprobs_and_next_distribution_match_a_plain_forward(loaded):
+    s = session(loaded)
+    trace = s.run(position=5, top_k=4)
+    ids = torch.from_numpy(trace.token_ids)[None]
+    with torch.no_grad():
+        logits = loaded.model(ids)[0][0, :, :50257]  # (T, V)
+    logprobs = torch.log_softmax(logits, dim=-1)
+    T = trace.n_tokens
+    expected = np.full(T, np.nan, dtype=np.float32)
+    expected[1:] = logprobs[torch.arange(T - 1), ids[0, 1:]].numpy()
+    assert np.isnan(trace.token_logprobs[0])
+    np.testing.assert_allclose(trace.token_logprobs[1:], expected[1:], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(trace.next.probs, logprobs[5].exp().numpy(), rtol=1e-5, atol=1e-7)
+    top = torch.topk(logits[5], 4)
+    np.testing.assert_array_equal(trace.next.top_ids, top.indices.numpy())
+    np.testing.assert_allclose(trace.next.top_logits, top.values.numpy(), rtol=1e-5, atol=1e-5)
+    assert trace.next.position == 5
+
+
+def _raw_activations(loaded, ids, mask=None):
+    """Every activation the trace summarises, captured with plain hooks (no Session)."""
+    from transformer_viewer.model.interventions import head_mask_hooks
+
+    raw = {}
+
+    def keep(name):
+        def hook(_m, _i, out):
+            raw[name] = out[0].detach().clone()
+        return hook
+
+    names = ["hook_embed"] + [f"blocks.{layer}.{h}" for layer in range(CONFIG.n_layer)
+                              for h in ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "attn.hook_pattern",
+                                        "attn.hook_z", "mlp.hook_post")]
+    named = (head_mask_hooks(mask, "zero") if mask is not None else []) + [(n, keep(n)) for n in names]
+    with hooks(loaded.model, named), torch.no_grad():
+        loaded.model(ids)
+    return raw
+
+
+def test_resid_norms_patterns_and_mlp_equal_the_raw_activations(loaded):
+    s = session(loaded)
+    trace = s.run()
+    raw = _raw_activations(loaded, torch.from_numpy(trace.token_ids)[None])
+    L = CONFIG.n_layer
+    assert trace.resid_labels == resid_labels(L) and trace.resid_norms.shape == (2 * L + 2, trace.n_tokens)
+    rows = [raw["hook_embed"]]
+    for layer in range(L):
+        rows += [raw[f"blocks.{layer}.hook_resid_pre"], raw[f"blocks.{layer}.hook_resid_mid"]]
+    rows.append(raw[f"blocks.{L - 1}.hook_resid_post"])
+    expected = torch.stack([r.norm(dim=-1) for r in rows]).numpy()  # (2L + 2, T)
+    np.testing.assert_allclose(trace.resid_norms, expected, rtol=1e-5, atol=1e-5)
+    for layer in range(L):
+        np.testing.assert_allclose(trace.attention[layer], raw[f"blocks.{layer}.attn.hook_pattern"].numpy(),
+                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(trace.mlp_post[layer], raw[f"blocks.{layer}.mlp.hook_post"].numpy(),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def _head_writes(loaded, z, layer):
+    """(nh, T) norms of each head's write into the residual: z_h @ W_O[h-th slice]."""
+    c = CONFIG
+    w = loaded.model.blocks[layer].attn.c_proj.weight.detach()  # (C, C): out = z_flat @ w.T
+    w_heads = w.T.reshape(c.n_head, c.head_size, c.n_embd)  # (nh, hs, C)
+    return torch.einsum("tnh,nhc->ntc", z, w_heads).norm(dim=-1).numpy()  # (nh, T)
+
+
+def test_head_norms_match_and_a_zeroed_head_has_norm_zero(loaded):
+    mask = mask_of((1, 2))
+    trace = session(loaded).run(mask)
+    raw = _raw_activations(loaded, torch.from_numpy(trace.token_ids)[None], mask)
+    for layer in range(CONFIG.n_layer):
+        np.testing.assert_allclose(trace.head_norms[layer], _head_writes(loaded, raw[f"blocks.{layer}.attn.hook_z"], layer),
+                                   rtol=1e-4, atol=1e-5)
+    assert np.all(trace.head_norms[1, 2] == 0.0)
+    assert np.all(trace.head_norms[1, [0, 1, 3]] > 0.0)
+
+
+def test_mean_ablation_writes_the_same_vector_at_every_position(loaded):
+    trace = session(loaded).run(mask_of((2, 1)), ablation="mean")
+    norms = trace.head_norms[2, 1]
+    np.testing.assert_allclose(norms, np.full_like(norms, norms[0]), rtol=1e-5)
+    assert norms[0] > 0
+
+
+def test_trace_is_frozen_numpy(loaded):
+    trace = session(loaded).run()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        trace.ablation = "mean"
+    for field in ("attention", "resid_norms", "mlp_post", "head_norms", "token_logprobs", "token_ids"):
+        assert isinstance(getattr(trace, field), np.ndarray)
+    assert trace.attention.shape == (3, 4, trace.n_tokens, trace.n_tokens)
