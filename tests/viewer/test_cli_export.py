@@ -58,8 +58,8 @@ def test_csv_has_token_labels(ckpt, reference, capsys, tmp_path, qapp):
 
 
 def test_mask_changes_later_layers(ckpt, reference, capsys, tmp_path, qapp):
-    rc, _, err = export(capsys, ckpt, tmp_path / "m.npy", "--layer", "1", "--head", "0", "--mask", "0.*",
-                        "--ablation", "mean")
+    rc, _, err = export(capsys, ckpt, tmp_path / "m.npy", "--layer", "1", "--head", "0", "--mask", "0.0", "0.1",
+                        "--mask", "0.2", "--mask", "0.3", "--ablation", "mean")  # repeated --mask adds up
     assert rc == 0, err
     mask = np.zeros((2, 4), dtype=bool)
     mask[0] = True

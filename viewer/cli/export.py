@@ -77,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--query", type=int, default=None, help="highlight this query row (0-based)")
     parser.add_argument("--mode", default="head", choices=["head", "layer-mean", "head-mean"],
                         help="attention: one head, mean of the layer's heads, or mean over layers of this head")
-    parser.add_argument("--mask", nargs="*", default=[], metavar="L.H", help="heads to ablate, e.g. 3.1 or 0.* for a layer")
+    parser.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
+                        help="heads to ablate, e.g. 3.1 or 0.* for a layer; repeatable")
     parser.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how masked heads are ablated")
     parser.add_argument("--colormap", default="viridis", help="viridis, inferno, magma, plasma, cividis, CET-D1, ...")
     parser.add_argument("--log", action="store_true", help="log colour scale (1e-4 .. 1)")
