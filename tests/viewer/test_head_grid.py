@@ -109,3 +109,12 @@ def test_max_pool_float16_fast_path_matches_float32():
     a[1, 0, 4:8, 4:8] = -1.0
     got = max_pool(a)
     np.testing.assert_array_equal(got, max_pool(a.astype(np.float32)))
+
+
+def test_ticks_follow_a_new_thumbnail_size(grid):
+    grid.set_patterns(patterns(T=10))
+    grid.set_patterns(patterns(T=300))  # same heads, other tile size
+    assert grid.head_at(grid.head_scene_pos(2, 3)) == (2, 3)
+    ticks = grid.plot.getAxis("left")._tickLevels[0]
+    centre = grid.view.mapSceneToView(grid.head_scene_pos(2, 0)).y()
+    assert ticks[2][0] == pytest.approx(centre)

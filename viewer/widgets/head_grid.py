@@ -126,10 +126,10 @@ class HeadGridView(QtWidgets.QWidget):
         L, nh = a.shape[:2]
         self._patterns = a
         self._thumbs = max_pool(a)
-        reshaped = (L, nh) != self._shape
+        old_layout = (self._shape, self._cell)
         self._shape = (L, nh)
         self._render()
-        if reshaped:
+        if (self._shape, self._cell) != old_layout:  # tiles moved: a new model or a new thumbnail size
             self._set_ticks()
             self.view.autoRange(padding=0.01)
         self.set_mask(np.zeros((L, nh), dtype=bool) if mask is None else mask)
