@@ -65,6 +65,10 @@ def token_label(token_id: int) -> str:
         return f"<{int(token_id)}>"
 
 
+def format_prob(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 or p == 0 else f"{p:.1e}"
+
+
 class _BarDelegate(QStyledItemDelegate):
     """Draws the probability as a bar behind the number."""
 
@@ -128,12 +132,13 @@ class LogitsPanel(QWidget):
         n = int(trace.mask.sum())
         if n == 0:
             self.summary.setText(f"No heads masked: the masked column equals the baseline. "
-                                 f"Top token {token_label(c.top_id)!r} at p = {c.p_baseline:.3f}.")
+                                 f"Top token {token_label(c.top_id)!r} at p = {format_prob(c.p_baseline)}.")
             return
         sign = "+" if c.delta >= 0 else "\u2212"
         self.summary.setText(
             f"{n} head{'s' if n != 1 else ''} masked ({trace.ablation}). Baseline top {token_label(c.top_id)!r}: "
-            f"p {c.p_baseline:.3f} \u2192 {c.p_masked:.3f} ({sign}{abs(c.delta):.3f}), rank 1 \u2192 {c.new_rank}. "
+            f"p {format_prob(c.p_baseline)} \u2192 {format_prob(c.p_masked)} ({sign}{format_prob(abs(c.delta))}), "
+            f"rank 1 \u2192 {c.new_rank}. "
             f"KL(baseline \u2016 masked) = {c.kl:.4f} nats")
 
     def _fill(self, base, masked) -> None:
@@ -152,13 +157,13 @@ class LogitsPanel(QWidget):
                     font = item.font()
                     font.setBold(True)
                     item.setFont(font)
-                p_item = self._set(row, col + 1, f"{prob:.3f}", align=Qt.AlignRight)
+                p_item = self._set(row, col + 1, format_prob(prob), align=Qt.AlignRight)
                 p_item.setData(BAR_ROLE, prob)
                 p_item.setData(Qt.UserRole + 2, color)
 
     def _set(self, row: int, col: int, text: str, align=Qt.AlignLeft) -> QTableWidgetItem:
         item = QTableWidgetItem(text)
-        item.setTextAlignment(int(align | Qt.AlignVCenter))
+        item.setTextAlignment(align | Qt.AlignVCenter)
         self.table.setItem(row, col, item)
         return item
 

@@ -1,0 +1,83 @@
+"""Shared pieces of the app-shell tests: a tiny random checkpoint and a loaded main window."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformer_viewer.model.checkpoint import save_checkpoint
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.gpt import GPT
+
+TINY = dict(block_size=64, vocab_size=50257, n_layer=2, n_head=4, n_embd=32)
+PROMPT = "The cat sat on the mat. The cat"
+WAIT_MS = 30000  # the machine is shared; a forward of the tiny model takes milliseconds
+
+
+def make_checkpoint(path, seed: int = 0, **overrides) -> str:
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**{**TINY, **overrides}))
+    with torch.no_grad():  # sharper attention than the default init, so patterns differ by head
+        for block in model.blocks:
+            block.attn.c_attn.weight.mul_(8.0)
+    save_checkpoint(model, str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory) -> str:
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.safetensors")
+
+
+@pytest.fixture(scope="session")
+def other_ckpt(tmp_path_factory) -> str:
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt2") / "other.safetensors", seed=1, n_layer=3, n_head=2)
+
+
+def idle(window) -> bool:
+    return not window.worker.busy
+
+
+def wait_idle(qtbot, window, condition=lambda: True, timeout: int = WAIT_MS) -> None:
+    qtbot.waitUntil(lambda: idle(window) and condition(), timeout=timeout)
+
+
+def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT):
+    from PySide6.QtCore import QSettings
+    from transformer_viewer.viewer.main_window import MainWindow
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+    window = MainWindow(settings=settings, debounce_ms=30)
+    qtbot.addWidget(window)
+    window.show()
+    if prompt is not None:
+        window.state.set_prompt(prompt)
+    if ckpt is not None:
+        window.load(ckpt, device="cpu")
+        wait_idle(qtbot, window, lambda: window.state.model_info is not None
+                  and (prompt is None or window.state.trace is not None))
+    return window
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, tiny_ckpt):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    yield w
+    w.close()
+
+
+def reference_session(ckpt: str, prompt: str = PROMPT):
+    from transformer_viewer.model.capture import Session
+    from transformer_viewer.model.checkpoint import load_checkpoint
+
+    session = Session(load_checkpoint(ckpt, device="cpu"))
+    session.set_prompt(prompt)
+    return session
+
+
+def mask_of(window, *heads) -> np.ndarray:
+    info = window.state.model_info
+    mask = np.zeros((info.n_layer, info.n_head), dtype=bool)
+    for layer, head in heads:
+        mask[layer, head] = True
+    return mask

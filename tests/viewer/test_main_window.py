@@ -1,0 +1,268 @@
+"""The main window end to end, offscreen: prompt -> tokens -> heatmap, query selection, live
+masking against Session.predict, bad checkpoints, keyboard, export, recent files, shutdown."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.tokenizer import Tokenizer
+from transformer_viewer.viewer import window_actions
+from transformer_viewer.viewer.widgets.logits_panel import compare, token_label
+
+from tests.viewer.shell_common import mask_of, new_window, reference_session, wait_idle
+
+
+def chip_center(window, i: int) -> QPoint:
+    return window.token_strip.canvas.rects[i].center()
+
+
+def mask_cell_center(window, layer: int, head: int) -> QPointF:
+    canvas = window.mask_grid.canvas
+    left, top = canvas._margins()
+    c = canvas._cell()
+    return QPointF(left + (head + 0.5) * c, top + (layer + 0.5) * c)
+
+
+def test_typing_a_prompt_updates_tokens_and_heatmap(qtbot, window):
+    editor = window.prompt_editor.edit
+    editor.clear()
+    qtbot.keyClicks(editor, "Hello there, general")
+    expected = Tokenizer().tokenize("Hello there, general")
+    wait_idle(qtbot, window, lambda: window.state.trace is not None and window.state.trace.labels == expected.labels)
+    assert window.token_strip.canvas.labels == expected.labels
+    T = len(expected.ids)
+    matrix = window.attention.matrix()
+    assert matrix.shape == (T, T)
+    np.testing.assert_array_equal(matrix, window.state.trace.attention[0, 0].astype(np.float32))
+    assert window.attention.row_labels() == expected.labels
+    assert window.head_grid.matrix().shape == (2, 4, T, T)
+
+
+def test_clicking_a_token_selects_the_query_everywhere(qtbot, window):
+    st = window.state
+    qtbot.mouseClick(window.token_strip.canvas, Qt.LeftButton, pos=chip_center(window, 2))
+    assert st.query == 2
+    assert window.attention.heatmap.highlighted_row() == 2
+    assert window.token_strip.canvas.selected == 2
+    wait_idle(qtbot, window, lambda: st.trace.next.position == 2)
+    assert st.clean_trace.next.position == 2  # the baseline follows too
+    assert "position 2" in window.logits.header.text()
+    expected = reference_session(window.state.model_info.source).predict(position=2)
+    np.testing.assert_allclose(st.trace.next.probs, expected.probs, atol=1e-6)
+
+
+def test_heatmap_click_selects_the_query_row(qtbot, window):
+    window.attention.cell_clicked.emit(3, 1)
+    assert window.state.query == 3
+
+
+def test_mask_toggle_changes_the_logits_and_matches_predict(qtbot, window):
+    st = window.state
+    before = [row[3] for row in window.logits.rows()]
+    qtbot.mouseClick(window.mask_grid.canvas, Qt.LeftButton, pos=mask_cell_center(window, 0, 1).toPoint())
+    assert st.mask[0, 1] and st.mask.sum() == 1
+    wait_idle(qtbot, window, lambda: st.trace is not None and st.trace.mask[0, 1])
+    expected = reference_session(st.model_info.source).predict(mask_of(window, (0, 1)))
+    np.testing.assert_allclose(st.trace.next.probs, expected.probs, atol=1e-6)
+    rows = window.logits.rows()
+    assert [r[2] for r in rows] == [token_label(i) for i in expected.top_ids]
+    np.testing.assert_allclose([r[3] for r in rows], expected.top_probs, rtol=2e-3, atol=1e-6)  # as displayed
+    assert [r[3] for r in rows] != before
+    c = window.logits.comparison
+    ref = compare(st.clean_trace.next, expected)
+    assert c.new_rank == ref.new_rank and c.kl == pytest.approx(ref.kl, rel=1e-4)
+    assert c.kl > 0 and "KL(baseline" in window.logits.summary.text()
+    assert window.head_grid.mask()[0, 1]
+
+
+def test_kl_and_rank_of_the_comparison():
+    from transformer_viewer.model.capture import NextToken
+
+    p = np.array([0.5, 0.3, 0.2], dtype=np.float32)
+    q = np.array([0.2, 0.5, 0.3], dtype=np.float32)
+    base = NextToken(0, p, np.array([0, 1, 2]), p, np.log(p))
+    masked = NextToken(0, q, np.array([1, 2, 0]), q[[1, 2, 0]], np.log(q[[1, 2, 0]]))
+    c = compare(base, masked)
+    assert c.top_id == 0 and c.new_rank == 3
+    assert c.kl == pytest.approx(float(np.sum(p * np.log(p / q))), rel=1e-6)
+    assert c.delta == pytest.approx(-0.3)
+    assert compare(base, base).kl == pytest.approx(0.0, abs=1e-9)
+
+
+def test_mask_grid_drag_right_click_clear_invert(qtbot, window):
+    st, canvas = window.state, window.mask_grid.canvas
+    qtbot.mousePress(canvas, Qt.LeftButton, pos=mask_cell_center(window, 1, 0).toPoint())
+    for head in (1, 2, 3):
+        qtbot.mouseMove(canvas, pos=mask_cell_center(window, 1, head).toPoint())
+    qtbot.mouseRelease(canvas, Qt.LeftButton, pos=mask_cell_center(window, 1, 3).toPoint())
+    assert st.mask[1].all() and not st.mask[0].any()
+    qtbot.mouseClick(canvas, Qt.RightButton, pos=mask_cell_center(window, 0, 2).toPoint())
+    assert st.mask.all()
+    qtbot.mouseClick(canvas, Qt.RightButton, pos=mask_cell_center(window, 0, 2).toPoint())
+    assert not st.mask[0].any() and st.mask[1].all()
+    qtbot.mouseClick(window.mask_grid.invert_button, Qt.LeftButton)
+    assert st.mask[0].all() and not st.mask[1].any()
+    qtbot.mouseClick(window.mask_grid.clear_button, Qt.LeftButton)
+    assert not st.mask.any()
+    window.mask_grid.mean.setChecked(True)
+    assert st.ablation == "mean"
+    st.toggle_head(0, 0)
+    wait_idle(qtbot, window, lambda: st.trace.mask[0, 0] and st.trace.ablation == "mean")
+    expected = reference_session(st.model_info.source).predict(mask_of(window, (0, 0)), ablation="mean")
+    np.testing.assert_allclose(st.trace.next.probs, expected.probs, atol=1e-6)
+
+
+def test_a_bad_checkpoint_shows_the_error_and_keeps_the_model(qtbot, window, tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError) as loader_error:
+        load_checkpoint(str(bad))
+    info, trace = window.state.model_info, window.state.trace
+    window.load(str(bad))
+    wait_idle(qtbot, window, lambda: window.last_error is not None)
+    assert window.last_error == str(loader_error.value)
+    assert window._error_box.isVisible() and window._error_box.text() == str(loader_error.value)
+    assert window.state.model_info is info and window.state.trace is trace
+    window._error_box.close()
+    window.run_prompt("still works")
+    wait_idle(qtbot, window, lambda: window.state.trace.text == "still works")
+
+
+def test_loading_another_model_resets_the_mask_shape(qtbot, window, other_ckpt):
+    window.state.toggle_head(1, 3)
+    window.load(other_ckpt)
+    wait_idle(qtbot, window, lambda: window.state.model_info.n_layer == 3 and window.state.trace is not None)
+    assert window.state.mask.shape == (3, 2) and not window.state.mask.any()
+    assert window.state.trace.attention.shape[:2] == (3, 2)
+    assert "other.safetensors" in window.status.model_label.text()
+    assert window.actions_.recent()[0].endswith("other.safetensors")
+    assert window.actions_.recent_menu.actions()[0].toolTip().endswith("other.safetensors")
+
+
+def test_dropping_a_checkpoint_loads_it(qtbot, window, other_ckpt):
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(other_ckpt)])
+    event = QDropEvent(QPointF(50, 50), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    window.dropEvent(event)
+    wait_idle(qtbot, window, lambda: window.state.model_info.n_layer == 3)
+
+
+def test_keyboard_moves_layer_and_head(qtbot, window):
+    st = window.state
+    window.attention.heatmap.graphics.setFocus()
+    target = window.attention.heatmap.graphics
+    qtbot.keyClick(target, Qt.Key_Right)
+    assert (st.layer, st.head) == (0, 1)
+    qtbot.keyClick(target, Qt.Key_Down)
+    assert (st.layer, st.head) == (1, 1)
+    qtbot.keyClick(target, Qt.Key_Down)  # clamped at the last layer
+    assert st.layer == 1
+    qtbot.keyClick(target, Qt.Key_PageUp)
+    assert st.layer == 0
+    qtbot.keyClick(target, Qt.Key_PageDown)
+    assert st.layer == 1
+    qtbot.keyClick(target, Qt.Key_Left)
+    assert st.head == 0
+    np.testing.assert_array_equal(window.attention.matrix(), st.trace.attention[1, 0].astype(np.float32))
+    assert window.head_grid.selected() == (1, 0) and window.mask_grid.canvas.selected == (1, 0)
+    # in the prompt editor the arrows move the cursor, not the selection
+    window.prompt_editor.edit.setFocus()
+    qtbot.keyClick(window.prompt_editor.edit, Qt.Key_Right)
+    assert st.head == 0
+
+
+def test_a_prompt_longer_than_the_context_is_cut_with_a_notice(qtbot, window):
+    long_text = " ".join(f"w{i}" for i in range(200))
+    window.run_prompt(long_text)
+    wait_idle(qtbot, window, lambda: window.state.trace.dropped_tokens > 0)
+    assert window.state.trace.n_tokens == 64
+    notice = window.prompt_editor.notice
+    assert notice.isVisibleTo(window) and "last 64" in notice.text()
+    window.run_prompt("short")
+    wait_idle(qtbot, window, lambda: window.state.trace.text == "short")
+    assert not window.prompt_editor.notice.isVisibleTo(window)
+
+
+def test_empty_prompt_says_what_to_do(qtbot, window):
+    window.run_prompt("")
+    assert "Type a prompt" in window.prompt_editor.notice.text()
+
+
+def test_export_menu_core(qtbot, window, tmp_path):
+    png = window_actions.export(window, "heatmap", str(tmp_path / "h.png"), scale=2.0)
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    npy = window_actions.export(window, "heatmap", str(tmp_path / "h.npy"))
+    np.testing.assert_array_equal(np.load(npy), window.attention.matrix())
+    assert window_actions.export(window, "heatmap", str(tmp_path / "h.csv")) is not None
+    svg = window_actions.export(window, "heatmap", str(tmp_path / "h.svg"))
+    assert b"<svg" in open(svg, "rb").read()
+    grid = window_actions.export(window, "grid", str(tmp_path / "grid.png"))
+    assert open(grid, "rb").read(4) == b"\x89PNG"
+    assert window_actions.export(window, "heatmap", str(tmp_path / "h.jpg")) is None
+    assert ".png" in window.last_error and "\n" not in window.last_error
+    assert window_actions.export(window, "heatmap", str(tmp_path / "missing" / "h.png")) is None
+    assert "does not exist" in window.last_error
+    assert window_actions.export(window, "grid", str(tmp_path / "g.csv")) is None
+
+
+def test_device_menu_without_cuda(qtbot, window):
+    if window.cuda_available:
+        pytest.skip("this machine has CUDA")
+    qtbot.waitUntil(lambda: "CUDA" in window.actions_.cuda_action.toolTip(), timeout=10000)
+    assert not window.actions_.cuda_action.isEnabled()
+    assert window.actions_.cpu_action.isChecked()
+    assert window.status.device_label.text() == "cpu"
+
+
+def test_status_bar_shows_model_params_device_and_time(window):
+    s = window.status
+    assert "tiny.safetensors" in s.model_label.text()
+    assert "params" in s.params_label.text() and "2 layers" in s.params_label.text()
+    assert s.forward_label.text().startswith("forward ") and s.forward_label.text().endswith("ms")
+
+
+def test_token_tooltip_and_colour_modes(qtbot, window):
+    st, strip = window.state, window.token_strip
+    trace = st.trace
+    text = strip.tooltip_text(3)
+    assert f"id {int(trace.token_ids[3])}" in text and "position 3" in text
+    assert f"p = {np.exp(float(trace.token_logprobs[3])):.4g}" in text
+    assert "nothing to predict" in strip.tooltip_text(0)
+    strip.set_mode("surprisal")
+    from transformer_viewer.viewer.widgets.token_strip import chip_values
+
+    values, legend = chip_values(st, "surprisal")
+    np.testing.assert_allclose(values[1:], -trace.token_logprobs[1:])
+    assert "surprisal" in legend
+    values, _ = chip_values(st, "attention")
+    q = st.query_index
+    np.testing.assert_allclose(values[: q + 1], trace.attention[st.layer, st.head, q, : q + 1].astype(np.float32))
+    st.set_neuron(5)
+    assert strip.mode == "neuron"
+    values, legend = chip_values(st, "neuron")
+    np.testing.assert_allclose(values, trace.mlp_post[st.layer, :, 5].astype(np.float32))
+    assert "neuron 5" in legend
+
+
+def test_close_stops_the_worker_thread(qtbot, tmp_path, tiny_ckpt):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    thread = w.worker.thread
+    assert thread.isRunning()
+    w.close()
+    assert thread.isFinished()
+
+
+def test_no_bundled_model_opens_empty_with_a_message(qtbot, tmp_path, monkeypatch):
+    from transformer_viewer.viewer import handlers
+
+    monkeypatch.setattr(handlers, "bundled_checkpoint_path", lambda: str(tmp_path / "nope.safetensors"))
+    w = new_window(qtbot, tmp_path, None)
+    w.load(None)
+    wait_idle(qtbot, w, lambda: w.last_error is not None)
+    assert "bundled model is not installed" in w.status.currentMessage()
+    assert w.state.model_info is None and (w._error_box is None or not w._error_box.isVisible())
+    w.close()

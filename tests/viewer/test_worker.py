@@ -1,0 +1,193 @@
+"""The worker thread: loading, traces, stale answers, cancellation, progress, errors, shutdown."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pytest
+from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.errors import CheckpointError, ModelError
+from transformer_viewer.viewer.requests import (
+    Cancelled,
+    LoadRequest,
+    Request,
+    TraceRequest,
+    TraceResult,
+    register_handler,
+)
+from transformer_viewer.viewer.worker import NO_MODEL, WorkerClient
+
+from tests.viewer.shell_common import PROMPT, WAIT_MS, reference_session
+
+GATE = threading.Event()  # lets a test hold a handler mid-run
+
+
+@dataclass(frozen=True)
+class SlowRequest(Request):
+    kind: ClassVar[str] = "test-slow"
+    tag: str = ""
+    steps: int = 0
+
+
+def slow_handler(_session, request, progress, is_cancelled):
+    for i in range(request.steps):
+        progress(i + 1, request.steps, f"step {i + 1}")
+    while not GATE.wait(0.01):
+        if is_cancelled():
+            raise Cancelled()
+    return request.tag
+
+
+@dataclass(frozen=True)
+class BrokenRequest(Request):
+    kind: ClassVar[str] = "test-broken"
+    error: str = "model"
+
+
+def broken_handler(_session, request, _progress, _is_cancelled):
+    if request.error == "model":
+        raise ModelError("the thing is wrong; do the other thing")
+    raise ValueError("bug\nwith a second line")
+
+
+register_handler(SlowRequest, slow_handler, needs_session=False)
+register_handler(BrokenRequest, "tests.viewer.test_worker:broken_handler", needs_session=False)
+
+
+class Collector:
+    def __init__(self, client):
+        self.results, self.failures, self.progress = [], [], []
+        client.result.connect(self.results.append)
+        client.failed.connect(self.failures.append)
+        client.progress.connect(self.progress.append)
+
+
+@pytest.fixture
+def client(qtbot):
+    c = WorkerClient()
+    yield c
+    GATE.set()
+    c.close()
+    assert c.thread.isFinished()
+
+
+def _answered(col, n):
+    return lambda: len(col.results) + len(col.failures) >= n
+
+
+def test_load_then_trace_matches_a_direct_session(qtbot, client, tiny_ckpt):
+    col = Collector(client)
+    client.submit(LoadRequest(path=tiny_ckpt, device="cpu"))
+    client.submit(TraceRequest(text=PROMPT))
+    qtbot.waitUntil(_answered(col, 2), timeout=WAIT_MS)
+    assert not col.failures
+    info, result = col.results[0].value.info, col.results[1].value
+    assert (info.n_layer, info.n_head, info.block_size) == (2, 4, 64) and info.device == "cpu"
+    assert isinstance(result, TraceResult) and result.trace is result.clean  # nothing masked
+    expected = reference_session(tiny_ckpt).run()
+    np.testing.assert_allclose(result.trace.attention.astype(np.float32), expected.attention.astype(np.float32), atol=1e-3)
+    np.testing.assert_allclose(result.clean.next.probs, expected.next.probs, atol=1e-6)
+    assert result.trace.labels == expected.labels
+
+
+def test_masked_trace_keeps_the_clean_baseline_and_reuses_early_layers(qtbot, client, tiny_ckpt):
+    col = Collector(client)
+    client.submit(LoadRequest(path=tiny_ckpt, device="cpu"))
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[1, 2] = True
+    client.submit(TraceRequest(text=PROMPT, mask=mask))
+    qtbot.waitUntil(_answered(col, 2), timeout=WAIT_MS)
+    result = col.results[1].value
+    assert result.trace is not result.clean
+    assert result.trace.first_layer_run == 1  # layer 0 came from the clean run's cache
+    assert result.trace.mask[1, 2] and not result.clean.mask.any()
+    expected = reference_session(tiny_ckpt).predict(mask)
+    np.testing.assert_allclose(result.trace.next.probs, expected.probs, atol=1e-6)
+
+
+def test_stale_result_is_dropped_and_superseded_run_cancelled(qtbot, client):
+    GATE.clear()
+    col = Collector(client)
+    first = client.submit(SlowRequest(tag="old"))
+    qtbot.waitUntil(lambda: client._queue._running is not None, timeout=WAIT_MS)  # the old one is running
+    second = client.submit(SlowRequest(tag="new"))
+    assert second.rid > first.rid
+    GATE.set()
+    qtbot.waitUntil(lambda: not client.busy, timeout=WAIT_MS)
+    assert [r.value for r in col.results] == ["new"]
+    assert not col.failures  # the old one's "cancelled" answer was stale too
+    assert client.dropped == 1
+
+
+def test_waiting_requests_of_one_kind_collapse_to_the_newest(qtbot, client):
+    GATE.clear()
+    col = Collector(client)
+    client.submit(SlowRequest(tag="running"))
+    qtbot.waitUntil(lambda: client._queue._running is not None, timeout=WAIT_MS)
+    for i in range(5):
+        client.submit(SlowRequest(tag=f"queued {i}"))
+    GATE.set()
+    qtbot.waitUntil(lambda: not client.busy, timeout=WAIT_MS)
+    assert [r.value for r in col.results] == ["queued 4"]
+
+
+def test_progress_and_cancel(qtbot, client):
+    GATE.clear()
+    col = Collector(client)
+    client.submit(SlowRequest(tag="x", steps=3))
+    qtbot.waitUntil(lambda: any(p.done == 3 for p in col.progress), timeout=WAIT_MS)
+    assert col.progress[-1].total == 3 and col.progress[-1].text == "step 3"
+    client.cancel("test-slow")
+    qtbot.waitUntil(lambda: bool(col.failures), timeout=WAIT_MS)
+    assert col.failures[0].cancelled and not col.results
+    assert not client.busy
+
+
+def test_errors_come_back_as_one_line(qtbot, client):
+    col = Collector(client)
+    client.submit(BrokenRequest(error="model"))
+    qtbot.waitUntil(lambda: len(col.failures) == 1, timeout=WAIT_MS)
+    client.submit(BrokenRequest(error="bug"))
+    qtbot.waitUntil(lambda: len(col.failures) == 2, timeout=WAIT_MS)
+    assert col.failures[0].message == "the thing is wrong; do the other thing"
+    assert "\n" not in col.failures[1].message and "ValueError" in col.failures[1].message
+
+
+def test_requests_that_need_a_model_say_so(qtbot, client):
+    col = Collector(client)
+    client.submit(TraceRequest(text="hi"))
+    qtbot.waitUntil(lambda: bool(col.failures), timeout=WAIT_MS)
+    assert col.failures[0].message == NO_MODEL
+
+
+def test_a_bad_checkpoint_keeps_the_loaded_model(qtbot, client, tiny_ckpt, tmp_path):
+    bad = tmp_path / "broken.safetensors"
+    bad.write_bytes(b"\x00" * 100)
+    with pytest.raises(CheckpointError) as loader_error:
+        load_checkpoint(str(bad))
+    col = Collector(client)
+    client.submit(LoadRequest(path=tiny_ckpt, device="cpu"))
+    qtbot.waitUntil(lambda: not client.busy, timeout=WAIT_MS)
+    session = client.worker.session
+    assert session is not None
+    client.submit(LoadRequest(path=str(bad), device="cpu"))
+    qtbot.waitUntil(lambda: not client.busy, timeout=WAIT_MS)
+    assert col.failures[-1].message == str(loader_error.value)
+    assert client.worker.session is session
+    client.submit(TraceRequest(text=PROMPT))
+    qtbot.waitUntil(lambda: not client.busy, timeout=WAIT_MS)
+    assert isinstance(col.results[-1].value, TraceResult)
+
+
+def test_close_stops_the_thread(qtbot, tiny_ckpt):
+    c = WorkerClient()
+    c.submit(LoadRequest(path=tiny_ckpt, device="cpu"))
+    qtbot.waitUntil(lambda: not c.busy, timeout=WAIT_MS)
+    assert c.thread.isRunning()
+    assert c.close()
+    assert c.thread.isFinished() and c.worker.session is None
+    with pytest.raises(RuntimeError):
+        c.submit(TraceRequest(text="x"))

@@ -1,0 +1,140 @@
+"""`transformer-viewer [CHECKPOINT] [--prompt TEXT] [--device ...] [--screenshot FILE.png]`: the window.
+
+Qt is imported only inside `run`, torch only on the worker thread, so the window shows while
+torch is still loading. `--screenshot` renders the whole window offscreen once the prompt has
+run and every view has drawn, writes the PNG and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+SCREENSHOT_SETTLE_MS = 400  # after the last answer: lets queued paints and layouts finish
+SCREENSHOT_TIMEOUT_S = 120
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", nargs="?", default=None,
+                        help="checkpoint file or Hugging Face folder (default: the bundled model)")
+    parser.add_argument("--prompt", default=None, help="text to run at start (default: an example prompt)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default: auto)")
+    parser.add_argument("--n-head", type=int, default=None, help="head count, for state dicts that cannot say")
+    parser.add_argument("--screenshot", metavar="FILE.png", default=None,
+                        help="render the window offscreen once the prompt has run, save it as PNG, and exit")
+
+
+def run(args) -> int:
+    from transformer_viewer.model.errors import ModelError
+
+    if args.screenshot:
+        if not args.screenshot.lower().endswith(".png"):
+            raise ModelError(f"--screenshot {args.screenshot}: the screenshot is a PNG; give a name ending in .png")
+        from transformer_viewer.viewer.export import check_writable
+
+        check_writable(args.screenshot)
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before the QApplication exists
+    t0 = time.perf_counter()
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "transformer-viewer"])
+    app.setApplicationName("transformer-viewer")
+    # The worker starts importing torch and loading before the window is even built; its
+    # answers wait in the event queue until the window is connected and the loop runs.
+    from transformer_viewer.viewer.requests import LoadRequest, ProbeRequest
+    from transformer_viewer.viewer.worker import WorkerClient
+
+    worker = WorkerClient()
+    worker.submit(ProbeRequest())
+    worker.submit(LoadRequest(path=args.checkpoint, device=args.device, n_head=args.n_head))
+    from transformer_viewer.viewer.main_window import DEFAULT_SIZE, MainWindow
+    from transformer_viewer.viewer.window_actions import default_prompt
+
+    settings = None
+    if args.screenshot:
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="tv-shot-")
+        settings = QSettings(os.path.join(scratch, "settings.ini"), QSettings.IniFormat)  # leave the user's alone
+    window = MainWindow(settings=settings, worker=worker)
+    window.device_choice = args.device
+    window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
+    if args.screenshot:
+        window.resize(*DEFAULT_SIZE)
+    else:
+        fit_to_screen(window, app)
+    window.show()
+    if os.environ.get("TV_TIMING"):
+        window.state.trace_changed.connect(
+            lambda _t: print(f"first trace drawn after {time.perf_counter() - t0:.2f} s", file=sys.stderr))
+    if not args.screenshot:
+        return app.exec()
+    shot = Screenshot(window, args.screenshot)
+    app.exec()
+    if shot.error:
+        print(f"error: {shot.error}", file=sys.stderr)
+        return 2
+    print(f"wrote {os.path.abspath(args.screenshot)} ({shot.size[0]}x{shot.size[1]})")
+    return 0
+
+
+def fit_to_screen(window, app) -> None:
+    from transformer_viewer.viewer.main_window import DEFAULT_SIZE
+
+    screen = app.primaryScreen()
+    if screen is None:
+        return
+    avail = screen.availableGeometry()
+    w, h = min(DEFAULT_SIZE[0], int(avail.width() * 0.95)), min(DEFAULT_SIZE[1], int(avail.height() * 0.92))
+    window.resize(max(800, w), max(600, h))
+
+
+class Screenshot:
+    """Waits until the worker is idle with a trace drawn (or a failure shown), then grabs."""
+
+    def __init__(self, window, path: str):
+        from PySide6.QtCore import QTimer
+
+        self.window, self.path = window, path
+        self.error: str | None = None
+        self.size = (0, 0)
+        self._done = False
+        window.idle.connect(self._maybe_shoot)
+        self._timeout = QTimer(window)
+        self._timeout.setSingleShot(True)
+        self._timeout.timeout.connect(lambda: self._shoot(f"timed out after {SCREENSHOT_TIMEOUT_S} s waiting for the model"))
+        self._timeout.start(SCREENSHOT_TIMEOUT_S * 1000)
+
+    def _maybe_shoot(self) -> None:
+        st = self.window.state
+        loaded = st.model_info is not None
+        if loaded and st.prompt and st.trace is None and self.window.last_error is None:
+            return  # loaded, the trace is about to be asked for
+        from PySide6.QtCore import QTimer
+
+        QTimer.singleShot(SCREENSHOT_SETTLE_MS, self._shoot)
+
+    def _shoot(self, error: str | None = None) -> None:
+        if self._done:
+            return
+        if self.window.worker.busy and error is None:
+            return  # something new was asked meanwhile; idle fires again
+        self._done = True
+        from PySide6.QtWidgets import QApplication
+        from transformer_viewer.viewer.export import atomic_path
+
+        QApplication.processEvents()
+        image = self.window.grab().toImage()
+        self.size = (image.width(), image.height())
+        with atomic_path(self.path) as tmp:
+            if not image.save(tmp, "PNG"):
+                raise OSError(f"could not write {self.path}")
+        st = self.window.state
+        if error is None and st.trace is None:
+            error = self.window.last_error or "no trace was drawn"
+        self.error = error
+        self.window.close()
+        QApplication.instance().quit()

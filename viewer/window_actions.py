@@ -1,0 +1,245 @@
+"""The main window's menus: File (open, recent, export), Device, View, Examples, and the
+keyboard navigation of layers and heads. `export(window, what, path)` is the dialog-free core
+of File > Export, used by tests and the monkey test."""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QInputDialog
+
+CHECKPOINT_FILTER = ("Checkpoints (*.safetensors *.pt *.pth *.ckpt *.bin config.json);;"
+                     "Hugging Face model folder: pick its config.json (config.json);;All files (*)")
+RECENT_KEY, RECENT_MAX = "recent_checkpoints", 10
+EXPORT_DIR_KEY = "export_dir"
+NO_CUDA_TIP = "no CUDA device is available on this machine (or this torch build has no CUDA)"
+
+
+def checkpoint_target(path: str) -> str:
+    """A picked `config.json` stands for its Hugging Face folder."""
+    return os.path.dirname(path) if os.path.basename(path) == "config.json" else path
+
+
+def dropped_path(mime) -> str | None:
+    for url in mime.urls() if mime.hasUrls() else []:
+        if url.isLocalFile():
+            return url.toLocalFile()
+    return None
+
+
+class WindowActions:
+    def __init__(self, window):
+        self.w = window
+        bar = window.menuBar()
+        self.file_menu = bar.addMenu("&File")
+        self.device_menu = bar.addMenu("&Device")
+        self.view_menu = bar.addMenu("&View")
+        self.examples_menu = bar.addMenu("&Examples")
+        self._build_file()
+        self._build_device()
+        self._build_view()
+        self._build_examples()
+
+    # -- File -----------------------------------------------------------------------------
+    def _build_file(self) -> None:
+        m, w = self.file_menu, self.w
+        self._action(m, "&Open checkpoint…", self.open_dialog, QKeySequence.Open,
+                     "a .safetensors, nanoGPT .pt, state-dict .pt/.pth file, or a Hugging Face folder's config.json")
+        self._action(m, "Open Hugging Face &folder…", self.open_folder_dialog, tip="a folder with config.json and weights")
+        self._action(m, "Open the &bundled model", lambda: w.load(None))
+        self.recent_menu = m.addMenu("&Recent checkpoints")
+        self._rebuild_recent()
+        m.addSeparator()
+        ex = self.export_menu = m.addMenu("&Export")
+        self._action(ex, "Heatmap as &PNG…", lambda: self.export_dialog("heatmap", ".png"))
+        self._action(ex, "Heatmap as &SVG…", lambda: self.export_dialog("heatmap", ".svg"))
+        self._action(ex, "All heads grid as P&NG…", lambda: self.export_dialog("grid", ".png"))
+        self._action(ex, "Displayed matrix as .&npy…", lambda: self.export_dialog("heatmap", ".npy"))
+        self._action(ex, "Displayed matrix as .&csv…", lambda: self.export_dialog("heatmap", ".csv"))
+        m.addSeparator()
+        self._action(m, "&Quit", w.close, QKeySequence.Quit)
+
+    def _action(self, menu, text, slot, shortcut=None, tip="") -> QAction:
+        a = QAction(text, self.w)
+        if shortcut is not None:
+            a.setShortcut(shortcut)
+        if tip:
+            a.setToolTip(tip)
+            a.setStatusTip(tip)
+        a.triggered.connect(lambda _checked=False: slot())
+        menu.addAction(a)
+        return a
+
+    def open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.w, "Open checkpoint", self._last_dir(), CHECKPOINT_FILTER)
+        if path:
+            self.w.load(checkpoint_target(path))
+
+    def open_folder_dialog(self) -> None:
+        path = QFileDialog.getExistingDirectory(self.w, "Open Hugging Face model folder", self._last_dir())
+        if path:
+            self.w.load(path)
+
+    def _last_dir(self) -> str:
+        recent = self.recent()
+        return os.path.dirname(recent[0]) if recent else os.getcwd()
+
+    def recent(self) -> list[str]:
+        value = self.w.settings.value(RECENT_KEY, [])
+        if isinstance(value, str):
+            value = [value]  # INI files give a lone entry back as a string
+        return [str(v) for v in (value or [])]
+
+    def add_recent(self, path: str) -> None:
+        path = os.path.abspath(path)
+        items = [path] + [p for p in self.recent() if p != path]
+        self.w.settings.setValue(RECENT_KEY, items[:RECENT_MAX])
+        self._rebuild_recent()
+
+    def _rebuild_recent(self) -> None:
+        menu = self.recent_menu
+        menu.clear()
+        items = self.recent()
+        for i, path in enumerate(items):
+            a = menu.addAction(f"&{i + 1}  {os.path.basename(path) or path}")
+            a.setToolTip(path)
+            a.setStatusTip(path)
+            a.triggered.connect(lambda _c=False, p=path: self.w.load(p))
+        if items:
+            menu.addSeparator()
+            menu.addAction("Clear list", self._clear_recent)
+        else:
+            menu.addAction("(none yet)").setEnabled(False)
+
+    def _clear_recent(self) -> None:
+        self.w.settings.setValue(RECENT_KEY, [])
+        self._rebuild_recent()
+
+    def export_dialog(self, what: str, ext: str) -> None:
+        scale = 1.0
+        if what == "heatmap" and ext == ".png":
+            view = self.w.attention.export_target()
+            scale, ok = QInputDialog.getDouble(
+                self.w, "Export heatmap as PNG",
+                f"Scale (1 = on-screen size, {view.width()} × {view.height()} px):", 2.0, 0.25, 16.0, 2)
+            if not ok:
+                return
+        st = self.w.state
+        name = (f"attention_L{st.layer}H{st.head}" if what == "heatmap" else "all_heads") + ext
+        folder = str(self.w.settings.value(EXPORT_DIR_KEY, os.getcwd()))
+        filters = {".png": "PNG image (*.png)", ".svg": "SVG image (*.svg)", ".npy": "NumPy array (*.npy)",
+                   ".csv": "CSV table (*.csv)"}
+        path, _ = QFileDialog.getSaveFileName(self.w, "Export", os.path.join(folder, name), filters[ext])
+        if path:
+            if export(self.w, what, path, scale) is not None:
+                self.w.settings.setValue(EXPORT_DIR_KEY, os.path.dirname(os.path.abspath(path)))
+
+    # -- Device ---------------------------------------------------------------------------
+    def _build_device(self) -> None:
+        m = self.device_menu
+        m.setToolTipsVisible(True)
+        group = QActionGroup(self.w)
+        group.setExclusive(True)
+        self.cpu_action = QAction("&CPU", self.w, checkable=True)
+        self.cuda_action = QAction("C&UDA", self.w, checkable=True)
+        self.cuda_action.setEnabled(False)
+        self.cuda_action.setToolTip("checking for a CUDA device…")
+        for a, device in ((self.cpu_action, "cpu"), (self.cuda_action, "cuda")):
+            group.addAction(a)
+            m.addAction(a)
+            a.triggered.connect(lambda _c=False, d=device: self.w.set_device(d))
+        self.cpu_action.setChecked(True)
+
+    def set_cuda(self, available: bool, name: str = "") -> None:
+        self.cuda_action.setEnabled(available)
+        self.cuda_action.setToolTip(f"run on {name}" if available else NO_CUDA_TIP)
+        self.cuda_action.setStatusTip(self.cuda_action.toolTip())
+
+    def set_device_checked(self, device: str) -> None:
+        (self.cuda_action if device.startswith("cuda") else self.cpu_action).setChecked(True)
+
+    # -- View -----------------------------------------------------------------------------
+    def _build_view(self) -> None:
+        m = self.view_menu
+        self._dock_anchor = m.addSeparator()
+        for dock in self.w.docks.values():
+            self.view_menu_add(dock)
+        nav = m.addMenu("&Select")
+        st = self.w.state
+        moves = [
+            ("Previous head", ("Left",), lambda: st.set_selection(head=st.head - 1)),
+            ("Next head", ("Right",), lambda: st.set_selection(head=st.head + 1)),
+            ("Previous layer", ("Up", "PgUp"), lambda: st.set_selection(layer=st.layer - 1)),
+            ("Next layer", ("Down", "PgDown"), lambda: st.set_selection(layer=st.layer + 1)),
+            ("Previous token as query", ("Alt+Left",), lambda: self._move_query(-1)),
+            ("Next token as query", ("Alt+Right",), lambda: self._move_query(+1)),
+            ("Last token as query", ("Alt+End",), lambda: st.set_selection(clear_query=True)),
+        ]
+        self.nav_actions = []
+        for text, keys, slot in moves:
+            a = self._action(nav, text, slot)
+            a.setShortcuts([QKeySequence(k) for k in keys])
+            a.setShortcutContext(Qt.WindowShortcut)
+            self.w.addAction(a)  # works with the menu bar hidden too
+            self.nav_actions.append(a)
+        m.addSeparator()
+        self._action(m, "Reset heatmap zoom", lambda: self.w.attention.heatmap.reset_view(), QKeySequence("Ctrl+0"))
+
+    def view_menu_add(self, dock) -> None:
+        self.view_menu.insertAction(self._dock_anchor, dock.toggleViewAction())
+
+    def _move_query(self, step: int) -> None:
+        st = self.w.state
+        q = st.query_index
+        if q is not None:
+            st.set_selection(query=max(0, q + step))
+
+    # -- Examples -------------------------------------------------------------------------
+    def _build_examples(self) -> None:
+        m = self.examples_menu
+        m.setToolTipsVisible(True)
+        for p in example_prompts():
+            a = m.addAction(p.title)
+            a.setToolTip(p.shows)
+            a.triggered.connect(lambda _c=False, text=p.text: self.w.run_prompt(text))
+        if not m.actions():
+            m.menuAction().setVisible(False)
+
+
+def example_prompts() -> tuple:
+    try:
+        from transformer_viewer.model.prompts import example_prompts as load
+        return load()
+    except Exception:  # noqa: BLE001 - the examples are a convenience; a broken file must not stop the app
+        return ()
+
+
+def default_prompt() -> str:
+    prompts = example_prompts()
+    return prompts[0].text if prompts else "When Mary and John went to the store, John gave a drink to"
+
+
+def export(window, what: str, path: str, scale: float = 1.0) -> str | None:
+    """Export the heatmap ("heatmap": .png/.svg/.npy/.csv) or the heads grid ("grid": .png/.svg);
+    returns the path written, or None after showing the one-line error."""
+    from transformer_viewer.model.errors import ModelError
+    from transformer_viewer.viewer.export import export_view
+
+    view = window.attention if what == "heatmap" else window.head_grid
+    try:
+        if window.state.trace is None:
+            raise ModelError("nothing to export yet: load a model and run a prompt first")
+        if what == "grid" and os.path.splitext(path)[1].lower() in (".npy", ".csv"):
+            raise ModelError("the heads grid exports as .png or .svg; export one head's matrix from the heatmap")
+        written = export_view(view, path, scale=scale)
+    except (ModelError, OSError) as e:
+        window.show_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
+    window.status.showMessage(f"exported {written}", 5000)
+    return written
+
+
+def install(window) -> WindowActions:
+    return WindowActions(window)
