@@ -1,0 +1,193 @@
+"""`transformer-viewer info` and `predict`: text and JSON output, head masks, and errors as one
+line on stderr with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from transformer_viewer.model.capture import Session
+from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
+from transformer_viewer.model.tokenizer import Tokenizer
+from transformer_viewer.viewer.cli.main import main
+
+from tests.model.checkpoint_common import TINY, hf_config, hf_model, nanogpt_checkpoint, save_tiny
+
+PROMPT = "The cat sat on the mat because"
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.safetensors"
+    save_tiny(path, seed=31)
+    return str(path)
+
+
+def cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_one_line_error(rc, out, err):
+    assert rc == 2
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+# -- info -----------------------------------------------------------------------------------
+def test_info_text(capsys, ckpt):
+    rc, out, _ = cli(capsys, "info", ckpt, "--device", "cpu")
+    assert rc == 0
+    assert "format      native" in out
+    assert "2 layers, 4 heads, n_embd 32" in out and "vocab 50257" in out
+    n = load_checkpoint(ckpt).n_params
+    assert f"parameters  {n:,}" in out
+    assert "tokenizer   gpt2" in out
+
+
+def test_info_json(capsys, ckpt):
+    rc, out, _ = cli(capsys, "info", ckpt, "--json", "--device", "cpu")
+    assert rc == 0
+    facts = json.loads(out)
+    assert facts["format"] == "native" and facts["tokenizer"] == "gpt2"
+    assert facts["config"] == TINY.to_dict()
+    assert facts["n_params"] == load_checkpoint(ckpt).n_params
+    assert facts["checkpoint"] == ckpt
+
+
+def test_info_of_other_formats(capsys, tmp_path):
+    hf = hf_model(hf_config(vocab_size=300, activation_function="gelu"), seed=32)
+    hf.save_pretrained(tmp_path / "hf")
+    torch.save(nanogpt_checkpoint(hf), tmp_path / "ckpt.pt")
+    for source, fmt in ((tmp_path / "hf", "huggingface"), (tmp_path / "ckpt.pt", "nanogpt")):
+        rc, out, _ = cli(capsys, "info", str(source), "--json", "--device", "cpu")
+        assert rc == 0
+        facts = json.loads(out)
+        assert facts["format"] == fmt and facts["config"]["vocab_size"] == 300
+    rc, out, _ = cli(capsys, "info", str(tmp_path / "ckpt.pt"), "--device", "cpu")
+    assert "format      nanogpt" in out and "iter_num=5000" in out
+
+
+def test_info_without_checkpoint_uses_the_bundled_model(capsys):
+    rc, out, err = cli(capsys, "info", "--device", "cpu")
+    if os.path.exists(bundled_checkpoint_path()):
+        assert rc == 0 and "format      native" in out
+    else:
+        assert "bundled model" in assert_one_line_error(rc, out, err)
+
+
+def test_info_errors(capsys, tmp_path):
+    line = assert_one_line_error(*cli(capsys, "info", str(tmp_path / "nope.safetensors")))
+    assert "file not found" in line
+    (tmp_path / "junk.pt").write_bytes(b"not a model")
+    assert "unknown checkpoint format" in assert_one_line_error(*cli(capsys, "info", str(tmp_path / "junk.pt")))
+
+
+# -- predict --------------------------------------------------------------------------------
+def _expected(ckpt, mask=None, ablation="zero", position=None, top_k=10):
+    s = Session(load_checkpoint(ckpt))
+    s.set_prompt(PROMPT)
+    return s.run(mask, ablation=ablation, position=position, top_k=top_k).next
+
+
+def test_predict_json_shape_and_values(capsys, ckpt):
+    rc, out, _ = cli(capsys, "predict", "--checkpoint", ckpt, "--prompt", PROMPT, "--json", "--top-k", "5",
+                     "--device", "cpu")
+    assert rc == 0
+    result = json.loads(out)
+    assert set(result) == {"tokens", "position", "top"}
+    ids = Tokenizer().encode(PROMPT)
+    assert [t["id"] for t in result["tokens"]] == ids
+    assert "".join(t["text"] for t in result["tokens"]) == PROMPT
+    assert all(set(t) == {"id", "text"} for t in result["tokens"])
+    assert result["position"] == len(ids) - 1
+    assert len(result["top"]) == 5 and all(set(t) == {"id", "token", "prob", "logit"} for t in result["top"])
+    nxt = _expected(ckpt, top_k=5)
+    assert [t["id"] for t in result["top"]] == nxt.top_ids.tolist()
+    np.testing.assert_allclose([t["prob"] for t in result["top"]], nxt.top_probs, rtol=1e-6)
+    np.testing.assert_allclose([t["logit"] for t in result["top"]], nxt.top_logits, rtol=1e-6)
+    assert [t["token"] for t in result["top"]] == [Tokenizer().decode([i]) for i in nxt.top_ids]
+    probs = [t["prob"] for t in result["top"]]
+    assert probs == sorted(probs, reverse=True)
+
+
+def test_predict_with_masks_position_and_mean_ablation(capsys, ckpt):
+    argv = ["predict", "--checkpoint", ckpt, "--prompt", PROMPT, "--json", "--device", "cpu", "--position", "3"]
+    _, clean_out, _ = cli(capsys, *argv)
+    rc, out, _ = cli(capsys, *argv, "--mask", "1.2", "0.0", "--mask", "1.3", "--ablation", "mean")
+    assert rc == 0
+    clean, masked = json.loads(clean_out), json.loads(out)
+    assert masked["position"] == clean["position"] == 3
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[1, 2] = mask[0, 0] = mask[1, 3] = True
+    nxt = _expected(ckpt, mask, ablation="mean", position=3)
+    assert [t["id"] for t in masked["top"]] == nxt.top_ids.tolist()
+    np.testing.assert_allclose([t["prob"] for t in masked["top"]], nxt.top_probs, rtol=1e-6)
+    assert max(abs(a["prob"] - b["prob"]) for a, b in zip(clean["top"], masked["top"], strict=True)) > 1e-4
+
+
+def test_predict_whole_layer_mask(capsys, ckpt):
+    rc, out, _ = cli(capsys, "predict", "--checkpoint", ckpt, "--prompt", PROMPT, "--json", "--mask", "0.*",
+                     "--device", "cpu")
+    assert rc == 0
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[0] = True
+    assert [t["id"] for t in json.loads(out)["top"]] == _expected(ckpt, mask).top_ids.tolist()
+
+
+def test_predict_text(capsys, ckpt):
+    rc, out, _ = cli(capsys, "predict", "--checkpoint", ckpt, "--prompt", PROMPT, "--top-k", "3", "--mask", "1.1",
+                     "--device", "cpu")
+    assert rc == 0
+    assert "0:The 1:·cat 2:·sat" in out
+    assert "ablated heads (zero): 1.1" in out
+    ranked = [line for line in out.splitlines() if line.strip()[:2] in ("1.", "2.", "3.")]
+    assert len(ranked) == 3 and all("p=" in line and "logit=" in line for line in ranked)
+
+
+@pytest.mark.parametrize("extra,expected", [
+    (["--mask", "7.0"], "layer 7 does not exist"),
+    (["--mask", "1.9"], "head 9 does not exist"),
+    (["--mask", "one.two"], "LAYER.HEAD"),
+    (["--position", "99"], "position 99"),
+    (["--top-k", "0"], "--top-k"),
+])
+def test_predict_errors(capsys, ckpt, extra, expected):
+    line = assert_one_line_error(*cli(capsys, "predict", "--checkpoint", ckpt, "--prompt", PROMPT, "--device", "cpu",
+                                      *extra))
+    assert expected in line
+
+
+def test_predict_empty_prompt_and_missing_checkpoint(capsys, ckpt, tmp_path):
+    assert "empty" in assert_one_line_error(*cli(capsys, "predict", "--checkpoint", ckpt, "--prompt", ""))
+    line = assert_one_line_error(*cli(capsys, "predict", "--checkpoint", str(tmp_path / "x.pt"), "--prompt", "hi"))
+    assert "file not found" in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_predict_cuda_without_a_gpu(capsys, ckpt):
+    line = assert_one_line_error(*cli(capsys, "predict", "--checkpoint", ckpt, "--prompt", "hi", "--device", "cuda"))
+    assert "CUDA" in line
+
+
+def test_console_error_is_one_line_without_traceback(tmp_path):
+    """The real entry point, as a user runs it; and the CLI modules import without torch."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    proc = subprocess.run([sys.executable, "-m", "transformer_viewer.viewer.cli.main", "predict", "--checkpoint",
+                           str(tmp_path / "missing.pt"), "--prompt", "hi"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stdout == ""
+    probe = ("import sys, transformer_viewer.viewer.cli.info, transformer_viewer.viewer.cli.predict; "
+             "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr

@@ -1,0 +1,80 @@
+"""`transformer-viewer predict --checkpoint CKPT --prompt TEXT [--position P] [--top-k K]
+[--mask L.H ...] [--ablation zero|mean] [--device auto|cpu|cuda] [--json]`: the prompt's tokens
+and the top-k next tokens at one position, optionally with attention heads ablated.
+
+`--json` prints one object: {"tokens": [{"id", "text"}...], "position": P,
+"top": [{"id", "token", "prob", "logit"}...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_checkpoint_arguments(p)
+    p.add_argument("--prompt", required=True, help="the text to run (<|endoftext|> is the special token)")
+    p.add_argument("--position", type=int, default=None,
+                   help="token position whose next token is predicted, 0-based; negative counts from the end "
+                        "(default: the last token)")
+    p.add_argument("--top-k", type=int, default=10, help="how many next tokens to show (default: 10)")
+    p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
+                   help="ablate head H of layer L (0-based), e.g. --mask 3.1 0.2; L.* ablates a whole layer")
+    p.add_argument("--ablation", default="zero", choices=["zero", "mean"],
+                   help="zero: remove the head's output; mean: replace it by its mean over the prompt (default: zero)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def predict(session, args) -> dict:
+    """The JSON-ready result for `args` on a session that already holds the prompt."""
+    from transformer_viewer.viewer.cli.common import parse_mask_spec
+
+    c = session.config
+    mask = parse_mask_spec(args.mask, c.n_layer, c.n_head)
+    nxt = session.run(mask=mask, ablation=args.ablation, position=args.position, top_k=args.top_k).next
+    tok = session.tokenizer
+    return {
+        "tokens": [{"id": int(i), "text": tok.decode([i])} for i in session.tokens.ids],
+        "position": int(nxt.position),
+        "top": [{"id": int(i), "token": tok.decode([int(i)]), "prob": float(p), "logit": float(lg)}
+                for i, p, lg in zip(nxt.top_ids, nxt.top_probs, nxt.top_logits, strict=True)],
+    }
+
+
+def run(args) -> int:
+    from transformer_viewer.model.capture import Session
+    from transformer_viewer.viewer.cli.common import load_from_args
+
+    if args.top_k < 1:
+        raise ModelError(f"--top-k must be at least 1, got {args.top_k}")
+    session = Session(load_from_args(args))
+    session.set_prompt(args.prompt)
+    if session.dropped:
+        print(f"note: the prompt is longer than the model's context of {session.config.block_size} tokens; "
+              f"kept its last {len(session.tokens.ids)}, positions count from there", file=sys.stderr)
+    result = predict(session, args)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        print(format_text(result, session, args))
+    return 0
+
+
+def format_text(result: dict, session, args) -> str:
+    labels = session.tokens.labels
+    p = result["position"]
+    lines = [f"tokens ({len(labels)}):"]
+    lines.append("  " + " ".join(f"{i}:{lab}" for i, lab in enumerate(labels)))
+    if args.mask:
+        lines.append(f"ablated heads ({args.ablation}): {' '.join(args.mask)}")
+    lines.append(f"next token after position {p} ({labels[p]}):")
+    tok = session.tokenizer
+    width = max(len(tok.label(t["id"])) for t in result["top"])
+    for rank, t in enumerate(result["top"], 1):
+        lines.append(f"  {rank:>3}. {tok.label(t['id']):<{width}}  p={t['prob']:.4f}  logit={t['logit']:8.3f}  id={t['id']}")
+    return "\n".join(lines)
