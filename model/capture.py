@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
+import torch.nn.functional as F
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
 from transformer_viewer.model.hooks import hooks
@@ -23,6 +23,7 @@ from transformer_viewer.model.interventions import ABLATIONS, first_changed_laye
 from transformer_viewer.model.tokenizer import Tokenized, Tokenizer
 
 DEFAULT_MEMORY_BUDGET = 4 << 30  # bytes of captured arrays one trace may hold
+LOGIT_CHUNK_BYTES = 32 << 20  # the (rows, V) logits block the unembedding works on at once
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Session:
         self.tokens: Tokenized | None = None
         self.dropped = 0
         self._ids: torch.Tensor | None = None  # (1, T)
+        self._grams: dict[int, tuple[tuple, torch.Tensor]] = {}  # layer -> (weight key, per-head Gram)
         self._clear_cache()
 
     # -- prompt ---------------------------------------------------------------------------
@@ -175,29 +177,30 @@ class Session:
         c = self.config
         L, nh = c.n_layer, c.n_head
         prev = self._cached_trace
+        attention = np.empty((L, nh, T, T), dtype=self.pattern_dtype)
+        mlp_post = np.empty((L, T, c.n_mlp), dtype=self.pattern_dtype)
+        head_norms = np.empty((L, nh, T), dtype=np.float32)
+        norms = np.empty((2 * L + 2, T), dtype=np.float32)
         if start > 0 and prev is not None:
-            attention = prev.attention.copy()
-            mlp_post = prev.mlp_post.copy()
-            head_norms = prev.head_norms.copy()
-            norms = prev.resid_norms.copy()
-        else:
-            attention = np.empty((L, nh, T, T), dtype=self.pattern_dtype)
-            mlp_post = np.empty((L, T, c.n_mlp), dtype=self.pattern_dtype)
-            head_norms = np.empty((L, nh, T), dtype=np.float32)
-            norms = np.empty((2 * L + 2, T), dtype=np.float32)
-        torch_pattern_dtype = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}[self.pattern_dtype]
+            # Layers >= start are rewritten below; copy only what is reused (the previous
+            # trace's arrays are never shared: it may still be on screen).
+            rows = 2 * L + 2 if start >= L else 1 + 2 * start
+            attention[:start] = prev.attention[:start]
+            mlp_post[:start] = prev.mlp_post[:start]
+            head_norms[:start] = prev.head_norms[:start]
+            norms[:rows] = prev.resid_norms[:rows]
         model = self.model
         new_resid: list[torch.Tensor] = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
 
-        def store(dest, index, dtype=None):
+        def store(dest, index):
             def hook(_m, _inp, out):
-                t = out[0]
-                dest[index] = (t.to(dtype) if dtype is not None else t).cpu().numpy()
+                # One pass: converted straight into the trace's array, no temporary.
+                torch.from_numpy(dest[index]).copy_(out[0])
             return hook
 
         def store_norm(row):
             def hook(_m, _inp, out):
-                norms[row] = out[0].float().norm(dim=-1).cpu().numpy()
+                torch.from_numpy(norms[row]).copy_(torch.linalg.vector_norm(out[0].float(), dim=-1))
             return hook
 
         def keep_resid(layer):
@@ -206,13 +209,14 @@ class Session:
             return hook
 
         def head_norm_hook(layer):
-            w_o = model.blocks[layer].attn.c_proj.weight  # (C, C): out = z_flat @ w_o.T
-            hs = c.head_size
-            w_heads = w_o.T.reshape(nh, hs, c.n_embd)  # (nh, hs, C)
+            gram = self._head_gram(layer)  # (nh, hs, hs)
 
             def hook(_m, _inp, z):
-                per_head = torch.einsum("tnh,nhc->ntc", z[0], w_heads)  # (nh, T, C)
-                head_norms[layer] = per_head.float().norm(dim=-1).cpu().numpy()
+                # ||z_h W_h||^2 = z_h G_h z_h^T: T*nh*hs^2 work instead of T*nh*hs*C, and no
+                # (nh, T, C) temporary.
+                zt = z[0].to(gram.dtype)  # (T, nh, hs)
+                sq = (torch.einsum("tni,nij->tnj", zt, gram) * zt).sum(-1)  # (T, nh)
+                torch.from_numpy(head_norms[layer]).copy_(sq.clamp_min_(0).sqrt_().T)
             return hook
 
         named = head_mask_hooks(mask, ablation, start)
@@ -224,21 +228,17 @@ class Session:
                 (f"{b}.hook_resid_pre", keep_resid(layer)),
                 (f"{b}.hook_resid_pre", store_norm(1 + 2 * layer)),
                 (f"{b}.hook_resid_mid", store_norm(2 + 2 * layer)),
-                (f"{b}.attn.hook_pattern", store(attention, layer, torch_pattern_dtype)),
+                (f"{b}.attn.hook_pattern", store(attention, layer)),
                 (f"{b}.attn.hook_z", head_norm_hook(layer)),
-                (f"{b}.mlp.hook_post", store(mlp_post, layer, torch_pattern_dtype)),
+                (f"{b}.mlp.hook_post", store(mlp_post, layer)),
             ]
         named.append((f"blocks.{L - 1}.hook_resid_post", store_norm(2 * L + 1)))
         with hooks(model, named):
             x = model.embed(ids) if start == 0 else self._resid[start]
             final = model.run_blocks(x, start)
         new_resid[L] = final
-        logits = model.unembed(final[0])[:, : self.n_vocab].float()  # (T, V)
-        logprobs = torch.log_softmax(logits, dim=-1)  # (T, V)
-        token_lp = np.full(T, np.nan, dtype=np.float32)
-        if T > 1:
-            token_lp[1:] = logprobs[torch.arange(T - 1), ids[0, 1:]].cpu().numpy()
-        nxt = _next_token(logits[p], logprobs[p], p, top_k)
+        token_lp, logits_p, logprobs_p = self._token_logprobs(final[0], ids[0], p)
+        nxt = _next_token(logits_p, logprobs_p, p, top_k)
         elapsed = (time.perf_counter() - t0) * 1000.0
         self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
         tok = self.tokens
@@ -250,6 +250,47 @@ class Session:
         )
         self._cached_trace = trace
         return trace
+
+    def _token_logprobs(self, final: torch.Tensor, ids: torch.Tensor, p: int):
+        """log p(token t | < t) for every t, and the logits and log-probs at position p.
+
+        The unembedding runs over blocks of positions, so the (T, V) logits (200 MB at 1024
+        tokens) never exist at once; each block's buffers are reused.
+        """
+        model = self.model
+        T = final.shape[0]
+        h = model.hook_final(model.ln_f(final))  # (T, C)
+        w = model.lm_head.weight[: self.n_vocab]  # (V, C); padded rows never count
+        bias = model.lm_head.bias[: self.n_vocab] if model.lm_head.bias is not None else None
+        rows = max(1, min(T, LOGIT_CHUNK_BYTES // (4 * self.n_vocab)))
+        token_lp = torch.full((T,), float("nan"), dtype=torch.float32)
+        logits_p = logprobs_p = None
+        targets = ids[1:]  # the token each position predicts
+        for a in range(0, T, rows):
+            b = min(a + rows, T)
+            logits = F.linear(h[a:b], w, bias).float()  # (n, V)
+            logprobs = torch.log_softmax(logits, dim=-1)  # (n, V)
+            n = min(b, T - 1) - a  # positions in this block that have a next token
+            if n > 0:
+                picked = logprobs[torch.arange(n, device=logprobs.device), targets[a:a + n]]
+                token_lp[a + 1:a + 1 + n] = picked.cpu()
+            if a <= p < b:
+                logits_p, logprobs_p = logits[p - a].clone(), logprobs[p - a].clone()
+        return token_lp.numpy(), logits_p, logprobs_p
+
+    def _head_gram(self, layer: int) -> torch.Tensor:
+        """(nh, hs, hs) W_h W_h^T of each head's slice of c_proj, cached while the weight is unchanged."""
+        c = self.config
+        w_o = self.model.blocks[layer].attn.c_proj.weight  # (C, C): out = z_flat @ w_o.T
+        key = (w_o.data_ptr(), w_o._version, w_o.dtype, w_o.device)
+        cached = self._grams.get(layer)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        w_heads = w_o.T.reshape(c.n_head, c.head_size, c.n_embd).double()  # (nh, hs, C)
+        # Built in float64 once, so the only float32 rounding is in the per-run quadratic form.
+        gram = (w_heads @ w_heads.transpose(1, 2)).to(torch.float32)  # (nh, hs, hs)
+        self._grams[layer] = (key, gram)
+        return gram
 
     def _start_layer(self, mask: np.ndarray, ablation: str, have_cache: bool) -> int:
         if not have_cache or self._resid is None or self._cached_mask is None:

@@ -13,9 +13,27 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.hooks import HookPoint
+
+# Causal masks by (T, device), shared by every layer: building a (T, T) mask per layer per
+# forward cost more than the masked_fill that uses it at T = 1024.
+_FUTURE_MASKS: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def future_mask(T: int, device) -> torch.Tensor:
+    """(T, T) bool, True above the diagonal (the keys a query may not see)."""
+    key = (T, str(device))
+    mask = _FUTURE_MASKS.get(key)
+    if mask is None:
+        # A normal tensor even when first asked for under inference_mode, so a later training
+        # step can still use it.
+        with torch.inference_mode(False):
+            mask = torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)
+        if len(_FUTURE_MASKS) >= 16:
+            _FUTURE_MASKS.clear()
+        _FUTURE_MASKS[key] = mask
+    return mask
 
 _ACTIVATIONS = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
@@ -58,13 +76,15 @@ class CausalSelfAttention(nn.Module):
         q = self.hook_q(q.view(B, T, nh, hs))  # (B, T, nh, hs)
         k = self.hook_k(k.view(B, T, nh, hs))  # (B, T, nh, hs)
         v = self.hook_v(v.view(B, T, nh, hs))  # (B, T, nh, hs)
+        # Always the explicit product, even where nobody hooks the pattern: a fused kernel
+        # rounds differently, and the session's cache mixes layers computed by capture and by
+        # predict, so every path must produce the same numbers.
         # Scaling q before the product touches T*hs numbers instead of T*T.
         qh = q.transpose(1, 2) * (1.0 / math.sqrt(hs))  # (B, nh, T, hs)
         kh = k.transpose(1, 2)  # (B, nh, T, hs)
         vh = v.transpose(1, 2)  # (B, nh, T, hs)
         scores = qh @ kh.transpose(-2, -1)  # (B, nh, T, T)
-        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu_(1)
-        scores = scores.masked_fill_(future, float("-inf"))
+        scores = scores.masked_fill_(future_mask(T, x.device), float("-inf"))
         pattern = self.hook_pattern(torch.softmax(scores, dim=-1))  # (B, nh, T, T)
         z = self.attn_dropout(pattern) @ vh  # (B, nh, T, hs)
         z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)
