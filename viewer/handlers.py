@@ -112,11 +112,14 @@ def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_c
     if mask is None or not mask.any():
         trace = clean
     else:
-        key = (mask.tobytes(), mask.shape, request.ablation, position, k)
-        if session.masked is not None and session.masked[0] == key:
-            trace = session.masked[1]
-        else:
+        key = (mask.tobytes(), mask.shape, request.ablation)
+        if session.masked is None or session.masked[0] != key:
             trace = session.run(mask, request.ablation, position, k)
-            session.masked = (key, trace)
+        else:
+            trace = session.masked[1]
+            if trace.next.position != position or len(trace.next.top_ids) != k:
+                nxt = session.predict(mask, request.ablation, position, k, update_cache=False)
+                trace = dataclasses.replace(trace, next=nxt)
+        session.masked = (key, trace)
     return TraceResult(trace=trace, clean=clean, forward_ms=(time.perf_counter() - t0) * 1000.0)
 

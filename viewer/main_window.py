@@ -83,21 +83,21 @@ class MainWindow(QMainWindow):
         top.setChildrenCollapsible(False)
         top.addWidget(self.prompt_editor)
         top.addWidget(self.token_strip)
-        top.setSizes([90, 130])
+        top.setSizes([80, 190])
         self.docks: dict[str, QDockWidget] = {}
         self.add_view_dock("Prompt and tokens", top, Qt.TopDockWidgetArea)
         self.add_view_dock("All heads", self.head_grid, Qt.LeftDockWidgetArea)
+        self.add_view_dock("Head mask", self.mask_grid, Qt.LeftDockWidgetArea)
         self.add_view_dock("Next token", self.logits, Qt.RightDockWidgetArea)
-        self.add_view_dock("Head mask", self.mask_grid, Qt.RightDockWidgetArea)
         central = QWidget()
         lay = QVBoxLayout(central)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(self.attention)
         self.setCentralWidget(central)
-        self.resizeDocks([self.docks["All heads"]], [330], Qt.Horizontal)
-        self.resizeDocks([self.docks["Next token"]], [400], Qt.Horizontal)
-        self.resizeDocks([self.docks["Prompt and tokens"]], [230], Qt.Vertical)
-        self.resizeDocks([self.docks["Next token"], self.docks["Head mask"]], [430, 300], Qt.Vertical)
+        # Both grids are layers x heads, so they share the left column; the heatmap gets the middle.
+        self.resizeDocks([self.docks["All heads"], self.docks["Next token"]], [360, 380], Qt.Horizontal)
+        self.resizeDocks([self.docks["Prompt and tokens"]], [250], Qt.Vertical)
+        self.resizeDocks([self.docks["All heads"], self.docks["Head mask"]], [330, 240], Qt.Vertical)
         self.prompt_editor.edit.setFocus()
 
     def add_view_dock(self, title: str, widget: QWidget, area=Qt.BottomDockWidgetArea,
@@ -204,7 +204,8 @@ class MainWindow(QMainWindow):
             self.request_trace()
         elif isinstance(value, TraceResult):
             self.state.set_traces(value.trace, value.clean)
-            self.status.show_forward(value.forward_ms, value.trace.first_layer_run)
+            info = self.state.model_info
+            self.status.show_forward(value.forward_ms, value.trace.first_layer_run, info.n_layer if info else 0)
 
     def _on_failure(self, failure) -> None:
         if failure.cancelled:

@@ -41,10 +41,12 @@ class StatusBar(QStatusBar):
                                   f"context {info.block_size}")
         self.device_label.setText(info.device)
 
-    def show_forward(self, ms: float, first_layer: int = 0) -> None:
+    def show_forward(self, ms: float, first_layer: int = 0, n_layer: int = 0) -> None:
         text = f"forward {ms:.1f} ms"
-        if first_layer:
-            text += f" (from layer {first_layer})"
+        if first_layer and first_layer >= n_layer:
+            text += " (all layers cached)"
+        elif first_layer:
+            text += f" (layers 0\u2013{first_layer - 1} cached)"
         self.forward_label.setText(text)
 
     def set_busy(self, busy: bool) -> None:

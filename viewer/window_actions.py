@@ -48,6 +48,8 @@ class WindowActions:
         self._action(m, "&Open checkpoint…", self.open_dialog, QKeySequence.Open,
                      "a .safetensors, nanoGPT .pt, state-dict .pt/.pth file, or a Hugging Face folder's config.json")
         self._action(m, "Open Hugging Face &folder…", self.open_folder_dialog, tip="a folder with config.json and weights")
+        self._action(m, "Open a cached model by &name…", self.open_name_dialog,
+                     tip="a Hugging Face model already in the local cache, e.g. gpt2 (nothing is downloaded)")
         self._action(m, "Open the &bundled model", lambda: w.load(None))
         self.recent_menu = m.addMenu("&Recent checkpoints")
         self._rebuild_recent()
@@ -81,6 +83,12 @@ class WindowActions:
         path = QFileDialog.getExistingDirectory(self.w, "Open Hugging Face model folder", self._last_dir())
         if path:
             self.w.load(path)
+
+    def open_name_dialog(self) -> None:
+        name, ok = QInputDialog.getText(self.w, "Open cached model", "Hugging Face model name (from the local cache):",
+                                        text="gpt2")
+        if ok and name.strip():
+            self.w.load(name.strip())
 
     def _last_dir(self) -> str:
         recent = self.recent()

@@ -13,7 +13,7 @@ from transformer_viewer.model.tokenizer import Tokenizer
 from transformer_viewer.viewer import window_actions
 from transformer_viewer.viewer.widgets.logits_panel import compare, token_label
 
-from tests.viewer.shell_common import mask_of, new_window, reference_session, wait_idle
+from tests.viewer.shell_common import PROMPT, mask_of, new_window, reference_session, wait_idle
 
 
 def chip_center(window, i: int) -> QPoint:
@@ -77,6 +77,26 @@ def test_mask_toggle_changes_the_logits_and_matches_predict(qtbot, window):
     assert c.new_rank == ref.new_rank and c.kl == pytest.approx(ref.kl, rel=1e-4)
     assert c.kl > 0 and "KL(baseline" in window.logits.summary.text()
     assert window.head_grid.mask()[0, 1]
+
+
+def test_masked_panel_equals_the_predict_command(qtbot, window, capsys):
+    import json
+
+    from transformer_viewer.viewer.cli.main import main
+
+    st = window.state
+    st.set_mask(mask_of(window, (1, 0), (1, 3)))
+    st.set_selection(query=4)
+    wait_idle(qtbot, window, lambda: st.trace.mask[1, 3] and st.trace.next.position == 4)
+    capsys.readouterr()
+    assert main(["predict", "--checkpoint", st.model_info.source, "--prompt", PROMPT, "--device", "cpu",
+                 "--mask", "1.0", "1.3", "--position", "4", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert cli["position"] == 4
+    assert [t["id"] for t in cli["top"]] == [int(i) for i in st.trace.next.top_ids]
+    np.testing.assert_allclose([t["prob"] for t in cli["top"]], st.trace.next.top_probs, rtol=1e-5, atol=1e-7)
+    shown = [r[3] for r in window.logits.rows()]
+    np.testing.assert_allclose(shown, [t["prob"] for t in cli["top"]], rtol=2e-3, atol=1e-6)
 
 
 def test_kl_and_rank_of_the_comparison():
@@ -216,6 +236,39 @@ def test_device_menu_without_cuda(qtbot, window):
     assert not window.actions_.cuda_action.isEnabled()
     assert window.actions_.cpu_action.isChecked()
     assert window.status.device_label.text() == "cpu"
+
+
+def test_device_change_runs_on_the_worker_and_keeps_the_view(qtbot, window):
+    st = window.state
+    trace = st.trace
+    window.set_device("cpu")
+    wait_idle(qtbot, window)
+    assert st.model_info.device == "cpu" and st.trace is not None
+    np.testing.assert_array_equal(st.trace.attention, trace.attention)
+    if not window.cuda_available:
+        window.set_device("cuda")
+        wait_idle(qtbot, window, lambda: window.last_error is not None)
+        assert "CUDA" in window.last_error and st.model_info.device == "cpu"
+        assert window.actions_.cpu_action.isChecked()
+
+
+def test_view_menu_toggles_every_dock(window):
+    texts = {a.text() for a in window.actions_.view_menu.actions()}
+    for title, dock in window.docks.items():
+        assert title in texts
+        dock.toggleViewAction().trigger()
+        assert not dock.isVisible()
+        dock.toggleViewAction().trigger()
+        assert dock.isVisible()
+
+
+def test_busy_indicator_shows_only_for_slow_work(qtbot, window):
+    status = window.status
+    status.set_busy(True)
+    assert not status.progress.isVisible()
+    qtbot.waitUntil(status.progress.isVisible, timeout=5000)
+    status.set_busy(False)
+    assert not status.progress.isVisible()
 
 
 def test_status_bar_shows_model_params_device_and_time(window):

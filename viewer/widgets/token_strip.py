@@ -11,7 +11,7 @@ import bisect
 import math
 
 import numpy as np
-from PySide6.QtCore import QEvent, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
@@ -206,6 +206,12 @@ class TokenStrip(QWidget):
         state.neuron_changed.connect(self._on_neuron)
         self._labels: tuple[str, ...] = ()
 
+    def show_selected(self) -> None:
+        i = self.canvas.selected
+        if i is not None and i < len(self.canvas.rects):
+            r = self.canvas.rects[i]
+            self.scroll.ensureVisible(r.center().x(), r.center().y(), 10, r.height())
+
     def set_mode(self, mode: str) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown colour mode {mode!r}; use one of {', '.join(MODES)}")
@@ -229,6 +235,8 @@ class TokenStrip(QWidget):
 
     def refresh(self) -> None:
         state = self.state
+        if state.query_index != self.canvas.selected:
+            QTimer.singleShot(0, self.show_selected)  # after the scroll area has taken the new height
         self.canvas.set_selected(state.query_index)
         values, legend = chip_values(state, self.mode)
         self.legend.setText(legend)
