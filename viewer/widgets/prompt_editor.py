@@ -7,8 +7,8 @@ last block_size tokens) or why it could not run.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFontMetrics, QKeySequence, QShortcut
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 
 DEBOUNCE_MS = 250
@@ -40,10 +40,14 @@ class PromptEditor(QWidget):
         self.timer.setInterval(debounce_ms)
         self.timer.timeout.connect(self.run_now)
         self.edit.textChanged.connect(self.timer.start)
-        for keys in ("Ctrl+Return", "Ctrl+Enter"):
-            shortcut = QShortcut(QKeySequence(keys), self.edit)
-            shortcut.setContext(Qt.WidgetShortcut)
-            shortcut.activated.connect(self.run_now)
+        self.edit.installEventFilter(self)  # Ctrl+Enter runs now instead of adding a line
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt name
+        if (obj is self.edit and event.type() == QEvent.KeyPress and event.key() in (Qt.Key_Return, Qt.Key_Enter)
+                and event.modifiers() & Qt.ControlModifier):
+            self.run_now()
+            return True
+        return super().eventFilter(obj, event)
 
     def text(self) -> str:
         return self.edit.toPlainText()
