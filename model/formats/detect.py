@@ -124,6 +124,9 @@ def _classify_pickle(path: str, obj: object) -> tuple[str, Reader]:
     if isinstance(obj, dict) and huggingface.is_hf_folder(folder) and _looks_gpt2(obj):
         state = obj.get("state_dict") if isinstance(obj.get("state_dict"), dict) else obj
         return "huggingface", lambda _src, n_head=None: huggingface.read_folder(folder, weights=path, raw=state)
+    if isinstance(obj, dict) and _looks_gpt2(obj):
+        raise CheckpointError(f"{path}: GPT-2-layout weights without their config: put the model's config.json "
+                              "beside the file (a Hugging Face folder) or save it as a nanoGPT ckpt.pt with model_args")
     raise CheckpointError(f"{path}: unknown checkpoint format: found a torch file holding {describe_object(obj)}, "
                           "which matches no known layout (nanoGPT, tutorial GPTStyleModel, Hugging Face GPT-2)")
 
@@ -161,6 +164,9 @@ def describe(head: bytes, size: int) -> str:
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError:
+        text = None
+    # NULs and other control bytes decode as UTF-8 too, but they make binary, not text.
+    if text is None or any(not (c.isprintable() or c.isspace()) for c in text):
         return f"{size} bytes of binary data starting {head[:8].hex(' ')}"
     start = " ".join(text.split())[:30]
     if start.startswith(("{", "[")):

@@ -502,3 +502,78 @@ def test_hf_folder_with_broken_config_json(tmp_path, hf_tiny):
     folder = save_hf_folder(hf_tiny, tmp_path / "hf", weights="safetensors")
     (tmp_path / "hf" / "config.json").write_text("{ not json")
     assert "config.json" in load_error(folder)
+
+
+# -- variants -------------------------------------------------------------------------------
+class _ParamPositionsBiasFreeAttention(GPTStyleModel):
+    """pos_emb as a (1, T, C) Parameter and MultiheadAttention(bias=False) beside biased Linears."""
+
+    def __init__(self, vocab, C, n_head, n_layer, block):
+        super().__init__(vocab, C, n_head, n_layer, block)
+        self.pos_emb = nn.Parameter(torch.zeros(1, block, C))
+        for b in self.blocks:
+            b.attn = nn.MultiheadAttention(C, n_head, bias=False, batch_first=True)
+
+    def forward(self, idx):
+        x = self.tok_emb(idx) + self.pos_emb[:, : idx.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def test_tutorial_variants_parameter_positions_and_bias_free_attention(tmp_path):
+    torch.manual_seed(12)
+    model = randomize_(_ParamPositionsBiasFreeAttention(SMALL_VOCAB, 32, 4, 2, 64), 12).eval()
+    assert "blocks.0.attn.in_proj_bias" not in model.state_dict()
+    torch.save(model.state_dict(), tmp_path / "t.pt")
+    loaded = load_checkpoint(str(tmp_path / "t.pt"), n_head=4)
+    assert loaded.config.bias and loaded.config.block_size == 64
+    assert torch.all(loaded.model.blocks[0].attn.c_attn.bias == 0)  # absent biases are zeros
+    with torch.no_grad():
+        torch.testing.assert_close(our_logits(loaded, ids()), model(ids()), rtol=1e-5, atol=1e-4)
+
+
+def test_hf_sharded_safetensors(tmp_path, hf_tiny):
+    from transformer_viewer.model.formats.huggingface import load_safetensors
+
+    folder = tmp_path / "hf"
+    save_hf_folder(hf_tiny, folder, weights="safetensors")
+    state = load_safetensors(str(folder / "model.safetensors"))
+    os.unlink(folder / "model.safetensors")
+    keys = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+    weight_map = {}
+    for name, part in shards.items():
+        save_file({k: state[k] for k in part}, str(folder / name))
+        weight_map.update({k: name for k in part})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    loaded = load_checkpoint(str(folder))
+    torch.testing.assert_close(our_logits(loaded, ids()), hf_logits(hf_tiny, ids()), rtol=1e-5, atol=1e-4)
+    os.unlink(folder / "model-00002-of-00002.safetensors")
+    assert "shard model-00002-of-00002.safetensors is missing" in load_error(str(folder))
+
+
+def test_nanogpt_incomplete_model_args(tmp_path, hf_exact_gelu):
+    ckpt = nanogpt_checkpoint(hf_exact_gelu)
+    del ckpt["model_args"]["n_head"]
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    assert "model_args lack n_head" in load_error(str(tmp_path / "ckpt.pt"))
+
+
+def test_hf_cache_without_refs_main_uses_a_snapshot(hf_home, hf_tiny):
+    snap = _fake_cache(hf_home, "models--gpt2", hf_tiny)
+    os.unlink(os.path.join(os.path.dirname(os.path.dirname(snap)), "refs", "main"))
+    assert load_checkpoint("gpt2").format == "huggingface"
+
+
+def test_hf_untied_config_without_head(tmp_path, hf_tiny):
+    folder = save_hf_folder(hf_tiny, tmp_path / "hf", weights="safetensors")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    cfg["tie_word_embeddings"] = False
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    assert "lm_head.weight" in load_error(folder)
+
+
+def test_gpt2_weights_without_config_say_what_is_missing(tmp_path, hf_tiny):
+    torch.save(hf_tiny.state_dict(), tmp_path / "weights.pt")
+    assert "config.json" in load_error(str(tmp_path / "weights.pt"))
