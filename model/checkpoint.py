@@ -18,8 +18,10 @@ from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import native
 from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.tokenizer import GPT2_VOCAB
 
 BUNDLED_NAME = "bundled.safetensors"
+VOCAB_PADDING = 256  # rows past the tokenizer a vocabulary may be padded with (alignment for speed)
 
 
 def bundled_checkpoint_path() -> str:
@@ -55,11 +57,26 @@ def load_checkpoint(path_or_name: str | None = None, device: str | torch.device 
         raise CheckpointError(f"the bundled model is not installed ({source} is missing); give a checkpoint path")
     fmt, reader = detect.find_reader(source)
     config, state, info = reader(source, n_head=n_head)
+    check_tokenizer(config, info.get("tokenizer", "gpt2"), source)
     model = build_model(config, state, source, key_name=info.get("key_name"))
     model.to(device=device, dtype=dtype)
     name = info.get("name") or _display_name(source)
     return LoadedModel(model=model, config=config, format=fmt, source=source, name=name,
                        tokenizer=info.get("tokenizer", "gpt2"), training=info.get("training", {}))
+
+
+def check_tokenizer(config: GPTConfig, tokenizer: str, source: str) -> None:
+    """The app has GPT-2's tokenizer only: a model made for another one would get ids it never
+    learned. Rows past GPT-2's 50257 are fine up to the next multiple of VOCAB_PADDING (nanoGPT
+    pads to 50304): no token id reaches them and the session ignores their logits."""
+    if tokenizer != "gpt2":
+        raise CheckpointError(f"{source}: the model needs the {tokenizer!r} tokenizer; transformer-viewer has "
+                              "only GPT-2's, so it cannot run this model")
+    limit = -(-GPT2_VOCAB // VOCAB_PADDING) * VOCAB_PADDING
+    if config.vocab_size > limit:
+        raise CheckpointError(f"{source}: vocab_size {config.vocab_size} is larger than GPT-2's tokenizer "
+                              f"({GPT2_VOCAB} tokens, padded at most to {limit}); the model was trained with "
+                              "another tokenizer, which transformer-viewer does not have")
 
 
 def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,
