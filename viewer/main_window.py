@@ -59,6 +59,7 @@ class MainWindow(QMainWindow):
         self.cuda_available = False
         self._error_box: QMessageBox | None = None
         self._shown_head = (0, 0)
+        self._shown_attention = None  # the attention array the heatmap and grid were drawn from
         self._requested_position: int | None = None
         self._build_views(debounce_ms)
         self.status = StatusBar(self)
@@ -179,10 +180,15 @@ class MainWindow(QMainWindow):
         st = self.state
         if trace is None:
             return
-        self._shown_head = (st.layer, st.head)
-        self.attention.set_trace(trace, st.layer, st.head, st.query_index)
-        self.head_grid.set_patterns(trace.attention, st.mask)
-        self.head_grid.set_selected(st.layer, st.head)
+        if trace.attention is self._shown_attention and (st.layer, st.head) == self._shown_head:
+            # Only the prediction position moved (the handler shares the arrays): no redraw.
+            self.attention.set_query(st.query_index)
+        else:
+            self._shown_head = (st.layer, st.head)
+            self._shown_attention = trace.attention
+            self.attention.set_trace(trace, st.layer, st.head, st.query_index)
+            self.head_grid.set_patterns(trace.attention, st.mask)
+            self.head_grid.set_selected(st.layer, st.head)
         self.prompt_editor.show_trace(trace, st.model_info.block_size if st.model_info else 0)
 
     # -- worker answers -------------------------------------------------------------------

@@ -93,19 +93,21 @@ def test_a_new_model_resets_what_no_longer_fits(qapp):
 
 
 def test_prompt_editor_debounces_and_runs_on_ctrl_enter(qtbot):
-    editor = PromptEditor(debounce_ms=80)
+    assert PromptEditor().timer.interval() == 250
+    editor = PromptEditor(debounce_ms=60_000)  # nothing can fire by time while typing
     qtbot.addWidget(editor)
     runs = []
     editor.run_requested.connect(runs.append)
     qtbot.keyClicks(editor.edit, "abc")
-    assert runs == []  # nothing while typing
-    qtbot.waitUntil(lambda: runs == ["abc"], timeout=3000)
-    qtbot.wait(150)
-    assert runs == ["abc"]  # once, after the last key
-    qtbot.keyClicks(editor.edit, "d")
+    assert runs == [] and editor.timer.isActive() and editor.timer.isSingleShot()
     qtbot.keyClick(editor.edit, Qt.Key_Return, Qt.ControlModifier)
-    assert runs[-1] == "abcd"  # at once
+    assert runs == ["abc"] and not editor.timer.isActive()  # at once, and the pending run is dropped
     assert "\n" not in editor.text()
+    editor.timer.setInterval(50)
+    qtbot.keyClicks(editor.edit, "d")
+    qtbot.waitUntil(lambda: runs[-1] == "abcd", timeout=5000)
+    qtbot.wait(120)
+    assert runs == ["abc", "abcd"]  # one run per pause
 
 
 def labels(n):
