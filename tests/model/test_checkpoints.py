@@ -577,3 +577,9 @@ def test_hf_untied_config_without_head(tmp_path, hf_tiny):
 def test_gpt2_weights_without_config_say_what_is_missing(tmp_path, hf_tiny):
     torch.save(hf_tiny.state_dict(), tmp_path / "weights.pt")
     assert "config.json" in load_error(str(tmp_path / "weights.pt"))
+
+
+def test_unknown_binary_data_is_called_binary(tmp_path):
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02abc\x03" * 8)
+    message = load_error(str(tmp_path / "blob.bin"))
+    assert "binary data starting 00 01 02" in message
