@@ -207,10 +207,18 @@ class TokenStrip(QWidget):
         self._labels: tuple[str, ...] = ()
 
     def show_selected(self) -> None:
+        """Scroll so the query's line is visible, snapped to whole lines (none cut at the top)."""
         i = self.canvas.selected
-        if i is not None and i < len(self.canvas.rects):
-            r = self.canvas.rects[i]
-            self.scroll.ensureVisible(r.center().x(), r.center().y(), 10, r.height())
+        if i is None or i >= len(self.canvas.rects):
+            return
+        r = self.canvas.rects[i]
+        bar = self.scroll.verticalScrollBar()
+        view_h = self.scroll.viewport().height()
+        if bar.value() <= r.top() - GAP and r.bottom() + GAP <= bar.value() + view_h:
+            return  # already in view
+        line = r.height() + GAP
+        above = max(0, min(1, (view_h // line) - 1))  # keep one line of context above when it fits
+        bar.setValue(max(0, r.top() - GAP - above * line))
 
     def set_mode(self, mode: str) -> None:
         if mode not in MODES:
