@@ -75,11 +75,18 @@ def write_native(path: str, config: GPTConfig, state: dict[str, torch.Tensor], t
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata=meta)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _first_line(e: BaseException) -> str:

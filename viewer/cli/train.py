@@ -45,6 +45,7 @@ def run(args) -> int:
     from transformer_viewer.model.train import TrainConfig, TrainingInterrupted, train
 
     _check_numbers(args)
+    _interrupt_on_signals()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -115,3 +116,15 @@ def command_line(args) -> list[str]:
         flag = "--" + key.replace("_", "-")
         out += [flag] if value is True else [flag, str(value)]
     return out
+
+
+def _interrupt_on_signals() -> None:
+    """Make Ctrl-C and SIGTERM both save and exit. A job started in the background by a shell
+    inherits SIGINT ignored, so the default handler is put back explicitly."""
+    import signal
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, interrupt)
