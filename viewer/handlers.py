@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import torch
+
 from transformer_viewer.model.capture import Session, Trace
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback

@@ -5,14 +5,24 @@ needs the model becomes a `TraceRequest` for the worker (newest wins, stale answ
 the answer is installed with `state.set_traces`, and every view redraws from its signals.
 
 Issue-5 views: build a widget that takes `window.state` (and `window.worker` to submit its own
-requests), then `window.add_view_dock("Residual stream", widget)`; it lands in the View menu.
+requests), then `window.add_view_dock("Residual stream", widget)` (listed in the View menu) or,
+for a view that needs room, `window.add_view_tab("Residual stream", widget)` beside the heatmap.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QMainWindow,
+    QMessageBox,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
 from transformer_viewer.viewer import window_actions
 from transformer_viewer.viewer.requests import (
     DeviceRequest,
@@ -90,15 +100,22 @@ class MainWindow(QMainWindow):
         self.add_view_dock("All heads", self.head_grid, Qt.LeftDockWidgetArea)
         self.add_view_dock("Head mask", self.mask_grid, Qt.LeftDockWidgetArea)
         self.add_view_dock("Next token", self.logits, Qt.RightDockWidgetArea)
-        central = QWidget()
-        lay = QVBoxLayout(central)
+        # The middle is a tab widget: big views can live beside the attention heatmap
+        # (`add_view_tab`); its tab bar shows only once there is a second tab.
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.setTabBarAutoHide(True)
+        page = QWidget()
+        lay = QVBoxLayout(page)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(self.attention)
-        self.setCentralWidget(central)
-        # Both grids are layers x heads, so they share the left column; the heatmap gets the middle.
-        self.resizeDocks([self.docks["All heads"], self.docks["Next token"]], [360, 380], Qt.Horizontal)
-        self.resizeDocks([self.docks["Prompt and tokens"]], [250], Qt.Vertical)
-        self.resizeDocks([self.docks["All heads"], self.docks["Head mask"]], [330, 240], Qt.Vertical)
+        self.tabs.addTab(page, "Attention")
+        self.setCentralWidget(self.tabs)
+        # Side columns run the full height; a bottom dock sits under the middle only.
+        self.setCorner(Qt.BottomLeftCorner, Qt.LeftDockWidgetArea)
+        self.setCorner(Qt.BottomRightCorner, Qt.RightDockWidgetArea)
+        self._sized = False
+        self.apply_default_sizes()
         self.prompt_editor.edit.setFocus()
 
     def add_view_dock(self, title: str, widget: QWidget, area=Qt.BottomDockWidgetArea,
@@ -115,6 +132,25 @@ class MainWindow(QMainWindow):
         if hasattr(self, "actions_"):
             self.actions_.view_menu_add(dock)
         return dock
+
+    def apply_default_sizes(self) -> None:
+        """Both grids are layers x heads, so they share the left column; the heatmap gets the middle."""
+        d = self.docks
+        self.resizeDocks([d["All heads"], d["Next token"]], [360, 400], Qt.Horizontal)
+        # With views docked below the heatmap too, the tokens get fewer lines so it keeps some room.
+        below = any(self.dockWidgetArea(w) == Qt.BottomDockWidgetArea and not w.isHidden() for w in d.values())
+        self.resizeDocks([d["Prompt and tokens"]], [150 if below else 250], Qt.Vertical)
+        self.resizeDocks([d["All heads"], d["Head mask"]], [330, 240], Qt.Vertical)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt name
+        super().showEvent(event)
+        if not self._sized:  # docks added after __init__ (extensions) re-flow the layout once
+            self._sized = True
+            QTimer.singleShot(0, self.apply_default_sizes)
+
+    def add_view_tab(self, title: str, widget: QWidget) -> int:
+        """Put a large view in a tab beside the attention heatmap; returns the tab's index."""
+        return self.tabs.addTab(widget, title)
 
     def _connect(self) -> None:
         st, w = self.state, self.worker

@@ -18,6 +18,7 @@ import traceback
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
+
 from transformer_viewer.viewer.requests import (
     Cancelled,
     Failure,

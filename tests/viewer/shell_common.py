@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from transformer_viewer.model.checkpoint import save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT
@@ -44,6 +45,7 @@ def wait_idle(qtbot, window, condition=lambda: True, timeout: int = WAIT_MS) -> 
 
 def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT):
     from PySide6.QtCore import QSettings
+
     from transformer_viewer.viewer.main_window import MainWindow
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)

@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 from PySide6.QtGui import QImage
+
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli import gui
 from transformer_viewer.viewer.cli.main import gui_parser

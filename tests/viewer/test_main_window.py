@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
+
+from tests.viewer.shell_common import PROMPT, mask_of, new_window, reference_session, wait_idle
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.tokenizer import Tokenizer
 from transformer_viewer.viewer import window_actions
 from transformer_viewer.viewer.widgets.logits_panel import compare, token_label
-
-from tests.viewer.shell_common import PROMPT, mask_of, new_window, reference_session, wait_idle
 
 
 def chip_center(window, i: int) -> QPoint:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, Qt
+
 from transformer_viewer.viewer.state import ModelInfo, ViewerState
 from transformer_viewer.viewer.widgets.prompt_editor import PromptEditor
 from transformer_viewer.viewer.widgets.token_strip import ChipCanvas

@@ -8,6 +8,8 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+
+from tests.viewer.shell_common import PROMPT, WAIT_MS, reference_session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError, ModelError
 from transformer_viewer.viewer.requests import (
@@ -19,8 +21,6 @@ from transformer_viewer.viewer.requests import (
     register_handler,
 )
 from transformer_viewer.viewer.worker import NO_MODEL, WorkerClient
-
-from tests.viewer.shell_common import PROMPT, WAIT_MS, reference_session
 
 GATE = threading.Event()  # lets a test hold a handler mid-run
 

@@ -61,6 +61,7 @@ def run(args) -> int:
         settings = QSettings(os.path.join(scratch, "settings.ini"), QSettings.IniFormat)  # leave the user's alone
     window = MainWindow(settings=settings, worker=worker)
     window.device_choice = args.device
+    install_extensions(window)
     window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     if args.screenshot:
         window.resize(*DEFAULT_SIZE)
@@ -72,13 +73,34 @@ def run(args) -> int:
             lambda _t: print(f"first trace drawn after {time.perf_counter() - t0:.2f} s", file=sys.stderr))
     if not args.screenshot:
         return app.exec()
+    from PySide6.QtCore import QEventLoop
+
     shot = Screenshot(window, args.screenshot)
-    app.exec()
+    loop = QEventLoop()  # a local loop: an application that outlives us (tests) is left usable
+    shot.done = loop.quit
+    loop.exec()
     if shot.error:
         print(f"error: {shot.error}", file=sys.stderr)
         return 2
     print(f"wrote {os.path.abspath(args.screenshot)} ({shot.size[0]}x{shot.size[1]})")
     return 0
+
+
+EXTENSIONS = ("transformer_viewer.viewer.analysis_docks:install_analysis_docks",)
+
+
+def install_extensions(window) -> None:
+    """Dock the views other modules provide (issue 5's analysis views), when they are installed.
+
+    Only a module that is absent is skipped; one that fails to import or install fails loudly."""
+    import importlib
+    import importlib.util
+
+    for entry in EXTENSIONS:
+        module_name, _, attr = entry.partition(":")
+        if importlib.util.find_spec(module_name) is None:
+            continue
+        getattr(importlib.import_module(module_name), attr)(window)
 
 
 def fit_to_screen(window, app) -> None:
@@ -102,6 +124,7 @@ class Screenshot:
         self.error: str | None = None
         self.size = (0, 0)
         self._done = False
+        self.done = lambda: None  # set by run(): ends its event loop
         window.idle.connect(self._maybe_shoot)
         self._timeout = QTimer(window)
         self._timeout.setSingleShot(True)
@@ -124,17 +147,23 @@ class Screenshot:
             return  # something new was asked meanwhile; idle fires again
         self._done = True
         from PySide6.QtWidgets import QApplication
+
+        from transformer_viewer.model.errors import ModelError
         from transformer_viewer.viewer.export import atomic_path
 
         QApplication.processEvents()
-        image = self.window.grab().toImage()
-        self.size = (image.width(), image.height())
-        with atomic_path(self.path) as tmp:
-            if not image.save(tmp, "PNG"):
-                raise OSError(f"could not write {self.path}")
         st = self.window.state
         if error is None and st.trace is None:
             error = self.window.last_error or "no trace was drawn"
-        self.error = error
-        self.window.close()
-        QApplication.instance().quit()
+        try:
+            image = self.window.grab().toImage()
+            self.size = (image.width(), image.height())
+            with atomic_path(self.path) as tmp:
+                if not image.save(tmp, "PNG"):
+                    raise OSError(f"Qt could not encode the {self.size[0]}x{self.size[1]} screenshot")
+        except (OSError, ModelError) as e:
+            error = f"{self.path}: {e}"
+        finally:
+            self.error = error
+            self.window.close()
+            self.done()
