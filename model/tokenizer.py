@@ -93,11 +93,28 @@ class Tokenizer:
         labels = tuple(self.label(i) for i in ids)
         return Tokenized(tuple(ids), labels, tuple(self.spans(ids, text)), text)
 
-    def spans(self, ids, text: str) -> list[tuple[int, int]]:
+    def tokenize_last(self, text: str, n: int) -> tuple[Tokenized, int]:
+        """The last `n` tokens of `text` (their text and spans start where they do) and how many
+        tokens were dropped before them. Same result as slicing `tokenize(text)`, but labels and
+        spans are made for the kept tokens only: a 1 MB paste costs its encoding, not seconds
+        of per-token Python."""
+        ids = self.encode(text)
+        dropped = max(0, len(ids) - n)
+        if not dropped:
+            return Tokenized(tuple(ids), tuple(self.label(i) for i in ids), tuple(self.spans(ids, text)), text), 0
+        kept = ids[dropped:]
+        head = self.enc.decode_bytes(ids[:dropped])
+        complete = _complete_prefix(head)
+        start = min(len(complete.decode("utf-8", errors="replace")), len(text))
+        tail = text[start:]
+        spans = self.spans(kept, tail, pending=head[len(complete):])
+        return Tokenized(tuple(kept), tuple(self.label(i) for i in kept), tuple(spans), tail), dropped
+
+    def spans(self, ids, text: str, pending: bytes = b"") -> list[tuple[int, int]]:
         """Character span of each token. A token that ends mid-character gets the characters it
-        completes; one holding only part of a character gets an empty span."""
+        completes; one holding only part of a character gets an empty span. `pending`: bytes of
+        a character begun by tokens before `ids` (see tokenize_last)."""
         spans = []
-        pending = b""  # bytes of a character not yet complete
         done = 0
         for i in ids:
             pending += self.token_bytes(i)
