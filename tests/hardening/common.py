@@ -1,0 +1,110 @@
+"""Helpers of the hardening tests: the tiny model, a loaded main window, dialogs that never block,
+and hooks that turn any uncaught exception (GUI or worker thread) into a test failure."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import torch
+
+from transformer_viewer.model.checkpoint import save_checkpoint
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.gpt import GPT
+
+TINY = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=64)
+PROMPT = "The cat sat on the mat. The cat"
+WAIT_MS = 60000  # a shared, busy machine; the tiny model answers in milliseconds when it is not
+
+
+def save_tiny(path, seed: int = 0, config: GPTConfig = TINY) -> str:
+    torch.manual_seed(seed)
+    model = GPT(config).eval()
+    with torch.no_grad():  # peakier attention than the init gives, so heads differ
+        for block in model.blocks:
+            block.attn.c_attn.weight.mul_(8.0)
+    save_checkpoint(model, str(path))
+    return str(path)
+
+
+def one_line(message: str) -> bool:
+    return bool(message) and "\n" not in message and "\r" not in message and "Traceback" not in message
+
+
+# -- GUI -------------------------------------------------------------------------------------
+def wait_idle(qtbot, window, condition=lambda: True, timeout: int = WAIT_MS) -> None:
+    qtbot.waitUntil(lambda: not window.worker.busy and condition(), timeout=timeout)
+
+
+def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT, debounce_ms: int = 30):
+    from PySide6.QtCore import QSettings
+
+    from transformer_viewer.viewer.main_window import MainWindow
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+    window = MainWindow(settings=settings, debounce_ms=debounce_ms)
+    qtbot.addWidget(window)
+    window.show()
+    if prompt is not None:
+        window.state.set_prompt(prompt)
+    if ckpt is not None:
+        window.load(ckpt, device="cpu")
+        wait_idle(qtbot, window, lambda: window.state.model_info is not None
+                  and (prompt is None or window.state.trace is not None))
+    return window
+
+
+class Dialogs:
+    """Every message box the app opens, recorded instead of shown (none can block a test)."""
+
+    def __init__(self, monkeypatch):
+        from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
+
+        self.shown: list[str] = []
+
+        def record_open(box, *_a):
+            self.shown.append(box.text())
+
+        def record_static(_parent, _title, text, *_a, **_kw):
+            self.shown.append(text)
+            return QMessageBox.Ok
+
+        monkeypatch.setattr(QMessageBox, "open", record_open)
+        monkeypatch.setattr(QMessageBox, "exec", lambda box, *_a: record_open(box) or QMessageBox.Ok)
+        for name in ("warning", "critical", "information", "question"):
+            monkeypatch.setattr(QMessageBox, name, staticmethod(record_static))
+        # File dialogs would wait for a person: answer "cancelled".
+        monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: ("", "")))
+        monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: ("", "")))
+        monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: ""))
+        monkeypatch.setattr(QInputDialog, "getDouble", staticmethod(lambda *a, **k: (1.0, False)))
+        monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("", False)))
+
+    @property
+    def last(self) -> str | None:
+        return self.shown[-1] if self.shown else None
+
+
+class UncaughtExceptions:
+    """Installs sys.excepthook and threading.excepthook that record instead of printing; the test
+    asserts `errors` is empty. Qt calls sys.excepthook for exceptions escaping slots and events."""
+
+    def __init__(self):
+        self.errors: list[str] = []
+        self._old_sys = sys.excepthook
+        self._old_threading = threading.excepthook
+
+    def __enter__(self):
+        def hook(exc_type, exc, tb):
+            import traceback
+
+            self.errors.append("".join(traceback.format_exception(exc_type, exc, tb)))
+
+        sys.excepthook = hook
+        threading.excepthook = lambda args: hook(args.exc_type, args.exc_value, args.exc_traceback)
+        return self
+
+    def __exit__(self, *exc):
+        sys.excepthook = self._old_sys
+        threading.excepthook = self._old_threading
+        return False

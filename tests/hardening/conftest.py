@@ -1,0 +1,37 @@
+"""Fixtures of the hardening suite: the bad-checkpoint corpus and the tiny model, built once."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.hardening import corpus as corpus_module
+from tests.hardening.common import save_tiny
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """(entries, marker): the generated bad files, and the file a code payload would create."""
+    return corpus_module.build(str(tmp_path_factory.mktemp("bad-checkpoints")))
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory) -> str:
+    return save_tiny(tmp_path_factory.mktemp("tiny") / "tiny.safetensors")
+
+
+@pytest.fixture
+def dialogs(monkeypatch):
+    from tests.hardening.common import Dialogs
+
+    return Dialogs(monkeypatch)
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Two cores shared with a training run: one intra-op thread is faster than two fighting."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
