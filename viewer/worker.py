@@ -214,15 +214,16 @@ class WorkerClient(QObject):
         if self.is_latest(progress.request):
             self.progress.emit(progress)
 
-    def close(self, timeout_ms: int = 30000) -> bool:
-        """Cancel all, stop the thread and wait for it; True when it has finished."""
+    def close(self, timeout_ms: int | None = None) -> bool:
+        """Cancel all, stop the thread and wait for it (a forward in flight cannot be interrupted,
+        and destroying a running QThread aborts the process); True when it has finished."""
         if self._closed:
             return self.thread.isFinished()
         self._closed = True
         self._queue.cancel()
         self._outstanding.clear()
         self.thread.quit()
-        finished = self.thread.wait(timeout_ms)
+        finished = self.thread.wait() if timeout_ms is None else self.thread.wait(timeout_ms)
         if finished:
             self.worker.session = None  # free the model now, not at interpreter exit
         return finished

@@ -301,6 +301,16 @@ def test_token_tooltip_and_colour_modes(qtbot, window):
     assert "neuron 5" in legend
 
 
+def test_examples_menu_runs_an_example(qtbot, window):
+    actions = window.actions_.examples_menu.actions()
+    if not actions:
+        pytest.skip("no example prompts installed")
+    actions[0].trigger()
+    text = window_actions.example_prompts()[0].text
+    assert window.prompt_editor.text() == text
+    wait_idle(qtbot, window, lambda: window.state.trace.text.endswith(text[-20:]))
+
+
 def test_close_stops_the_worker_thread(qtbot, tmp_path, tiny_ckpt):
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     thread = w.worker.thread
