@@ -193,7 +193,14 @@ class WindowActions:
             self.w.addAction(a)  # works with the menu bar hidden too
             self.nav_actions.append(a)
         m.addSeparator()
+        self._action(m, "Reset &layout", self.reset_layout, tip="show every dock again at its default size")
         self._action(m, "Reset heatmap zoom", lambda: self.w.attention.heatmap.reset_view(), QKeySequence("Ctrl+0"))
+
+    def reset_layout(self) -> None:
+        for dock in self.w.docks.values():
+            dock.setFloating(False)
+            dock.show()
+        self.w.apply_default_sizes()
 
     def view_menu_add(self, dock) -> None:
         self.view_menu.insertAction(self._dock_anchor, dock.toggleViewAction())

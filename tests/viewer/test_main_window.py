@@ -260,6 +260,9 @@ def test_view_menu_toggles_every_dock(window):
         assert not dock.isVisible()
         dock.toggleViewAction().trigger()
         assert dock.isVisible()
+    window.docks["Next token"].close()
+    window.actions_.reset_layout()
+    assert window.docks["Next token"].isVisible()
 
 
 def test_busy_indicator_shows_only_for_slow_work(qtbot, window):
