@@ -45,6 +45,8 @@ class StatusBar(QStatusBar):
         text = f"forward {ms:.1f} ms"
         if first_layer and first_layer >= n_layer:
             text += " (all layers cached)"
+        elif first_layer == 1:
+            text += " (layer 0 cached)"
         elif first_layer:
             text += f" (layers 0\u2013{first_layer - 1} cached)"
         self.forward_label.setText(text)
