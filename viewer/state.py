@@ -59,7 +59,7 @@ class ViewerState(QObject):
     selection_changed = Signal()
     mask_changed = Signal(object)
     neuron_changed = Signal(object)
-    prompt_changed = Signal(str)
+    prompt_changed = Signal(object)  # str; `object` passes a long prompt without UTF-16 round trips
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)

@@ -17,7 +17,7 @@ DEBOUNCE_MS = 250
 class PromptEditor(QWidget):
     """Emits `run_requested(text)` 250 ms after the last edit, or at once on Ctrl+Enter."""
 
-    run_requested = Signal(str)
+    run_requested = Signal(object)  # str; `object` hands a 1 MB prompt over without two UTF-16 copies
 
     def __init__(self, parent: QWidget | None = None, debounce_ms: int = DEBOUNCE_MS):
         super().__init__(parent)
@@ -39,6 +39,8 @@ class PromptEditor(QWidget):
         self.timer.setSingleShot(True)
         self.timer.setInterval(debounce_ms)
         self.timer.timeout.connect(self.run_now)
+        self._text: str | None = None  # the editor's text until the next edit (toPlainText copies it all)
+        self.edit.textChanged.connect(self._edited)
         self.edit.textChanged.connect(self.timer.start)
         self.edit.installEventFilter(self)  # Ctrl+Enter runs now instead of adding a line
 
@@ -49,8 +51,13 @@ class PromptEditor(QWidget):
             return True
         return super().eventFilter(obj, event)
 
+    def _edited(self) -> None:
+        self._text = None
+
     def text(self) -> str:
-        return self.edit.toPlainText()
+        if self._text is None:
+            self._text = self.edit.toPlainText()
+        return self._text
 
     def set_text(self, text: str, run: bool = True) -> None:
         """Replace the prompt; `run=True` runs it now instead of after the debounce."""
@@ -58,6 +65,7 @@ class PromptEditor(QWidget):
             self.edit.blockSignals(True)
             self.edit.setPlainText(text)
             self.edit.blockSignals(False)
+            self._text = text
         if run:
             self.run_now()
 
