@@ -32,10 +32,13 @@ def apply() -> bool:
         return False
     import ctypes
 
-    refcnt = ctypes.c_ssize_t.from_address(id(None))  # ob_refcnt is the first field of PyObject
-    # getrefcount counts its own argument; allow for references taken by this very frame.
-    if abs(refcnt.value - (sys.getrefcount(None) - 1)) > 8:
-        return False  # not the layout we expect (a debug build): leave it alone
-    refcnt.value += RESERVE
+    # True and False are singletons too, and bool-returning calls leak them the same way
+    # ("Fatal Python error: bool_dealloc" at exit after many paints).
+    for singleton in (None, True, False):
+        refcnt = ctypes.c_ssize_t.from_address(id(singleton))  # ob_refcnt is the first field of PyObject
+        # getrefcount counts its own argument; allow for references taken by this very frame.
+        if abs(refcnt.value - (sys.getrefcount(singleton) - 1)) > 8:
+            return False  # not the layout we expect (a debug build): leave it alone
+        refcnt.value += RESERVE
     _applied = True
     return True
