@@ -57,10 +57,18 @@ def test_resume_continues(texts, tmp_path, capsys):
     assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS]) == 0
     more = [f if f != "4" else "6" for f in TINY_FLAGS]  # --steps 6
     assert main(["train", "--data", texts[0], "--out", str(out), *more, "--resume"]) == 0
-    assert "resuming" in capsys.readouterr().err
+    assert "resuming " + str(out) + " at step 4" in capsys.readouterr().err
     t = load_checkpoint(str(out)).training
     assert t["steps"] == 6 and [h["step"] for h in t["history"]] == [2, 4, 6]
     assert t["resumed"][0]["from_step"] == 4
+
+
+def test_sinusoidal_positions(texts, tmp_path, capsys):
+    out = tmp_path / "s.safetensors"
+    assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS, "--positional", "sinusoidal"]) == 0
+    capsys.readouterr()
+    loaded = load_checkpoint(str(out))
+    assert loaded.config.positional == "sinusoidal" and loaded.model.wpe is None
 
 
 def test_ctrl_c_exits_cleanly_with_the_model_saved(texts, tmp_path, capsys, monkeypatch):

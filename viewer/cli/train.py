@@ -16,6 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--block-size", type=int, default=256)
     p.add_argument("--activation", default="gelu_tanh", choices=["gelu_tanh", "gelu", "relu"])
+    p.add_argument("--positional", default="learned", choices=["learned", "sinusoidal"],
+                   help="learned position embeddings, or the fixed sin/cos table (default: learned)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=3e-3)
@@ -51,7 +53,7 @@ def run(args) -> int:
     device = resolve_device(args.device)
     try:
         config = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
-                           activation=args.activation)
+                           activation=args.activation, positional=args.positional)
     except ValueError as e:
         raise ModelError(str(e)) from None
     tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
@@ -60,10 +62,13 @@ def run(args) -> int:
                      freeze_unseen=args.freeze_unseen_rows)
     corpus = load_corpus(args.data, val_fraction=args.val_fraction)
     print(f"data: {len(corpus.train):,} training tokens, {len(corpus.val):,} validation tokens", file=sys.stderr)
+    done, last_val = 0, [float("nan")]
     if args.resume:
-        print(f"resuming {args.out}: its own model shape is used; training runs to step {tc.steps}", file=sys.stderr)
-    bar = tqdm(total=tc.steps, unit="step", dynamic_ncols=True, file=sys.stderr)
-    last_val = [float("nan")]
+        before = _saved_record(args.out)
+        done, last_val[0] = int(before.get("steps", 0)), float(before.get("final_val_loss", float("nan")))
+        print(f"resuming {args.out} at step {done}: its own model shape is used; training runs to step {tc.steps}",
+              file=sys.stderr)
+    bar = tqdm(total=tc.steps, initial=min(done, tc.steps), unit="step", dynamic_ncols=True, file=sys.stderr)
 
     def on_step(info):
         if "val_loss" in info:
@@ -128,3 +133,17 @@ def _interrupt_on_signals() -> None:
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def _saved_record(path: str) -> dict:
+    """The training record in a checkpoint's metadata, without loading its tensors ({} if none)."""
+    import json
+
+    from transformer_viewer.model.formats.native import read_metadata
+
+    meta = read_metadata(path) or {}
+    try:
+        record = json.loads(meta.get("training", "{}"))
+    except json.JSONDecodeError:
+        return {}
+    return record if isinstance(record, dict) else {}
