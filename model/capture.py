@@ -149,6 +149,9 @@ class Session:
         return pattern + mlp + (c.n_layer + 1) * T * c.n_embd * 4
 
     def max_tokens_within_budget(self) -> int:
+        """The longest prompt whose capture fits the budget (0: not even one token)."""
+        if self.estimate_bytes(1) > self.memory_budget:
+            return 0
         lo, hi = 1, self.config.block_size
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -165,9 +168,11 @@ class Session:
             raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
         T = ids.shape[1]
         if self.estimate_bytes(T) > self.memory_budget:
-            raise CaptureTooLargeError(
-                f"capturing {T} tokens needs about {self.estimate_bytes(T) / 2**20:.0f} MiB, over the "
-                f"{self.memory_budget / 2**20:.0f} MiB budget; shorten the prompt to {self.max_tokens_within_budget()} tokens or fewer")
+            fits = self.max_tokens_within_budget()
+            advice = (f"shorten the prompt to {fits} tokens or fewer" if fits else
+                      "not even one token fits; raise the memory budget")
+            raise CaptureTooLargeError(f"capturing {T} tokens needs about {_size(self.estimate_bytes(T))}, over the "
+                                       f"{_size(self.memory_budget)} budget; {advice}")
         p = self._position(position, T)
         start = self._start_layer(mask, ablation, self._cached_trace is not None)
         t0 = time.perf_counter()
@@ -337,6 +342,14 @@ class Session:
         if self._resid is None:
             raise ModelError("no run yet; call run() first")
         return list(self._resid)
+
+
+def _size(n: int) -> str:
+    """Bytes in the unit that reads best: a small budget is not "0 MiB"."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _setter(dest: list, index: int):

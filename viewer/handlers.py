@@ -6,13 +6,14 @@ This is where torch gets imported in the app; the GUI thread never imports this 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 
 import numpy as np
 import torch
 
-from transformer_viewer.model.capture import Session, Trace
+from transformer_viewer.model.capture import DEFAULT_MEMORY_BUDGET, Session, Trace
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
 from transformer_viewer.model.errors import ModelError
@@ -26,6 +27,24 @@ from transformer_viewer.viewer.requests import (
     TraceResult,
 )
 from transformer_viewer.viewer.state import ModelInfo
+
+MEMORY_BUDGET_ENV = "TV_MEMORY_BUDGET_MB"  # MiB of captured arrays one trace may hold
+
+
+def memory_budget() -> tuple[int, str | None]:
+    """The capture budget in bytes from $TV_MEMORY_BUDGET_MB (else the default), and a warning
+    when the variable is set to something unusable (the default is used then)."""
+    raw = os.environ.get(MEMORY_BUDGET_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MEMORY_BUDGET, None
+    try:
+        mib = float(raw)
+    except ValueError:
+        mib = math.nan
+    if not (math.isfinite(mib) and mib > 0):
+        return DEFAULT_MEMORY_BUDGET, (f"{MEMORY_BUDGET_ENV}={raw!r} is not a positive number of MiB; using the "
+                                       f"default of {DEFAULT_MEMORY_BUDGET >> 20} MiB")
+    return max(1, int(mib * 2**20)), None
 
 
 class WorkerSession(Session):
@@ -77,7 +96,9 @@ def handle_load(_session, request: LoadRequest, progress, _is_cancelled) -> NewS
     progress(0, 0, f"loading {os.path.basename(os.path.normpath(path)) if path else 'the bundled model'}…")
     device, warning = resolve_device_with_fallback(request.device)
     loaded = load_checkpoint(path, device=device, n_head=request.n_head)
-    session = WorkerSession(loaded)
+    budget, budget_warning = memory_budget()
+    session = WorkerSession(loaded, memory_budget=budget)
+    warning = "; ".join(w for w in (warning, budget_warning) if w) or None
     return NewSession(session, LoadResult(session.info(), warning))
 
 

@@ -33,7 +33,7 @@ def one_line(message: str) -> bool:
 
 # -- GUI -------------------------------------------------------------------------------------
 def wait_idle(qtbot, window, condition=lambda: True, timeout: int = WAIT_MS) -> None:
-    qtbot.waitUntil(lambda: not window.worker.busy and condition(), timeout=timeout)
+    qtbot.waitUntil(lambda: not window.worker.busy and bool(condition()), timeout=timeout)
 
 
 def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT, debounce_ms: int = 30):
