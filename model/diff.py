@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from transformer_viewer.model.capture import Trace
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.lens import LogitLens

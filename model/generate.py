@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import ABLATIONS, head_mask_hooks

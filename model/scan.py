@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import ABLATIONS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.config import GPTConfig

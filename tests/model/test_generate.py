@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
+
+from tests.model.analysis_common import tiny_session
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.generate import generate
 from transformer_viewer.model.hooks import count_hooks
 from transformer_viewer.model.tokenizer import Tokenized
-
-from tests.model.analysis_common import tiny_session
 
 
 def _step_by_step_greedy(session, ids, n, mask=None):

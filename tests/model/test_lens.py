@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 import torch
+
+from tests.model.analysis_common import tiny_session
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import count_hooks
 from transformer_viewer.model.lens import lens_labels, logit_lens, masked_residuals
-
-from tests.model.analysis_common import tiny_session
 
 
 def _full_logits(session, mask=None):
@@ -51,9 +51,8 @@ def test_intermediate_rows_match_a_manual_lens_and_ranks():
 
 
 def test_padded_vocab_rows_are_ignored():
-    from transformer_viewer.model.capture import Session
-
     from tests.model.analysis_common import TINY, tiny_loaded
+    from transformer_viewer.model.capture import Session
 
     loaded = tiny_loaded(config=TINY.replace(vocab_size=50304))
     with torch.no_grad():

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 import torch
+
+from tests.model.analysis_common import tiny_session
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import count_hooks
 from transformer_viewer.model.scan import head_scan, kl_divergence
-
-from tests.model.analysis_common import tiny_session
 
 
 def _single(layer, head, base=None):

@@ -56,6 +56,7 @@ def parse_token(spec: str | None, tokenizer, n_vocab: int, what: str = "--target
 def run(args) -> int:
     import torch
     from tqdm import tqdm
+
     from transformer_viewer.model.capture import Session
     from transformer_viewer.model.scan import head_scan
 
