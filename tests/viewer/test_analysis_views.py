@@ -1,0 +1,334 @@
+"""The issue-5 views in the real main window: residual, MLP, logit lens, head scan, diff, Continue."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from PySide6.QtCore import QSettings, Qt
+
+from tests.model.analysis_common import tiny_loaded
+from transformer_viewer.model.capture import Session
+from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.generate import generate
+from transformer_viewer.model.hooks import hooks
+from transformer_viewer.model.lens import logit_lens
+from transformer_viewer.model.scan import head_scan
+from transformer_viewer.model.tokenizer import Tokenizer
+
+PROMPT = "The cat sat on the mat because the cat was tired. The dog"
+WAIT_MS = 30000  # generous: the machine is shared with a training run
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    path = tmp_path_factory.mktemp("analysis") / "tiny.safetensors"
+    save_checkpoint(tiny_loaded().model, str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def wide_ckpt(tmp_path_factory):
+    """4 layers x 8 heads: a scan of 32 heads, long enough to cancel in the middle."""
+    path = tmp_path_factory.mktemp("analysis") / "wide.safetensors"
+    config = GPTConfig(n_layer=4, n_head=8, n_embd=32, block_size=64)
+    save_checkpoint(tiny_loaded(config=config).model, str(path))
+    return str(path)
+
+
+def idle_and(window, cond=lambda: True):
+    return lambda: not window.worker.busy and cond()
+
+
+def open_window(qtbot, tmp_path, ckpt, prompt=PROMPT):
+    from transformer_viewer.viewer.analysis_docks import install_analysis_docks
+    from transformer_viewer.viewer.main_window import MainWindow
+
+    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat), debounce_ms=20)
+    qtbot.addWidget(w)
+    if getattr(w, "analysis", None) is None:
+        install_analysis_docks(w, w.state, w.worker)
+    w.show()
+    w.load(ckpt, device="cpu")
+    qtbot.waitUntil(idle_and(w, lambda: w.state.model_info is not None), timeout=WAIT_MS)
+    w.run_prompt(prompt)
+    qtbot.waitUntil(idle_and(w, lambda: w.state.trace is not None and w.state.trace.text == prompt), timeout=WAIT_MS)
+    return w
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, ckpt):
+    w = open_window(qtbot, tmp_path, ckpt)
+    yield w
+    w.close()
+
+
+def set_mask(qtbot, w, *heads):
+    mask = np.zeros((w.state.n_layer, w.state.n_head), dtype=bool)
+    for layer, head in heads:
+        mask[layer, head] = True
+    w.state.set_mask(mask)
+    qtbot.waitUntil(idle_and(w, lambda: np.array_equal(w.state.trace.mask, mask)), timeout=WAIT_MS)
+
+
+def raw_norms(ckpt, prompt, mask=None):
+    """Residual norms recomputed from raw activations, without the capture code."""
+    from transformer_viewer.model.interventions import head_mask_hooks
+
+    loaded = load_checkpoint(ckpt)
+    ids = torch.tensor([Tokenizer().encode(prompt)])
+    acts = {}
+
+    def keep(name):
+        def hook(_m, _i, out):
+            acts[name] = out[0].float()
+        return hook
+    L = loaded.config.n_layer
+    names = ["hook_embed"] + [f"blocks.{la}.hook_resid_{w}" for la in range(L) for w in ("pre", "mid")]
+    names.append(f"blocks.{L - 1}.hook_resid_post")
+    extra = head_mask_hooks(mask, "zero") if mask is not None else []
+    with torch.no_grad(), hooks(loaded.model, [(n, keep(n)) for n in names] + extra):
+        loaded.model(ids)
+    return np.stack([acts[n].norm(dim=-1).numpy() for n in names])  # (2L + 2, T)
+
+
+def test_residual_view_values_equal_the_trace_and_raw_activations(window, qtbot, ckpt):
+    view = window.analysis.residual
+    st = window.state
+    trace = st.trace
+    np.testing.assert_array_equal(view.matrix(), trace.resid_norms)
+    assert view.row_labels() == trace.resid_labels and view.col_labels() == trace.labels
+    np.testing.assert_allclose(view.matrix(), raw_norms(ckpt, PROMPT), rtol=1e-5, atol=1e-5)
+    st.set_selection(layer=1, head=2, query=4)
+    np.testing.assert_array_equal(view.heads.matrix(), trace.head_norms[1])
+    assert view.heads.highlighted_row() == 2
+    curve = view.line.getPlotItem().listDataItems()[-1]
+    np.testing.assert_array_equal(curve.getData()[1], trace.resid_norms[:, 4])
+    # masked: the view follows the masked model and matches the raw masked activations
+    set_mask(qtbot, window, (0, 1))
+    mask = st.mask
+    np.testing.assert_allclose(view.matrix(), raw_norms(ckpt, PROMPT, mask), rtol=1e-5, atol=1e-5)
+
+
+def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window, qtbot):
+    a = window.analysis
+    st = window.state
+    st.set_selection(layer=1, head=0)
+    assert not a.residual.diff.isEnabled()
+    assert not np.any(a.diff.matrix()) and a.diff.matrix().shape == (st.n_tokens, st.n_tokens)
+    assert "exactly zero" in a.diff.info.text()
+    set_mask(qtbot, window, (0, 2))
+    for v in (a.residual, a.mlp, a.lens):
+        assert v.diff.isEnabled()
+        v.diff.setChecked(True)
+    trace, clean = st.trace, st.clean_trace
+    assert trace is not clean
+    np.testing.assert_array_equal(a.residual.matrix(), trace.resid_norms - clean.resid_norms)
+    assert not np.any(a.residual.matrix()[:2]) and np.all(np.any(a.residual.matrix()[2:], axis=1))  # from 0.mid on
+    want = trace.attention[1, 0].astype(np.float32) - clean.attention[1, 0].astype(np.float32)
+    np.testing.assert_array_equal(a.diff.matrix(), want)
+    assert np.any(want)
+    order = a.mlp.order()
+    want_mlp = (trace.mlp_post[1].astype(np.float32) - clean.mlp_post[1].astype(np.float32)).T[order]
+    np.testing.assert_array_equal(a.mlp.matrix(), want_mlp)
+    window.docks["Logit lens"].raise_()
+    qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
+    r = a.lens._current()
+    np.testing.assert_array_equal(a.lens.matrix(), r.diff)
+    assert a.lens.heatmap.levels()[0] == -a.lens.heatmap.levels()[1]  # centred at zero
+    # unmasking: the toggles switch off and every view shows the clean model again
+    window.state.set_mask(np.zeros_like(st.mask))
+    qtbot.waitUntil(idle_and(window, lambda: st.trace is st.clean_trace), timeout=WAIT_MS)
+    assert not a.residual.diff.active
+    np.testing.assert_array_equal(a.residual.matrix(), st.trace.resid_norms)
+    assert not np.any(a.diff.matrix())
+
+
+def test_lens_view_last_row_is_the_models_prediction(window, qtbot, ckpt):
+    a = window.analysis
+    window.docks["Logit lens"].raise_()
+    qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
+    r = a.lens._current()
+    trace = window.state.trace
+    assert r.lens.top_ids[-1, -1] == trace.next.top_ids[0]
+    np.testing.assert_array_equal(a.lens.matrix(), r.lens.top_probs)
+    assert not np.any(r.diff)
+    ref = Session(load_checkpoint(ckpt))
+    ref.set_prompt(PROMPT)
+    ref.run()
+    np.testing.assert_array_equal(logit_lens(ref).top_ids, r.lens.top_ids)
+    assert len(a.lens.heatmap.text_items()) == r.lens.top_ids.size  # 3 x 14 cells: tokens are written in
+    window.state.set_selection(query=3)
+    assert a.lens.table.item(2, 3).text() == "0"  # the final row ranks its own top token first
+    assert a.lens.table.item(0, 1).text() == ref.tokenizer.label(int(r.lens.top_ids[0, 3]))
+
+
+def test_mlp_view_sorting_top_list_and_neuron_selection(window, qtbot):
+    from transformer_viewer.viewer.widgets.token_strip import chip_values
+
+    a, st = window.analysis, window.state
+    st.set_selection(layer=1, query=5)
+    acts = st.trace.mlp_post[1].astype(np.float32).T  # (n_mlp, T)
+    a.mlp.set_sort("token")
+    assert a.mlp.order()[0] == int(np.argmax(acts[:, 5]))
+    assert np.all(np.diff(a.mlp.matrix()[:, 5]) <= 0)
+    a.mlp.set_sort("index")
+    np.testing.assert_array_equal(a.mlp.order(), np.arange(64))
+    a.mlp.set_sort("max")
+    assert np.all(np.diff(a.mlp.matrix().max(axis=1)) <= 0)
+    top = a.mlp.top_list()
+    assert [n for n, _ in top] == list(np.argsort(-acts[:, 5], kind="stable")[: len(top)])
+    assert top[0][1] == pytest.approx(float(acts[top[0][0], 5]), abs=1e-4)
+    a.mlp._on_table_click(2, 0)
+    assert st.neuron == top[2][0]
+    values, _ = chip_values(st, "neuron")
+    np.testing.assert_array_equal(values, st.trace.mlp_post[1, :, top[2][0]].astype(np.float32))
+    assert window.token_strip.mode == "neuron"
+
+
+def test_scan_view_runs_matches_the_library_and_click_masks(window, qtbot, ckpt):
+    a, st = window.analysis, window.state
+    window.docks["Head scan"].raise_()
+    st.set_selection(query=6)
+    a.scan.target_edit.setText(" the")
+    a.scan.run()
+    qtbot.waitUntil(lambda: not a.scan.running, timeout=WAIT_MS)
+    r = a.scan.result
+    ref = Session(load_checkpoint(ckpt))
+    ref.set_prompt(PROMPT)
+    want = head_scan(ref, target=262, position=6)
+    assert r.target_id == 262 and r.position == 6 and not r.cancelled
+    np.testing.assert_allclose(a.scan.matrix(), want.effect, atol=1e-5)
+    a.scan.shown_combo.setCurrentIndex(a.scan.shown_combo.findData("kl"))
+    np.testing.assert_allclose(a.scan.matrix(), want.kl, rtol=1e-4, atol=1e-7)
+    a.scan.heatmap.cell_clicked.emit(1, 3)
+    assert st.mask[1, 3]
+    a.scan.target_edit.setText("two tokens")
+    a.scan.run()
+    assert "2 GPT-2 tokens" in a.scan.info.text() and not a.scan.running
+
+
+def test_cancel_stops_a_scan_within_a_second_and_the_window_stays_usable(qtbot, tmp_path, wide_ckpt):
+    w = open_window(qtbot, tmp_path, wide_ckpt)
+    try:
+        a = w.analysis
+        model = w.worker.worker.session.model
+        # A slow model: every block sleeps, so the 32-head scan takes seconds.
+        handles = [b.register_forward_pre_hook(lambda *_: time.sleep(0.04)) for b in model.blocks]
+        w.docks["Head scan"].raise_()
+        a.scan.run()
+        qtbot.waitUntil(lambda: a.scan.progress.value() >= 2, timeout=WAIT_MS)
+        qtbot.mouseClick(a.scan.cancel_button, Qt.MouseButton.LeftButton)
+        t0 = time.perf_counter()
+        qtbot.waitUntil(lambda: not a.scan.running, timeout=1000)
+        assert time.perf_counter() - t0 < 1.0
+        for h in handles:
+            h.remove()
+        r = a.scan.result
+        assert r.cancelled and 2 <= r.n_done < 32
+        assert "cancelled after" in a.scan.info.text()
+        assert np.isnan(a.scan.matrix()[~r.done]).all()
+        # still usable: a mask change recomputes, and a new scan runs to the end
+        set_mask(qtbot, w, (2, 5))
+        ref = Session(load_checkpoint(wide_ckpt))
+        ref.set_prompt(PROMPT)
+        mask = np.zeros((4, 8), dtype=bool)
+        mask[2, 5] = True
+        assert w.state.trace.next.top_ids[0] == ref.predict(mask).top_ids[0]
+        a.scan.run()
+        qtbot.waitUntil(lambda: not a.scan.running, timeout=WAIT_MS)
+        assert not a.scan.result.cancelled and a.scan.result.n_done == 31
+    finally:
+        w.close()
+    assert not w.worker.thread.isRunning()
+
+
+def test_continue_appends_greedy_tokens_and_views_cover_them(window, qtbot, ckpt):
+    a, st = window.analysis, window.state
+    a.generate.n_spin.setValue(5)
+    a.generate.start()
+    qtbot.waitUntil(idle_and(window, lambda: a.generate.request_sent is None and st.prompt != PROMPT),
+                    timeout=WAIT_MS)
+    ref = Session(load_checkpoint(ckpt))
+    ref.set_prompt(PROMPT)
+    gen = generate(ref, 5)
+    assert st.prompt == PROMPT + gen.new_text
+    qtbot.waitUntil(idle_and(window, lambda: st.trace.text == st.prompt), timeout=WAIT_MS)
+    assert window.prompt_editor.text() == st.prompt
+    T = st.trace.n_tokens
+    assert a.residual.matrix().shape[1] == T and a.mlp.matrix().shape[1] == T
+    # sampled with a seed: the same seed, the same continuation
+    a.generate.mode_combo.setCurrentIndex(1)
+    a.generate.seed_spin.setValue(7)
+    req = a.generate.request()
+    assert req.temperature == pytest.approx(1.0) and req.seed == 7 and req.top_k == 40
+    assert np.array_equal(req.mask, st.mask)
+
+
+def test_views_export_png_svg_npy_csv(window, qtbot, tmp_path):
+    from transformer_viewer.viewer.export import read_csv_matrix
+
+    a = window.analysis
+    window.docks["Logit lens"].raise_()
+    qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
+    for name, view in (("residual", a.residual), ("mlp", a.mlp), ("lens", a.lens), ("diff", a.diff)):
+        for ext in (".png", ".svg", ".npy", ".csv"):
+            path = str(tmp_path / f"{name}{ext}")
+            assert view.export_button.export(path) == path
+        assert open(tmp_path / f"{name}.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+        svg = (tmp_path / f"{name}.svg").read_text()
+        assert svg.startswith("<?xml") and "<image" in svg
+        np.testing.assert_array_equal(np.load(tmp_path / f"{name}.npy"), view.matrix())
+        m, rows, cols = read_csv_matrix(tmp_path / f"{name}.csv")
+        np.testing.assert_allclose(m, view.matrix(), rtol=1e-6)
+        assert tuple(rows) == tuple(view.row_labels()) and tuple(cols) == tuple(view.col_labels())
+
+
+def test_export_cli_views(ckpt, tmp_path, capsys, qapp):
+    from transformer_viewer.viewer.cli.main import main
+
+    def export(view, out, *extra):
+        rc = main(["export", "--checkpoint", ckpt, "--prompt", PROMPT, "--view", view, "--out", str(out), *extra])
+        captured = capsys.readouterr()
+        assert rc == 0, captured.err
+        return captured
+
+    ref = Session(load_checkpoint(ckpt))
+    ref.set_prompt(PROMPT)
+    clean = ref.run()
+    export("residual", tmp_path / "r.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "r.npy"), clean.resid_norms)
+    rc = main(["export", "--checkpoint", ckpt, "--prompt", PROMPT, "--view", "residual", "--diff",
+               "--out", str(tmp_path / "rd.npy")])
+    assert rc == 2 and "--mask" in capsys.readouterr().err
+    export("residual", tmp_path / "rd.npy", "--diff", "--mask", "1.2")
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[1, 2] = True
+    rd = np.load(tmp_path / "rd.npy")
+    np.testing.assert_array_equal(rd, ref.run(mask).resid_norms - clean.resid_norms)
+    assert not np.any(rd[:4]) and np.any(rd[4:])  # layer 1's heads change nothing before 1.mid
+    export("diff", tmp_path / "d.npy", "--layer", "1", "--head", "1", "--mask", "0.0")
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[0, 0] = True
+    masked = ref.run(mask)
+    want = masked.attention[1, 1].astype(np.float32) - clean.attention[1, 1].astype(np.float32)
+    np.testing.assert_array_equal(np.load(tmp_path / "d.npy"), want)
+    export("mlp", tmp_path / "m.csv", "--layer", "1", "--sort", "index", "--rows", "5")
+    from transformer_viewer.viewer.export import read_csv_matrix
+
+    m, rows, _ = read_csv_matrix(tmp_path / "m.csv")
+    assert rows == ["n0", "n1", "n2", "n3", "n4"]
+    np.testing.assert_allclose(m, clean.mlp_post[1, :, :5].astype(np.float32).T, rtol=1e-6)
+    export("logit-lens", tmp_path / "l.npy")
+    ref.run()
+    np.testing.assert_array_equal(np.load(tmp_path / "l.npy"), logit_lens(ref).top_probs)
+    export("scan", tmp_path / "s.npy", "--target", " the", "--show", "kl")
+    np.testing.assert_allclose(np.load(tmp_path / "s.npy"), head_scan(ref, target=262).kl, rtol=1e-4, atol=1e-7)
+    export("scan", tmp_path / "s.png")
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+    rc = main(["export", "--checkpoint", ckpt, "--prompt", PROMPT, "--view", "scan", "--target", "two words",
+               "--out", str(tmp_path / "x.png")])
+    assert rc == 2 and "2 GPT-2 tokens" in capsys.readouterr().err

@@ -1,0 +1,71 @@
+"""The issue-5 views as docks of the main window: residual stream, MLP neurons, logit lens,
+head scan, attention diff, and the Continue (generation) bar.
+
+`install_analysis_docks(window, state, worker)` is the one call the main window makes; it
+registers the worker handlers (by name: no torch on the GUI thread), builds the views and
+docks them (tabbed together at the bottom; Continue under the prompt). They are listed in the
+View menu like every dock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt, QTimer
+
+DOCKS = ("Residual stream", "MLP neurons", "Logit lens", "Head scan", "Attention diff")
+CONTINUE_DOCK = "Continue"
+DOCK_HEIGHT = 310
+
+
+@dataclass
+class AnalysisViews:
+    residual: object
+    mlp: object
+    lens: object
+    scan: object
+    diff: object
+    generate: object
+
+    def all(self) -> dict:
+        return dict(zip((*DOCKS, CONTINUE_DOCK),
+                        (self.residual, self.mlp, self.lens, self.scan, self.diff, self.generate), strict=True))
+
+
+def install_analysis_docks(window, state=None, worker=None) -> AnalysisViews:
+    import transformer_viewer.viewer.analysis_requests  # noqa: F401 - registers the handlers
+    from transformer_viewer.model.tokenizer import Tokenizer
+    from transformer_viewer.viewer.widgets.diff_view import AttentionDiffView
+    from transformer_viewer.viewer.widgets.generate_control import GenerateControl
+    from transformer_viewer.viewer.widgets.lens_view import LensView
+    from transformer_viewer.viewer.widgets.mlp_view import MLPView
+    from transformer_viewer.viewer.widgets.residual_view import ResidualView
+    from transformer_viewer.viewer.widgets.scan_view import ScanView
+
+    state = state if state is not None else window.state
+    worker = worker if worker is not None else window.worker
+    tokenizer = Tokenizer()
+    views = AnalysisViews(
+        residual=ResidualView(state),
+        mlp=MLPView(state),
+        lens=LensView(state, worker),
+        scan=ScanView(state, worker),
+        diff=AttentionDiffView(state),
+        generate=GenerateControl(state, worker, run_prompt=getattr(window, "run_prompt", None)),
+    )
+    views.lens.set_label_function(tokenizer.label)
+    views.scan._tokenizer = tokenizer
+    docks = {}
+    first = None
+    for title, view in zip(DOCKS, (views.residual, views.mlp, views.lens, views.scan, views.diff), strict=True):
+        docks[title] = window.add_view_dock(title, view, Qt.BottomDockWidgetArea, tabify_with=first)
+        first = first or title
+    docks[first].raise_()
+    cont = window.add_view_dock(CONTINUE_DOCK, views.generate, Qt.TopDockWidgetArea)
+    prompt_dock = getattr(window, "docks", {}).get("Prompt and tokens")
+    if prompt_dock is not None:
+        window.splitDockWidget(prompt_dock, cont, Qt.Vertical)
+    # Before the first show Qt lays the docks out again; ask for the height once it has.
+    QTimer.singleShot(0, lambda: window.resizeDocks([docks[first]], [DOCK_HEIGHT], Qt.Vertical))
+    window.analysis = views
+    return views

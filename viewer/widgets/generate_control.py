@@ -1,0 +1,128 @@
+""""Continue": generate N tokens on the worker and append them to the prompt.
+
+Greedy, or sampled with a temperature and optional top-k from a seed (the same seed gives the
+same text), with or without the current head mask. The appended prompt then runs like typed
+text, so every view covers the generated tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6 import QtCore, QtWidgets
+
+
+class GenerateControl(QtWidgets.QWidget):
+    """`run_prompt(text)` is called with the extended prompt (the main window's run_prompt)."""
+
+    generated = QtCore.Signal(object)  # the model's Generation
+
+    def __init__(self, state, worker=None, run_prompt=None, parent=None):
+        super().__init__(parent)
+        self.state, self.worker = state, worker
+        self.run_prompt = run_prompt or state.set_prompt
+        self.request_sent = None
+        self.n_spin = QtWidgets.QSpinBox()
+        self.n_spin.setRange(1, 1024)
+        self.n_spin.setValue(20)
+        self.n_spin.setSuffix(" tokens")
+        self.mode_combo = QtWidgets.QComboBox()
+        self.mode_combo.addItem("greedy", "greedy")
+        self.mode_combo.addItem("sample", "sample")
+        self.mode_combo.currentIndexChanged.connect(self._update_enabled)
+        self.temp_spin = QtWidgets.QDoubleSpinBox()
+        self.temp_spin.setRange(0.05, 5.0)
+        self.temp_spin.setSingleStep(0.1)
+        self.temp_spin.setValue(1.0)
+        self.temp_spin.setPrefix("T ")
+        self.temp_spin.setToolTip("Sampling temperature")
+        self.topk_spin = QtWidgets.QSpinBox()
+        self.topk_spin.setRange(0, 50257)
+        self.topk_spin.setValue(40)
+        self.topk_spin.setPrefix("top-k ")
+        self.topk_spin.setSpecialValueText("top-k off")
+        self.topk_spin.setToolTip("Sample only from the k most likely tokens (0: all)")
+        self.seed_spin = QtWidgets.QSpinBox()
+        self.seed_spin.setRange(0, 2**31 - 1)
+        self.seed_spin.setValue(0)
+        self.seed_spin.setPrefix("seed ")
+        self.seed_spin.setToolTip("The same seed gives the same continuation")
+        self.mask_box = QtWidgets.QCheckBox("with mask")
+        self.mask_box.setChecked(True)
+        self.mask_box.setToolTip("Generate with the current head mask (the masked model) or without (clean)")
+        self.button = QtWidgets.QPushButton("Continue")
+        self.button.setToolTip("Generate and append to the prompt")
+        self.button.clicked.connect(self.start)
+        self.stop_button = QtWidgets.QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.stop_button.clicked.connect(self.stop)
+        self.info = QtWidgets.QLabel("")
+        self.info.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+        row = QtWidgets.QHBoxLayout(self)
+        row.setContentsMargins(4, 2, 4, 2)
+        for w in (self.button, self.n_spin, self.mode_combo, self.temp_spin, self.topk_spin, self.seed_spin,
+                  self.mask_box, self.stop_button):
+            row.addWidget(w)
+        row.addWidget(self.info, 1)
+        self._update_enabled()
+        if worker is not None:
+            worker.result.connect(self._on_result)
+            worker.failed.connect(self._on_failed)
+            worker.progress.connect(self._on_progress)
+
+    def _update_enabled(self) -> None:
+        sample = self.mode_combo.currentData() == "sample"
+        for w in (self.temp_spin, self.topk_spin, self.seed_spin):
+            w.setEnabled(sample)
+
+    def request(self):
+        """The GenerateRequest the controls describe."""
+        from transformer_viewer.viewer.analysis_requests import GenerateRequest
+
+        st = self.state
+        sample = self.mode_combo.currentData() == "sample"
+        return GenerateRequest(
+            text=st.prompt, n_tokens=self.n_spin.value(), temperature=self.temp_spin.value() if sample else 0.0,
+            top_k=(self.topk_spin.value() or None) if sample else None, seed=self.seed_spin.value() if sample else None,
+            mask=np.array(st.mask) if self.mask_box.isChecked() else None, ablation=st.ablation)
+
+    def start(self) -> None:
+        if self.worker is None or self.state.model_info is None or not self.state.prompt:
+            self.info.setText("type a prompt first")
+            return
+        self.request_sent = self.worker.submit(self.request())
+        self.button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+        self.info.setText("generating…")
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.cancel("generate")
+
+    def _mine(self, answer) -> bool:
+        return self.request_sent is not None and answer.request.rid == self.request_sent.rid
+
+    def _done(self) -> None:
+        self.request_sent = None
+        self.button.setEnabled(True)
+        self.stop_button.setEnabled(False)
+
+    def _on_progress(self, p) -> None:
+        if self._mine(p) and p.total:
+            self.info.setText(f"generating {int(p.done)}/{int(p.total)}…")
+
+    def _on_failed(self, failure) -> None:
+        if self._mine(failure):
+            self._done()
+            self.info.setText("stopped" if failure.cancelled else failure.message)
+
+    def _on_result(self, answer) -> None:
+        if not self._mine(answer):
+            return
+        self._done()
+        gen = answer.value
+        self.generated.emit(gen)
+        how = "greedy" if gen.greedy else f"T={gen.temperature:g}, top-k {gen.top_k or 'off'}, seed {gen.seed}"
+        masked = " with the mask" if gen.mask.any() else ""
+        self.info.setText(f"+{len(gen.new_ids)} tokens ({how}{masked})" + (" — stopped" if gen.cancelled else ""))
+        if len(gen.new_ids):
+            self.run_prompt(answer.request.text + gen.new_text)
