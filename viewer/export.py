@@ -19,6 +19,7 @@ import os
 import tempfile
 
 import numpy as np
+
 from transformer_viewer.model.errors import ModelError
 
 IMAGE_FORMATS = (".png", ".svg")
@@ -41,7 +42,10 @@ def extension(path) -> str:
 
 def check_writable(path) -> str:
     """The absolute path, after checking its folder exists and is a folder we can write."""
-    path = os.path.abspath(os.fspath(path))
+    path = os.fspath(path)
+    if "\x00" in path:  # os calls would raise ValueError, not OSError
+        raise ExportError(f"cannot write {path!r}: a file name cannot contain a NUL character; choose another name")
+    path = os.path.abspath(path)
     folder = os.path.dirname(path)
     if os.path.isdir(path):
         raise ExportError(f"cannot write {path}: it is a folder; give a file name inside it")
