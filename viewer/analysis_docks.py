@@ -3,8 +3,8 @@ head scan, attention diff, and the Continue (generation) bar.
 
 `install_analysis_docks(window, state, worker)` is the one call the main window makes; it
 registers the worker handlers (by name: no torch on the GUI thread), builds the views and
-docks them (tabbed together at the bottom; Continue under the prompt). They are listed in the
-View menu like every dock.
+places them: as tabs beside the attention heatmap where the window offers `add_view_tab`,
+else as docks tabbed together at the bottom; the Continue controls are a dock under "Next token".
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, QTimer
 
-DOCKS = ("Residual stream", "MLP neurons", "Logit lens", "Head scan", "Attention diff")
+VIEWS = ("Residual stream", "MLP neurons", "Logit lens", "Head scan", "Attention diff")
 CONTINUE_DOCK = "Continue"
 DOCK_HEIGHT = 310
 
@@ -28,7 +28,7 @@ class AnalysisViews:
     generate: object
 
     def all(self) -> dict:
-        return dict(zip((*DOCKS, CONTINUE_DOCK),
+        return dict(zip((*VIEWS, CONTINUE_DOCK),
                         (self.residual, self.mlp, self.lens, self.scan, self.diff, self.generate), strict=True))
 
 
@@ -55,17 +55,34 @@ def install_analysis_docks(window, state=None, worker=None) -> AnalysisViews:
     )
     views.lens.set_label_function(tokenizer.label)
     views.scan._tokenizer = tokenizer
-    docks = {}
-    first = None
-    for title, view in zip(DOCKS, (views.residual, views.mlp, views.lens, views.scan, views.diff), strict=True):
-        docks[title] = window.add_view_dock(title, view, Qt.BottomDockWidgetArea, tabify_with=first)
-        first = first or title
-    docks[first].raise_()
-    cont = window.add_view_dock(CONTINUE_DOCK, views.generate, Qt.TopDockWidgetArea)
-    prompt_dock = getattr(window, "docks", {}).get("Prompt and tokens")
-    if prompt_dock is not None:
-        window.splitDockWidget(prompt_dock, cont, Qt.Vertical)
-    # Before the first show Qt lays the docks out again; ask for the height once it has.
-    QTimer.singleShot(0, lambda: window.resizeDocks([docks[first]], [DOCK_HEIGHT], Qt.Vertical))
+    big = dict(zip(VIEWS, (views.residual, views.mlp, views.lens, views.scan, views.diff), strict=True))
+    if hasattr(window, "add_view_tab"):
+        # Tabs beside the attention heatmap: these views need the room of the middle.
+        for title, view in big.items():
+            window.add_view_tab(title, view)
+    else:
+        first = None
+        for title, view in big.items():
+            window.add_view_dock(title, view, Qt.BottomDockWidgetArea, tabify_with=first)
+            first = first or title
+        window.docks[first].raise_()
+        QTimer.singleShot(0, lambda: window.resizeDocks([window.docks[first]], [DOCK_HEIGHT], Qt.Vertical))
+    # Continue extends the prompt from the model's predictions: it sits under "Next token".
+    cont = window.add_view_dock(CONTINUE_DOCK, views.generate, Qt.RightDockWidgetArea)
+    next_dock = getattr(window, "docks", {}).get("Next token")
+    if next_dock is not None:
+        window.splitDockWidget(next_dock, cont, Qt.Vertical)
+        QTimer.singleShot(0, lambda: window.resizeDocks([cont], [cont.minimumSizeHint().height()], Qt.Vertical))
     window.analysis = views
     return views
+
+
+def show_view(window, title: str) -> None:
+    """Bring the analysis view `title` to the front (its tab, or its dock)."""
+    view = window.analysis.all()[title]
+    tabs = getattr(window, "tabs", None)
+    if tabs is not None and tabs.indexOf(view) >= 0:
+        tabs.setCurrentWidget(view)
+    elif title in getattr(window, "docks", {}):
+        window.docks[title].show()
+        window.docks[title].raise_()

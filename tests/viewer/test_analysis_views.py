@@ -18,6 +18,7 @@ from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.lens import logit_lens
 from transformer_viewer.model.scan import head_scan
 from transformer_viewer.model.tokenizer import Tokenizer
+from transformer_viewer.viewer.analysis_docks import show_view
 
 PROMPT = "The cat sat on the mat because the cat was tired. The dog"
 WAIT_MS = 30000  # generous: the machine is shared with a training run
@@ -134,7 +135,7 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
     order = a.mlp.order()
     want_mlp = (trace.mlp_post[1].astype(np.float32) - clean.mlp_post[1].astype(np.float32)).T[order]
     np.testing.assert_array_equal(a.mlp.matrix(), want_mlp)
-    window.docks["Logit lens"].raise_()
+    show_view(window, "Logit lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
     r = a.lens._current()
     np.testing.assert_array_equal(a.lens.matrix(), r.diff)
@@ -149,7 +150,7 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
 
 def test_lens_view_last_row_is_the_models_prediction(window, qtbot, ckpt):
     a = window.analysis
-    window.docks["Logit lens"].raise_()
+    show_view(window, "Logit lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
     r = a.lens._current()
     trace = window.state.trace
@@ -191,7 +192,7 @@ def test_mlp_view_sorting_top_list_and_neuron_selection(window, qtbot):
 
 def test_scan_view_runs_matches_the_library_and_click_masks(window, qtbot, ckpt):
     a, st = window.analysis, window.state
-    window.docks["Head scan"].raise_()
+    show_view(window, "Head scan")
     st.set_selection(query=6)
     a.scan.target_edit.setText(" the")
     a.scan.run()
@@ -218,7 +219,7 @@ def test_cancel_stops_a_scan_within_a_second_and_the_window_stays_usable(qtbot, 
         model = w.worker.worker.session.model
         # A slow model: every block sleeps, so the 32-head scan takes seconds.
         handles = [b.register_forward_pre_hook(lambda *_: time.sleep(0.04)) for b in model.blocks]
-        w.docks["Head scan"].raise_()
+        show_view(w, "Head scan")
         a.scan.run()
         qtbot.waitUntil(lambda: a.scan.progress.value() >= 2, timeout=WAIT_MS)
         qtbot.mouseClick(a.scan.cancel_button, Qt.MouseButton.LeftButton)
@@ -272,7 +273,7 @@ def test_views_export_png_svg_npy_csv(window, qtbot, tmp_path):
     from transformer_viewer.viewer.export import read_csv_matrix
 
     a = window.analysis
-    window.docks["Logit lens"].raise_()
+    show_view(window, "Logit lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
     for name, view in (("residual", a.residual), ("mlp", a.mlp), ("lens", a.lens), ("diff", a.diff)):
         for ext in (".png", ".svg", ".npy", ".csv"):

@@ -87,14 +87,15 @@ def test_scan_equals_predict_cli_with_the_head_masked(ckpt, capsys):
     target = data["target"]["id"]
     for h in data["heads"][:3]:
         rc = main(["predict", "--checkpoint", ckpt, "--prompt", PROMPT, "--mask", f"{h['layer']}.{h['head']}",
-                   "--json", "--top-k", "50257"])
+                   "--json", "--top-k", "2000"])
         out = capsys.readouterr()
         assert rc == 0, out.err
         pred = json.loads(out.out)
         probs = _predict_probs(pred)
+        assert target in probs
         assert probs[target] == pytest.approx(h["target_prob"], rel=1e-4)
 
 
 def _predict_probs(pred) -> dict[int, float]:
-    """{token id: probability} from predict's JSON (its schema belongs to predict.py)."""
-    raise NotImplementedError("fill in once predict.py's JSON schema is known")
+    """{token id: probability} from predict's JSON: {"top": [{"id", "token", "prob", "logit"}, ...]}."""
+    return {t["id"]: t["prob"] for t in pred["top"]}

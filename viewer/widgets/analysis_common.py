@@ -16,8 +16,9 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from transformer_viewer.viewer.widgets.heatmap import HeatmapView
 from transformer_viewer.viewer.widgets.token_axis import short_label
 
-MAX_TEXT_CELLS = 400  # beyond this many cells, values and tokens are only in the hover readout
+MAX_TEXT_CELLS = 600  # beyond this many cells, values and tokens are only in the hover readout
 TEXT_CHARS = 7
+MIN_TEXT_CELL_PX = 40  # cell texts show only while a cell is at least this wide on screen
 
 DIFF_TIP = ("Show masked minus clean on a diverging scale centred at zero "
             "(mask a head first; unmasked the difference is exactly zero)")
@@ -48,6 +49,27 @@ class DiffToggle(QtWidgets.QCheckBox):
         return (self.isChecked() and st.trace is not None and st.clean_trace is not None
                 and st.trace is not st.clean_trace and bool(st.trace.mask.any())
                 and st.trace.n_tokens == st.clean_trace.n_tokens)
+
+
+class AdaptiveSplitter(QtWidgets.QSplitter):
+    """A splitter that lays its parts side by side when it is wide and stacks them when it is
+    not (a tab in the middle of the window is narrow, a floating dock may be wide). `inner`, a
+    splitter among the parts, gets the other orientation, so a side panel keeps its shape."""
+
+    def __init__(self, ratio: float = 1.6, inner: QtWidgets.QSplitter | None = None, parent=None):
+        super().__init__(QtCore.Qt.Orientation.Horizontal, parent)
+        self.ratio, self.inner = ratio, inner
+        self.setChildrenCollapsible(False)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt name
+        size = event.size()
+        wide = size.width() >= self.ratio * size.height()
+        want = QtCore.Qt.Orientation.Horizontal if wide else QtCore.Qt.Orientation.Vertical
+        if want != self.orientation():
+            self.setOrientation(want)
+            if self.inner is not None:
+                self.inner.setOrientation(QtCore.Qt.Orientation.Vertical if wide else QtCore.Qt.Orientation.Horizontal)
+        super().resizeEvent(event)
 
 
 class ExportButton(QtWidgets.QToolButton):
@@ -102,7 +124,22 @@ class TextHeatmap(HeatmapView):
         super().__init__(parent)
         self.cell_texts: list[list[str]] = []
         self.hover_prefix = "top token"
-        self._texts: list[pg.TextItem] = []
+        self._cell_items: list[pg.TextItem] = []
+        self.view.sigRangeChanged.connect(lambda *_: self._update_text_visibility())
+        self.view.sigResized.connect(lambda *_: self._update_text_visibility())
+
+    def _update_text_visibility(self) -> None:
+        """Texts only while they fit: zooming in on a long prompt brings them back."""
+        if not self._cell_items:
+            return
+        (x0, x1), _ = self.view.viewRange()
+        cell_px = self.view.width() / max(x1 - x0, 1e-9)
+        show = cell_px >= MIN_TEXT_CELL_PX
+        for t in self._cell_items:
+            t.setVisible(show)
+
+    def texts_visible(self) -> bool:
+        return bool(self._cell_items) and self._cell_items[0].isVisible()
 
     def hover_text(self, row: int, col: int) -> str:
         base = super().hover_text(row, col)
@@ -112,9 +149,9 @@ class TextHeatmap(HeatmapView):
 
     def set_cell_text(self, texts: list[list[str]], dark_text: np.ndarray | None = None) -> None:
         """Write `texts` (R x C) into the cells; `dark_text` (R, C) bool picks black over white."""
-        for t in self._texts:
+        for t in self._cell_items:
             self.plot.removeItem(t)
-        self._texts = []
+        self._cell_items = []
         self.cell_texts = texts
         R = len(texts)
         C = len(texts[0]) if R else 0
@@ -130,15 +167,20 @@ class TextHeatmap(HeatmapView):
                 t.setFont(font)
                 t.setPos(c + 0.5, r + 0.5)
                 self.plot.addItem(t, ignoreBounds=True)
-                self._texts.append(t)
+                self._cell_items.append(t)
+        self._update_text_visibility()
 
     def text_items(self) -> list[pg.TextItem]:
-        return self._texts
+        return self._cell_items
 
 
 def depth_plot(title: str = "", left: str = "", bottom: str = "") -> pg.PlotWidget:
     """A small line plot whose x axis names residual-stream positions through depth."""
     w = pg.PlotWidget()
+    w.depth_labels = None
+    # Re-thin the depth labels when the plot changes size (a signal: no Qt virtual overridden).
+    w.getPlotItem().getViewBox().sigResized.connect(
+        lambda *_: set_depth_ticks(w, w.depth_labels) if w.depth_labels else None)
     w.setBackground("w")
     item = w.getPlotItem()
     item.showGrid(x=True, y=True, alpha=0.25)
@@ -153,22 +195,48 @@ def depth_plot(title: str = "", left: str = "", bottom: str = "") -> pg.PlotWidg
         if text:
             item.setLabel(side, text)
     w.setMinimumSize(160, 120)
+    shrinkable_title(item)
     return w
 
 
 def set_depth_ticks(plot: pg.PlotWidget, labels) -> None:
-    """Name the x positions 0..n-1 and show exactly that range."""
+    """Name the x positions 0..n-1 (every step-th, as many as fit) and show exactly that range."""
     labels = list(labels)
+    plot.depth_labels = labels
     plot.getPlotItem().setXRange(-0.6, len(labels) - 0.4, padding=0)  # room for the end labels
-    step = max(1, len(labels) // 14)
+    fit = max(2, int(max(plot.width() - 70, 60) // 42))  # about 42 px per label like "11.mid"
+    step = max(1, -(-len(labels) // fit))
     plot.getPlotItem().getAxis("bottom").setTicks([[(i, labels[i]) for i in range(0, len(labels), step)],
                                                   [(i, "") for i in range(len(labels))]])
 
 
 def compact_axes(heatmap) -> None:
-    """Hide a heatmap's axis names (the hover readout still says them): short docks need the room."""
+    """Hide a heatmap's axis names (the hover readout still says them) and let its title be
+    cut rather than widen the plot past its widget: small panels need the room."""
     for side in ("left", "bottom"):
         heatmap.plot.getAxis(side).showLabel(False)
+    shrinkable_title(heatmap.plot)
+
+
+def shrinkable_title(plot_item) -> None:
+    """pyqtgraph makes a title's text width the plot's minimum width (again on every resize), so
+    a long title in a narrow panel pushes the plot and its colour bar out of view. This title
+    keeps its height but lets the plot be narrower than its text (the text is then cut)."""
+    label = plot_item.titleLabel
+    if getattr(label, "_shrinkable", False):
+        return
+    full = label.updateMin
+
+    def update_min():
+        full()
+        label.setMinimumWidth(0)
+        hints = label._sizeHint
+        for which in (QtCore.Qt.SizeHint.MinimumSize, QtCore.Qt.SizeHint.PreferredSize):
+            hints[which] = (0, hints[which][1])
+        label.updateGeometry()
+    label.updateMin = update_min
+    label._shrinkable = True
+    update_min()
 
 
 def compact_table(table: QtWidgets.QTableWidget) -> None:

@@ -56,13 +56,20 @@ class GenerateControl(QtWidgets.QWidget):
         self.stop_button.setEnabled(False)
         self.stop_button.clicked.connect(self.stop)
         self.info = QtWidgets.QLabel("")
-        self.info.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
-        row = QtWidgets.QHBoxLayout(self)
-        row.setContentsMargins(4, 2, 4, 2)
-        for w in (self.button, self.n_spin, self.mode_combo, self.temp_spin, self.topk_spin, self.seed_spin,
-                  self.mask_box, self.stop_button):
-            row.addWidget(w)
-        row.addWidget(self.info, 1)
+        self.info.setWordWrap(True)
+        self.info.setMinimumWidth(60)
+        # Two short rows: it lives in a side column about 400 pixels wide.
+        grid = QtWidgets.QGridLayout(self)
+        grid.setContentsMargins(4, 2, 4, 2)
+        grid.setHorizontalSpacing(4)
+        grid.setVerticalSpacing(2)
+        rows = ((self.button, self.n_spin, self.mode_combo), (self.temp_spin, self.topk_spin, self.seed_spin),
+                (self.mask_box, self.stop_button))
+        for r, widgets in enumerate(rows):
+            for col, w in enumerate(widgets):
+                grid.addWidget(w, r, col)
+        grid.addWidget(self.info, 2, 2)
+        grid.setRowStretch(3, 1)
         self._update_enabled()
         if worker is not None:
             worker.result.connect(self._on_result)

@@ -15,6 +15,7 @@ from PySide6 import QtCore, QtWidgets
 from transformer_viewer.viewer.widgets.analysis_common import (
     CLEAN_PEN,
     MAIN_PEN,
+    AdaptiveSplitter,
     DiffToggle,
     ExportButton,
     TextHeatmap,
@@ -22,6 +23,7 @@ from transformer_viewer.viewer.widgets.analysis_common import (
     compact_table,
     depth_plot,
     set_depth_ticks,
+    shrinkable_title,
 )
 from transformer_viewer.viewer.widgets.heatmap import format_value
 
@@ -38,7 +40,7 @@ class LensView(QtWidgets.QWidget):
         self.rank_plot = depth_plot(left="rank (log)", bottom="depth")
         self.rank_plot.getPlotItem().setLogMode(y=True)
         self.table = QtWidgets.QTableWidget(0, 4)
-        self.table.setHorizontalHeaderLabels(["layer", "top token", "p", "rank of final"])
+        self.table.setHorizontalHeaderLabels(["layer", "top token", "p", "rank"])
         compact_table(self.table)
         self.diff = DiffToggle(state)
         self.diff.toggled.connect(self.refresh)
@@ -55,8 +57,7 @@ class LensView(QtWidgets.QWidget):
         side.setChildrenCollapsible(False)
         side.addWidget(self.rank_plot)
         side.addWidget(self.table)
-        body = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
-        body.setChildrenCollapsible(False)
+        body = AdaptiveSplitter(ratio=1.3, inner=side)
         body.addWidget(self.heatmap)
         body.addWidget(side)
         body.setSizes([640, 320])
@@ -152,7 +153,8 @@ class LensView(QtWidgets.QWidget):
             self.heatmap.set_data(r.diff, lens.row_labels, trace.labels, levels=None, diverging=True,
                                   title="masked − clean probability of the clean model's top token",
                                   row_name="layer", col_name="position")
-            self.heatmap.set_cell_text(clean_tokens)
+            lim = max(float(np.abs(r.diff).max()), 1e-12)
+            self.heatmap.set_cell_text(clean_tokens, np.abs(r.diff) < 0.6 * lim)  # white on saturated cells
         else:
             self.heatmap.hover_prefix = "top token"
             self.heatmap.set_data(lens.top_probs, lens.row_labels, trace.labels, levels=(0.0, 1.0),
@@ -182,6 +184,7 @@ class LensView(QtWidgets.QWidget):
         set_depth_ticks(self.rank_plot, r.lens.row_labels)
         final = self._label(int(r.lens.final_ids[q]))
         plot.setTitle(f"rank + 1 of the final top token {final!r}", size="9pt")
+        shrinkable_title(plot)
 
     def _fill_table(self, r, q: int, tokens) -> None:
         lens = r.lens

@@ -12,6 +12,7 @@ import numpy as np
 from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.widgets.analysis_common import (
+    AdaptiveSplitter,
     DiffToggle,
     ExportButton,
     compact_axes,
@@ -94,8 +95,7 @@ class MLPView(QtWidgets.QWidget):
         side.addWidget(self.clear_button)
         side_box = QtWidgets.QWidget()
         side_box.setLayout(side)
-        body = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
-        body.setChildrenCollapsible(False)
+        body = AdaptiveSplitter(ratio=1.1)
         body.addWidget(self.heatmap)
         body.addWidget(side_box)
         body.setStretchFactor(0, 4)
@@ -146,11 +146,10 @@ class MLPView(QtWidgets.QWidget):
         order = neuron_order(acts, sort, q, diff)[: self.rows_spin.value()]
         self._order = order
         what = "masked − clean " if diff else ""
-        model = ", masked model" if trace.mask.any() and not diff else ""
+        model = " (masked model)" if trace.mask.any() and not diff else ""
         self.heatmap.set_data(acts[order], [f"n{n}" for n in order], trace.labels, levels=None, diverging=diff,
                               colormap=None if diff else "inferno",
-                              title=f"{what}MLP post-activation, layer {layer} ({len(order)} of {acts.shape[0]} "
-                                    f"neurons by {SORTS[sort]}{model})",
+                              title=f"{what}MLP post-activation, layer {layer}{model}",
                               row_name="neuron", col_name="token")
         compact_axes(self.heatmap)
         rows = np.flatnonzero(order == st.neuron) if st.neuron is not None else []

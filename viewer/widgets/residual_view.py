@@ -14,12 +14,14 @@ from PySide6 import QtCore, QtWidgets
 from transformer_viewer.viewer.widgets.analysis_common import (
     CLEAN_PEN,
     MAIN_PEN,
+    AdaptiveSplitter,
     DiffToggle,
     ExportButton,
     compact_axes,
     depth_plot,
     head_labels,
     set_depth_ticks,
+    shrinkable_title,
 )
 from transformer_viewer.viewer.widgets.heatmap import HeatmapView
 
@@ -61,13 +63,16 @@ class ResidualView(QtWidgets.QWidget):
         bar.addWidget(self.log_box)
         bar.addWidget(self.info, 1)
         bar.addWidget(self.export_button)
-        # Side by side: the docks are wide and short, and each heatmap needs room for token labels.
-        self.plots = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
-        self.plots.setChildrenCollapsible(False)
+        # Wide: the three panels side by side; narrow (a tab in the middle): the norms on top.
+        lower = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        lower.setChildrenCollapsible(False)
+        lower.addWidget(self.line)
+        lower.addWidget(self.heads)
+        lower.setSizes([300, 480])
+        self.plots = AdaptiveSplitter(ratio=2.2)
         self.plots.addWidget(self.norms)
-        self.plots.addWidget(self.line)
-        self.plots.addWidget(self.heads)
-        self.plots.setSizes([520, 300, 480])
+        self.plots.addWidget(lower)
+        self.plots.setSizes([520, 780])
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -129,6 +134,7 @@ class ResidualView(QtWidgets.QWidget):
             plot.addLine(y=0, pen=CLEAN_PEN)
         set_depth_ticks(self.line, trace.resid_labels)
         plot.setTitle(f"{what}norm through depth, {tokens[q]!r} ({q})", size="9pt")
+        shrinkable_title(plot)
         top = int(np.argmax(data["norms"][:, q])) if not diff else int(np.argmax(np.abs(data["norms"][:, q])))
         self.info.setText(f"token {tokens[q]!r} ({q}): final norm {trace.resid_norms[-1, q]:.2f}; "
                           f"largest {'change' if diff else 'norm'} at {trace.resid_labels[top]}")

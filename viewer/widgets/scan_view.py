@@ -17,6 +17,7 @@ from transformer_viewer.viewer.widgets.analysis_common import (
     TextHeatmap,
     head_labels,
     layer_labels,
+    shrinkable_title,
 )
 
 SHOWN = {"effect": "effect on the metric", "kl": "KL(baseline ‖ ablated)", "prob": "p(target) when ablated"}
@@ -224,6 +225,7 @@ class ScanView(QtWidgets.QWidget):
             dark = filled > lo + 0.55 * (hi - lo)
         dark &= ~np.isnan(m)
         self.heatmap.set_cell_text(texts, dark)
+        shrinkable_title(self.heatmap.plot)
         metric = (f"log p({self._token(r.target_id)})" if r.distractor_id is None
                   else f"logit({self._token(r.target_id)}) − logit({self._token(r.distractor_id)})")
         state = f"cancelled after {r.n_done} of {r.n_done + int((~r.done & ~r.base_mask).sum())} heads" \
