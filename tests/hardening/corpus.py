@@ -27,6 +27,7 @@ from transformer_viewer.model.gpt import GPT
 BASE = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=64, vocab_size=512)
 EXTENSIONS = (".safetensors", ".pt", ".bin", ".ckpt", ".pth")
 MARKER_NAME = "payload-ran"
+GOOD = ("good.safetensors", "nanogpt_good.pt", "legacy_good.pt", "hf_good", "tutorial_good.pt")  # undamaged originals
 
 
 @dataclass(frozen=True)
@@ -332,11 +333,72 @@ def build(root: str) -> tuple[list[Bad], str]:
     with open(p("hf_json_list/config.json"), "w", encoding="utf-8") as f:
         f.write("[1, 2, 3]")
     add("hf_json_list", p("hf_json_list"), "not a json object", "hf")
+    _hf_folder(p("hf_good"), model)  # the undamaged original: must load
     hf_trunc = _hf_folder(p("hf_trunc"), model)
     weights = os.path.join(hf_trunc, "model.safetensors")
     _cut(weights, weights + ".tmp", os.path.getsize(weights) // 2)
     os.replace(weights + ".tmp", weights)
     add("hf_trunc", hf_trunc, "truncated", "hf")
+
+    os.makedirs(p("hf_bin_list"))
+    with open(p("hf_bin_list/config.json"), "w", encoding="utf-8") as f:
+        json.dump({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16, "n_positions": 64, "vocab_size": 512}, f)
+    torch.save([torch.zeros(3)], p("hf_bin_list/pytorch_model.bin"))
+    add("hf_bin_list", p("hf_bin_list"), "holds a list, not a state dict", "hf")
+    for name, index, expect in (("hf_index_garbage", "{ nope", "not a valid shard index"),
+                                ("hf_index_missing", json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors"}}),
+                                 "shard model-00001-of-00002.safetensors is missing")):
+        os.makedirs(p(name))
+        with open(p(f"{name}/config.json"), "w", encoding="utf-8") as f:
+            json.dump({"model_type": "gpt2"}, f)
+        with open(p(f"{name}/model.safetensors.index.json"), "w", encoding="utf-8") as f:
+            f.write(index)
+        add(name, p(name), expect, "hf")
+
+    # -- safetensors headers that parse as JSON but describe impossible tensors ------------------------------
+    tag = {"format": native.FORMAT_TAG, "config": json.dumps(good_cfg)}
+    for name, entry in (("st_bad_dtype", {"dtype": "F33", "shape": [1], "data_offsets": [0, 4]}),
+                        ("st_bad_size", {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}),
+                        ("st_negative_shape", {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]})):
+        header = json.dumps({"__metadata__": tag, "w": entry}).encode()
+        with open(p(name + ".safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+        add(name, p(name + ".safetensors"), "not a readable safetensors file", "contents")
+
+    # -- tutorial GPTStyleModel state dicts that cannot be a model ---------------------------------------------
+    def tutorial(name, edit, expect, n_head=2):
+        C = 16
+        state = {"tok_emb.weight": torch.randn(512, C), "pos_emb.weight": torch.randn(64, C),
+                 "blocks.0.ln1.weight": torch.ones(C), "blocks.0.ln1.bias": torch.zeros(C),
+                 "blocks.0.ln2.weight": torch.ones(C), "blocks.0.ln2.bias": torch.zeros(C),
+                 "blocks.0.attn.in_proj_weight": torch.randn(3 * C, C), "blocks.0.attn.in_proj_bias": torch.zeros(3 * C),
+                 "blocks.0.attn.out_proj.weight": torch.randn(C, C), "blocks.0.attn.out_proj.bias": torch.zeros(C),
+                 "blocks.0.ff.net.0.weight": torch.randn(4 * C, C), "blocks.0.ff.net.0.bias": torch.zeros(4 * C),
+                 "blocks.0.ff.net.2.weight": torch.randn(C, 4 * C), "blocks.0.ff.net.2.bias": torch.zeros(C),
+                 "ln_f.weight": torch.ones(C), "ln_f.bias": torch.zeros(C), "head.weight": torch.randn(512, C)}
+        edit(state)
+        torch.save({"model_state_dict": state, "config": {"n_head": n_head}}, p(name + ".pt"))
+        add(name, p(name + ".pt"), expect, "layout")
+
+    tutorial("tutorial_good", lambda s: None, "")  # the undamaged original: must load
+    out.pop()
+    tutorial("tutorial_3d_embedding", lambda s: s.__setitem__("tok_emb.weight", torch.randn(2, 512, 16)),
+             "tok_emb.weight has shape (2, 512, 16)")
+    tutorial("tutorial_two_position_tables", lambda s: s.__setitem__("pos_emb", torch.randn(64, 16)),
+             "several position tables")
+    tutorial("tutorial_position_width", lambda s: s.__setitem__("pos_emb.weight", torch.randn(64, 8)),
+             "shape mismatch for pos_emb.weight: expected (block_size, 16)")
+    tutorial("tutorial_one_linear", lambda s: (s.pop("blocks.0.ff.net.2.weight"), s.pop("blocks.0.ff.net.2.bias")),
+             "blocks.0.ff.net has 1 linear layers")
+    tutorial("tutorial_empty_vocab", lambda s: (s.__setitem__("tok_emb.weight", torch.randn(0, 16)),
+                                                s.__setitem__("head.weight", torch.randn(0, 16))),
+             "these weights make no valid model")
+    tutorial("tutorial_bias_kv", lambda s: s.__setitem__("blocks.0.attn.bias_k", torch.zeros(1, 1, 16)),
+             "add_bias_kv=true")
+    tutorial("tutorial_partial_qkv", lambda s: (s.pop("blocks.0.attn.in_proj_weight"),
+                                                s.__setitem__("blocks.0.attn.q_proj_weight", torch.randn(16, 16))),
+             "the attention weights are incomplete")
+    tutorial("tutorial_heads_indivisible", lambda s: None, "--n-head 3 does not divide n_embd=16", n_head=3)
 
     # -- folders with nothing useful --------------------------------------------------------------------
     os.makedirs(p("dir_empty"))

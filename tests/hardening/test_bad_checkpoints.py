@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.hardening.common import new_window, one_line, wait_idle
-from tests.hardening.corpus import EXTENSIONS
+from tests.hardening.corpus import EXTENSIONS, GOOD
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.viewer.cli.main import main
@@ -49,6 +49,15 @@ def test_the_corpus_covers_every_kind_of_damage(corpus):
     assert sum(b.name.startswith("trunc_st_") for b in bad) >= 3
     assert sum(b.name.startswith(("trunc_zip_", "trunc_legacy_")) for b in bad) >= 3
     assert len(names) == len(bad)
+
+
+def test_the_undamaged_originals_load(corpus):
+    """Each damaged file is a copy of one of these with one defect: they themselves must load."""
+    _bad, marker = corpus
+    root = os.path.dirname(marker)
+    for name in GOOD:
+        loaded = load_checkpoint(os.path.join(root, name), device="cpu")
+        assert loaded.config.n_embd == 16, name
 
 
 def test_every_bad_file_is_one_checkpoint_error_line(corpus):

@@ -225,3 +225,28 @@ def test_the_empty_prompt_error_is_the_packages_own_line(session):
 
 def test_hypothesis_case_count_meets_the_brief():
     assert sum(HYPOTHESIS_CASES.values()) >= 500
+
+
+APP_PROMPTS = ["", " ", "\n\n", ENDOFTEXT, ENDOFTEXT * 100, "\x00", "a\x00b", "🤗👩‍👩‍👧‍👦", "שלום עולם",
+               "e\u0301\u0308", "a\ud800b", "\x1b[31m", "x" * 5000]
+
+
+def test_the_app_takes_every_hostile_prompt(qtbot, tmp_path, tiny_ckpt, dialogs):
+    """In the window: an empty prompt is a notice (not a dialog), every other one gives a trace."""
+    from tests.hardening.common import new_window, wait_idle
+
+    window = new_window(qtbot, tmp_path, tiny_ckpt)
+    st = window.state
+    for text in APP_PROMPTS:
+        before = st.trace
+        window.run_prompt(text)
+        if not text:
+            assert window.prompt_editor.notice.text() == "Type a prompt to run the model."
+            assert st.trace is before
+            continue
+        wait_idle(qtbot, window, lambda before=before: st.trace is not before)
+        assert st.trace.n_tokens == min(64, len(Tokenizer().encode(text)))
+        assert window.token_strip.canvas.labels == st.trace.labels
+        assert window.attention.matrix().shape == (st.trace.n_tokens, st.trace.n_tokens)
+    assert not dialogs.shown and window.last_error is None
+    window.close()
