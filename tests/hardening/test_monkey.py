@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication
 
@@ -261,6 +261,11 @@ def test_monkey(qtbot, tmp_path, tiny_ckpt, corpus, dialogs, no_cuda):
     app = QApplication.instance()
     t0 = time.perf_counter()
     with UncaughtExceptions() as uncaught:
+        # The hook sees what escapes a slot (proof that the zero at the end means something).
+        QTimer.singleShot(0, lambda: 1 / 0)
+        qtbot.wait(20)
+        assert len(uncaught.errors) == 1 and "ZeroDivisionError" in uncaught.errors[0]
+        uncaught.errors.clear()
         for i in range(N_ACTIONS):
             name = monkey.step()
             app.processEvents()

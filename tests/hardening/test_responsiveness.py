@@ -4,8 +4,9 @@ A 5 ms QTimer heartbeat on the GUI thread records, between consecutive beats, th
 the GUI thread's own CPU time (time.thread_time). While a 1 MB paste goes into the real window
 and is tokenized (on the worker), run and drawn, the longest gap is the longest stall. CPU time
 is what the GUI thread itself spent, so it does not grow when a busy machine (two cores, a
-training run) merely delays the process; the wall-clock gap is held to the same 100 ms unless
-the machine is overloaded, in which case it is reported and held to a looser bound.
+training run) merely delays the process: it is held to 100 ms always. The wall-clock gap is held
+to 100 ms too when the machine is quiet (load average under half the cores); on a busy one it
+is printed and held to 1 s.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Heartbeat:
 
 
 def overloaded() -> bool:
-    return os.getloadavg()[0] > (os.cpu_count() or 1)
+    """More runnable work than half the cores: the scheduler, not the GUI, then decides wall time."""
+    return os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1)
 
 
 def test_a_one_megabyte_paste_never_stalls_the_gui_thread(qtbot, tmp_path, tiny_ckpt, dialogs):
