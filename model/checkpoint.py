@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 import torch
+
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import native
