@@ -14,6 +14,7 @@ import os
 
 import torch
 from safetensors import SafetensorError, safe_open
+
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import gpt2_layout, pickle_safe

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
+
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import gpt2_layout

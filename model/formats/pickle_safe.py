@@ -15,6 +15,7 @@ import re
 import zipfile
 
 import torch
+
 from transformer_viewer.model.errors import CheckpointError
 
 ZIP_MAGIC = b"PK\x03\x04"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 
 import torch
+
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import gpt2_layout

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import torch
+
 from transformer_viewer.model.checkpoint import LoadedModel, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT

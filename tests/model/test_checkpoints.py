@@ -11,11 +11,6 @@ import pytest
 import torch
 from safetensors.torch import save_file
 from torch import nn
-from transformer_viewer.model.capture import Session
-from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint, save_checkpoint
-from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import native
 
 from tests.model.checkpoint_common import (
     TINY,
@@ -28,6 +23,11 @@ from tests.model.checkpoint_common import (
     save_tiny,
     tiny_gpt,
 )
+from transformer_viewer.model.capture import Session
+from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint, save_checkpoint
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import native
 
 SMALL_VOCAB = 300
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
+from tests.model.checkpoint_common import tiny_loaded
 from transformer_viewer.model.capture import Session
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.hooks import count_hooks, hook_points, hooks
-
-from tests.model.checkpoint_common import tiny_loaded
 
 BLOCK_HOOKS = [
     "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.hook_z",

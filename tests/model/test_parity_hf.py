@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
+from tests.model.checkpoint_common import hf_config, hf_model
 from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import head_mask_hooks
-
-from tests.model.checkpoint_common import hf_config, hf_model
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+
 from transformer_viewer.model.tokenizer import (
     ENDOFTEXT_ID,
     GPT2_RANKS_SHA256,

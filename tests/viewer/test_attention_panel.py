@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
 from transformer_viewer.viewer.widgets.attention_panel import AttentionPanel, attention_matrix
 
 

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 import torch
+
 from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig

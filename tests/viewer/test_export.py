@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 from PySide6 import QtGui
+
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer import export as ex
 from transformer_viewer.viewer.export import (

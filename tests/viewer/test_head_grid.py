@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from PySide6 import QtCore
+
 from transformer_viewer.viewer.widgets.head_grid import THUMB, HeadGridView, max_pool, tile
 
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from PySide6 import QtCore, QtGui
+
 from transformer_viewer.viewer.widgets.heatmap import HeatmapView, format_value, get_colormap
 from transformer_viewer.viewer.widgets.token_axis import nice_step
 

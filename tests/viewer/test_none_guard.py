@@ -3,6 +3,7 @@
 import sys
 
 import pytest
+
 import transformer_viewer.viewer  # noqa: F401  (applies the guard)
 from transformer_viewer.viewer import none_guard
 

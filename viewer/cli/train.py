@@ -41,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     import torch
     from tqdm import tqdm
+
     from transformer_viewer.model.config import GPTConfig
     from transformer_viewer.model.data import load_corpus
     from transformer_viewer.model.device import resolve_device

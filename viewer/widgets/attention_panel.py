@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6 import QtCore, QtWidgets
+
 from transformer_viewer.viewer.widgets.heatmap import COLORMAPS, HeatmapView
 
 MODES = {

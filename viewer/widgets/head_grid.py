@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
+
 from transformer_viewer.viewer.widgets.heatmap import LOG_FLOOR, get_colormap
 
 THUMB = 64  # pixels per thumbnail side, at most

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
+
 from transformer_viewer.viewer.widgets.token_axis import TokenAxis
 
 COLORMAPS = ("viridis", "inferno", "magma", "plasma", "cividis")
