@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.hooks import HookPoint
 
