@@ -38,6 +38,7 @@ class TrainConfig:
     seed: int = 1337
     save_dtype: str = "float32"  # "float16" / "bfloat16" to ship a small file
     active_vocab: bool = True  # train the output layer only on tokens the data contains
+    pos_init: str = "normal"  # "sinusoidal": learned positions start from a scaled sin/cos table
     freeze_unseen: bool = False  # the first active-vocab version: unseen rows pinned at zero
 
 
@@ -136,6 +137,26 @@ class ActiveVocabLoss:
         return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), target.view(-1))
 
 
+POS_INIT_STD = 0.1
+
+
+def init_positions_sinusoidal(model: GPT) -> None:
+    """Start learned positions from the sin/cos table, scaled to std POS_INIT_STD.
+
+    With GPT-2's N(0, 0.02) start, a small model on a few million tokens leaves its position
+    rows near their random start (they end at std ~0.02 beside token rows of ~0.14), and no
+    head learns to attend by relative position. The sin/cos table makes "the previous token" a
+    fixed linear map of the position code from the first step; the rows stay trainable.
+    """
+    if model.wpe is None:
+        return
+    from transformer_viewer.model.gpt import sinusoidal_positions
+
+    table = sinusoidal_positions(model.config.block_size, model.config.n_embd)  # (block_size, C)
+    with torch.no_grad():
+        model.wpe.weight.copy_(table * (POS_INIT_STD / table.std()))
+
+
 def make_optimizer(model: GPT, tc: TrainConfig) -> torch.optim.AdamW:
     params = {id(p): p for p in model.parameters()}.values()
     decay = [p for p in params if p.dim() >= 2]
@@ -210,6 +231,8 @@ def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="
         wall_before = float(before.get("wall_time_s", 0.0))
     else:
         model = GPT(config).to(device)
+        if tc.pos_init == "sinusoidal":
+            init_positions_sinusoidal(model)
     check_data(corpus, config.block_size)
     model.train()
     opt = make_optimizer(model, tc)

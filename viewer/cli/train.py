@@ -30,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--save-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                    help="dtype of the final checkpoint (float16 halves the file)")
+    p.add_argument("--pos-init", default="normal", choices=["normal", "sinusoidal"],
+                   help="start learned positions from N(0, 0.02) (GPT-2) or a scaled sin/cos table")
     p.add_argument("--full-vocab-loss", action="store_true",
                    help="multiply the head by every vocabulary row, not only tokens the data contains")
     p.add_argument("--freeze-unseen-rows", action="store_true",
@@ -60,7 +62,7 @@ def run(args) -> int:
     tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
                      eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed,
                      save_dtype=args.save_dtype, active_vocab=not args.full_vocab_loss,
-                     freeze_unseen=args.freeze_unseen_rows)
+                     freeze_unseen=args.freeze_unseen_rows, pos_init=args.pos_init)
     corpus = load_corpus(args.data, val_fraction=args.val_fraction)
     print(f"data: {len(corpus.train):,} training tokens, {len(corpus.val):,} validation tokens", file=sys.stderr)
     done, last_val = 0, [float("nan")]
