@@ -35,6 +35,10 @@ def chip_values(state, mode: str) -> tuple[np.ndarray | None, str]:
     if trace is None or mode == "none":
         return None, ""
     L, h, q = state.layer, state.head, state.query_index
+    n_layer, n_head = trace.attention.shape[:2]
+    if not (0 <= L < n_layer and 0 <= h < n_head and 0 <= q < trace.n_tokens):
+        # The selection already belongs to a newly loaded model whose first trace is on its way.
+        return None, ""
     if mode == "attention":
         row = trace.attention[L, h, q].astype(np.float32)  # (T,), keys after q are zero (causal)
         values = np.where(np.arange(trace.n_tokens) <= q, row, np.nan)
