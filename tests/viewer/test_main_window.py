@@ -74,7 +74,7 @@ def test_mask_toggle_changes_the_logits_and_matches_predict(qtbot, window):
     assert [r[3] for r in rows] != before
     c = window.logits.comparison
     ref = compare(st.clean_trace.next, expected)
-    assert c.new_rank == ref.new_rank and c.kl == pytest.approx(ref.kl, rel=1e-4)
+    assert c.new_rank == ref.new_rank and c.kl == pytest.approx(ref.kl, rel=1e-3, abs=1e-6)  # float32 sums: a KL of 5e-4 carries ~1e-7 of rounding
     assert c.kl > 0 and "KL(baseline" in window.logits.summary.text()
     assert window.head_grid.mask()[0, 1]
 
