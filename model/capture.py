@@ -10,15 +10,18 @@ Hooks are registered for each forward inside `hooks(...)` and always removed aft
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.modules import module as _torch_module
 
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
+from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import ABLATIONS, first_changed_layer, head_mask_hooks
 from transformer_viewer.model.tokenizer import Tokenized, Tokenizer
@@ -90,6 +93,7 @@ class Session:
         self.dropped = 0
         self._ids: torch.Tensor | None = None  # (1, T)
         self._grams: dict[int, tuple[tuple, torch.Tensor]] = {}  # layer -> (weight key, per-head Gram)
+        self._workspace = AttentionWorkspace()  # attention scores, reused across layers and runs
         self._clear_cache()
 
     # -- prompt ---------------------------------------------------------------------------
@@ -235,7 +239,7 @@ class Session:
                 (f"{b}.mlp.hook_post", store(mlp_post, layer)),
             ]
         named.append((f"blocks.{L - 1}.hook_resid_post", store_norm(2 * L + 1)))
-        with hooks(model, named):
+        with self._scratch_attention(), hooks(model, named):
             x = model.embed(ids) if start == 0 else self._resid[start]
             final = model.run_blocks(x, start)
         new_resid[L] = final
@@ -252,6 +256,13 @@ class Session:
         )
         self._cached_trace = trace
         return trace
+
+    def _scratch_attention(self):
+        """Attention in the session's reusable workspace, unless a hook from outside the session
+        could keep a pattern (then each layer gets its own tensor, as in a plain forward)."""
+        foreign = _torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks or any(
+            b.attn.hook_pattern._forward_hooks or b.attn.hook_pattern._forward_pre_hooks for b in self.model.blocks)
+        return contextlib.nullcontext() if foreign else attention_workspace(self.model, self._workspace)
 
     def _token_logprobs(self, final: torch.Tensor, ids: torch.Tensor, p: int):
         """log p(token t | < t) for every t, and the logits and log-probs at position p.
@@ -331,7 +342,7 @@ class Session:
             if update_cache and keep == T:
                 for layer in range(start + 1, L):
                     named.append((f"blocks.{layer}.hook_resid_pre", _setter(new_resid, layer)))
-            with hooks(model, named):
+            with self._scratch_attention(), hooks(model, named):
                 final = model.run_blocks(x, start)
             if update_cache and keep == T:
                 new_resid[L] = final

@@ -8,7 +8,9 @@ those, so this file knows nothing about either.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +37,40 @@ def future_mask(T: int, device) -> torch.Tensor:
             _FUTURE_MASKS.clear()
         _FUTURE_MASKS[key] = mask
     return mask
+
+class AttentionWorkspace:
+    """One reusable block of memory for the (B, nh, T, T) attention scores of every layer.
+
+    A fresh 50 MB tensor per layer (T = 1024) costs more in page faults than the product that
+    fills it. Only valid while nothing keeps a layer's pattern past its hook (the session copies
+    it out at once) and nothing records for autograd: `attention_workspace` sets it.
+    """
+
+    def __init__(self):
+        self._flat: torch.Tensor | None = None
+
+    def scores(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        n = math.prod(shape)
+        f = self._flat
+        if f is None or f.numel() < n or f.dtype != like.dtype or f.device != like.device:
+            self._flat = f = torch.empty(n, dtype=like.dtype, device=like.device)
+        return f[:n].view(shape)
+
+
+@contextlib.contextmanager
+def attention_workspace(model: GPT, workspace: AttentionWorkspace) -> Iterator[None]:
+    """Let every attention layer compute its scores and pattern in `workspace` (in place)."""
+    layers = [block.attn for block in model.blocks]
+    for attn in layers:
+        attn.workspace = workspace
+    try:
+        yield
+    finally:
+        for attn in layers:
+            attn.workspace = None
+
+
+QUERY_BLOCK = 64  # query rows per block of the no-grad attention
 
 _ACTIVATIONS = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
@@ -69,6 +105,7 @@ class CausalSelfAttention(nn.Module):
         self.hook_v = HookPoint()  # (B, T, nh, hs)
         self.hook_pattern = HookPoint()  # (B, nh, T, T), rows are queries
         self.hook_z = HookPoint()  # (B, T, nh, hs), per-head outputs before c_proj
+        self.workspace: AttentionWorkspace | None = None  # set only by attention_workspace()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -84,12 +121,37 @@ class CausalSelfAttention(nn.Module):
         qh = q.transpose(1, 2) * (1.0 / math.sqrt(hs))  # (B, nh, T, hs)
         kh = k.transpose(1, 2)  # (B, nh, T, hs)
         vh = v.transpose(1, 2)  # (B, nh, T, hs)
-        scores = qh @ kh.transpose(-2, -1)  # (B, nh, T, T)
-        scores = scores.masked_fill_(future_mask(T, x.device), float("-inf"))
-        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))  # (B, nh, T, T)
+        if torch.is_grad_enabled():
+            scores = qh @ kh.transpose(-2, -1)  # (B, nh, T, T)
+            scores = scores.masked_fill_(future_mask(T, x.device), float("-inf"))
+            pattern = torch.softmax(scores, dim=-1)  # (B, nh, T, T)
+        else:
+            pattern = self._causal_pattern(qh, kh)  # (B, nh, T, T), the same numbers
+        pattern = self.hook_pattern(pattern)
         z = self.attn_dropout(pattern) @ vh  # (B, nh, T, hs)
         z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)
         return self.resid_dropout(self.c_proj(z.reshape(B, T, C)))  # (B, T, C)
+
+
+    def _causal_pattern(self, qh: torch.Tensor, kh: torch.Tensor) -> torch.Tensor:
+        """softmax(q k^T, masked) by blocks of queries, skipping the keys a block cannot see.
+
+        Half the (T, T) products and softmax work at long prompts, and bit-for-bit the result
+        of the full masked product: each score is the same 64-term dot product and each row's
+        softmax the same reduction (the skipped keys would only add exact zeros). `out=` makes
+        this no-grad only. Written into the attention workspace when one is set.
+        """
+        B, nh, T, _ = qh.shape
+        ws = self.workspace
+        pattern = ws.scores((B, nh, T, T), qh) if ws is not None else qh.new_empty(B, nh, T, T)
+        future = future_mask(T, qh.device)
+        for a in range(0, T, QUERY_BLOCK):
+            b = min(a + QUERY_BLOCK, T)
+            scores = qh[:, :, a:b] @ kh[:, :, :b].transpose(-2, -1)  # (B, nh, b - a, b)
+            scores.masked_fill_(future[a:b, :b], float("-inf"))
+            torch.softmax(scores, dim=-1, out=pattern[:, :, a:b, :b])
+            pattern[:, :, a:b, b:].zero_()
+        return pattern
 
 
 class MLP(nn.Module):
