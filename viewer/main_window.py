@@ -223,7 +223,9 @@ class MainWindow(QMainWindow):
             self._shown_head = (st.layer, st.head)
             self._shown_attention = trace.attention
             self.attention.set_trace(trace, st.layer, st.head, st.query_index)
-            self.head_grid.set_patterns(trace.attention, st.mask)
+            # The trace's own mask always matches its patterns, even when a newly loaded model
+            # has already reshaped the state's mask.
+            self.head_grid.set_patterns(trace.attention, trace.mask)
             self.head_grid.set_selected(st.layer, st.head)
         self.prompt_editor.show_trace(trace, st.model_info.block_size if st.model_info else 0)
 
