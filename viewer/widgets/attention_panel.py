@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.widgets.heatmap import COLORMAPS, HeatmapView
+from transformer_viewer.viewer.widgets.heatmap import COLORMAPS, HeatmapExport, HeatmapView
 
 MODES = {
     "head": "single head",
@@ -43,7 +43,7 @@ def attention_matrix(attention: np.ndarray, layer: int, head: int, mode: str = "
     return m, title
 
 
-class AttentionPanel(QtWidgets.QWidget):
+class AttentionPanel(HeatmapExport, QtWidgets.QWidget):
     """A HeatmapView plus controls. `set_trace(trace, layer, head, query)` redraws."""
 
     cell_clicked = QtCore.Signal(int, int)
@@ -123,18 +123,6 @@ class AttentionPanel(QtWidgets.QWidget):
 
     def title(self) -> str:
         return self.heatmap.title()
-
-    def matrix(self) -> np.ndarray:
-        return self.heatmap.matrix()
-
-    def row_labels(self):
-        return self.heatmap.row_labels()
-
-    def col_labels(self):
-        return self.heatmap.col_labels()
-
-    def export_target(self):
-        return self.heatmap.export_target()
 
     def _on_mode(self, _index: int) -> None:
         self._redraw()

@@ -11,7 +11,7 @@ import numpy as np
 from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.widgets.analysis_common import ExportButton
-from transformer_viewer.viewer.widgets.heatmap import HeatmapView
+from transformer_viewer.viewer.widgets.heatmap import HeatmapExport, HeatmapView
 
 
 def attention_diff(trace, clean, layer: int, head: int) -> np.ndarray:
@@ -19,7 +19,7 @@ def attention_diff(trace, clean, layer: int, head: int) -> np.ndarray:
     return trace.attention[layer, head].astype(np.float32) - clean.attention[layer, head].astype(np.float32)
 
 
-class AttentionDiffView(QtWidgets.QWidget):
+class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
     def __init__(self, state, parent=None):
         super().__init__(parent)
         self.state = state
@@ -41,18 +41,6 @@ class AttentionDiffView(QtWidgets.QWidget):
         state.selection_changed.connect(self.refresh)
         state.mask_changed.connect(lambda _m: self.refresh())
         self.refresh()
-
-    def export_target(self):
-        return self.heatmap.export_target()
-
-    def matrix(self) -> np.ndarray:
-        return self.heatmap.matrix()
-
-    def row_labels(self):
-        return self.heatmap.row_labels()
-
-    def col_labels(self):
-        return self.heatmap.col_labels()
 
     def refresh(self, *_args) -> None:
         st = self.state

@@ -283,3 +283,20 @@ class HeatmapView(QtWidgets.QWidget):
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(640, 600)
+
+
+class HeatmapExport:
+    """The export protocol (export_target, matrix, row_labels, col_labels) of a view whose
+    picture is its `self.heatmap`; mixed in before the Qt base class."""
+
+    def export_target(self):
+        return self.heatmap.export_target()
+
+    def matrix(self) -> np.ndarray:
+        return self.heatmap.matrix()
+
+    def row_labels(self):
+        return self.heatmap.row_labels()
+
+    def col_labels(self):
+        return self.heatmap.col_labels()

@@ -25,10 +25,10 @@ from transformer_viewer.viewer.widgets.analysis_common import (
     set_depth_ticks,
     shrinkable_title,
 )
-from transformer_viewer.viewer.widgets.heatmap import format_value
+from transformer_viewer.viewer.widgets.heatmap import HeatmapExport, format_value
 
 
-class LensView(QtWidgets.QWidget):
+class LensView(HeatmapExport, QtWidgets.QWidget):
     """`set_result(LensResult)` draws; with a worker it asks for one on every new trace."""
 
     def __init__(self, state, worker=None, parent=None):
@@ -79,18 +79,6 @@ class LensView(QtWidgets.QWidget):
         self._pending = False
 
     # -- export protocol ------------------------------------------------------------------
-    def export_target(self):
-        return self.heatmap.export_target()
-
-    def matrix(self) -> np.ndarray:
-        return self.heatmap.matrix()
-
-    def row_labels(self):
-        return self.heatmap.row_labels()
-
-    def col_labels(self):
-        return self.heatmap.col_labels()
-
     def set_label_function(self, fn) -> None:
         """token id -> visible label (the GUI passes the GPT-2 tokenizer's)."""
         self._label = fn

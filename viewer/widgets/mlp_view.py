@@ -18,7 +18,7 @@ from transformer_viewer.viewer.widgets.analysis_common import (
     compact_axes,
     compact_table,
 )
-from transformer_viewer.viewer.widgets.heatmap import HeatmapView
+from transformer_viewer.viewer.widgets.heatmap import HeatmapExport, HeatmapView
 
 SORTS = {"max": "max activation", "token": "activation on the selected token", "index": "neuron index"}
 TOP_K = 12
@@ -50,7 +50,7 @@ def top_neurons(acts: np.ndarray, query: int, k: int = TOP_K, diff: bool = False
     return [(int(n), float(col[n])) for n in order]
 
 
-class MLPView(QtWidgets.QWidget):
+class MLPView(HeatmapExport, QtWidgets.QWidget):
     def __init__(self, state, parent=None):
         super().__init__(parent)
         self.state = state
@@ -114,18 +114,6 @@ class MLPView(QtWidgets.QWidget):
         self.refresh()
 
     # -- export protocol ------------------------------------------------------------------
-    def export_target(self):
-        return self.heatmap.export_target()
-
-    def matrix(self) -> np.ndarray:
-        return self.heatmap.matrix()
-
-    def row_labels(self):
-        return self.heatmap.row_labels()
-
-    def col_labels(self):
-        return self.heatmap.col_labels()
-
     def set_sort(self, sort: str) -> None:
         self.sort_combo.setCurrentIndex(list(SORTS).index(sort))
 

@@ -19,6 +19,7 @@ from transformer_viewer.viewer.widgets.analysis_common import (
     layer_labels,
     shrinkable_title,
 )
+from transformer_viewer.viewer.widgets.heatmap import HeatmapExport
 
 SHOWN = {"effect": "effect on the metric", "kl": "KL(baseline ‖ ablated)", "prob": "p(target) when ablated"}
 
@@ -34,7 +35,7 @@ def scan_matrix(result, shown: str) -> tuple[np.ndarray, bool]:
     raise ValueError(f"unknown scan quantity {shown!r}; use one of {', '.join(SHOWN)}")
 
 
-class ScanView(QtWidgets.QWidget):
+class ScanView(HeatmapExport, QtWidgets.QWidget):
     def __init__(self, state, worker=None, parent=None):
         super().__init__(parent)
         self.state, self.worker = state, worker
@@ -100,18 +101,6 @@ class ScanView(QtWidgets.QWidget):
             worker.progress.connect(self._on_progress)
 
     # -- export protocol ------------------------------------------------------------------
-    def export_target(self):
-        return self.heatmap.export_target()
-
-    def matrix(self) -> np.ndarray:
-        return self.heatmap.matrix()
-
-    def row_labels(self):
-        return self.heatmap.row_labels()
-
-    def col_labels(self):
-        return self.heatmap.col_labels()
-
     # -- commands -------------------------------------------------------------------------
     def tokenizer(self):
         if self._tokenizer is None:
