@@ -48,12 +48,16 @@ class AttentionWorkspace:
 
     def __init__(self):
         self._flat: torch.Tensor | None = None
+        # The (B, nh, T, T) shape whose view of the buffer is known to hold zeros above the
+        # diagonal (a causal pattern never writes there), so the next layer can skip zeroing.
+        self.zero_above_diagonal: tuple[int, ...] | None = None
 
     def scores(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         n = math.prod(shape)
         f = self._flat
         if f is None or f.numel() < n or f.dtype != like.dtype or f.device != like.device:
             self._flat = f = torch.empty(n, dtype=like.dtype, device=like.device)
+            self.zero_above_diagonal = None
         return f[:n].view(shape)
 
 
@@ -142,15 +146,25 @@ class CausalSelfAttention(nn.Module):
         this no-grad only. Written into the attention workspace when one is set.
         """
         B, nh, T, _ = qh.shape
+        shape = (B, nh, T, T)
         ws = self.workspace
-        pattern = ws.scores((B, nh, T, T), qh) if ws is not None else qh.new_empty(B, nh, T, T)
+        pattern = ws.scores(shape, qh) if ws is not None else qh.new_empty(shape)
+        zeroed = ws is not None and ws.zero_above_diagonal == shape
+        if ws is not None:
+            ws.zero_above_diagonal = None  # until this pattern is complete
         future = future_mask(T, qh.device)
-        for a in range(0, T, QUERY_BLOCK):
-            b = min(a + QUERY_BLOCK, T)
+        starts = list(range(0, T, QUERY_BLOCK))
+        if len(starts) > 1 and T - starts[-1] < QUERY_BLOCK // 2:
+            starts.pop()  # a few-row tail would get a matrix-vector kernel that sums in another order
+        for a, b in zip(starts, starts[1:] + [T], strict=True):
             scores = qh[:, :, a:b] @ kh[:, :, :b].transpose(-2, -1)  # (B, nh, b - a, b)
-            scores.masked_fill_(future[a:b, :b], float("-inf"))
+            # Only the diagonal square holds future keys; the columns before a are all visible.
+            scores[..., a:b].masked_fill_(future[a:b, a:b], float("-inf"))
             torch.softmax(scores, dim=-1, out=pattern[:, :, a:b, :b])
-            pattern[:, :, a:b, b:].zero_()
+            if not zeroed:
+                pattern[:, :, a:b, b:].zero_()
+        if ws is not None:
+            ws.zero_above_diagonal = shape
         return pattern
 
 

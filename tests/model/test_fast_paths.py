@@ -1,0 +1,103 @@
+"""The speed paths of capture (bench/, issue 6) compute exactly what the plain paths compute.
+
+No-grad attention works by query blocks in a reusable workspace, the unembedding by vocabulary
+blocks, head norms through Gram matrices: each is checked against the straightforward version.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_viewer.model.capture import Session
+from transformer_viewer.model.checkpoint import LoadedModel
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.gpt import GPT, QUERY_BLOCK, AttentionWorkspace, attention_workspace
+from transformer_viewer.model.hooks import hooks
+
+CFG = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=3 * QUERY_BLOCK + 16, vocab_size=50257)
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return GPT(CFG).eval()
+
+
+def _patterns(model, ids, grad: bool, workspace=None):
+    kept = {}
+
+    def keep(layer):
+        def hook(_m, _i, out):
+            kept[layer] = out.detach().clone()
+        return hook
+
+    named = [(f"blocks.{i}.attn.hook_pattern", keep(i)) for i in range(CFG.n_layer)]
+    with torch.set_grad_enabled(grad), hooks(model, named):
+        if workspace is None:
+            logits = model(ids)[0]
+        else:
+            with attention_workspace(model, workspace):
+                logits = model(ids)[0]
+    return kept, logits.detach()
+
+
+@pytest.mark.parametrize("T", [1, 7, QUERY_BLOCK, QUERY_BLOCK + 1, 3 * QUERY_BLOCK + 16])
+def test_no_grad_blocked_attention_is_bit_identical_to_the_full_product(T):
+    model = _model()
+    ids = torch.randint(0, CFG.vocab_size, (2, T))
+    full, logits_full = _patterns(model, ids, grad=True)
+    blocked, logits_blocked = _patterns(model, ids, grad=False)
+    for layer in full:
+        assert torch.equal(full[layer], blocked[layer])
+        assert torch.equal(torch.triu(blocked[layer], 1), torch.zeros_like(blocked[layer]))
+    assert torch.equal(logits_full, logits_blocked)
+
+
+def test_workspace_reuse_across_shapes_keeps_the_future_at_zero():
+    model = _model()
+    ws = AttentionWorkspace()
+    for T in (3 * QUERY_BLOCK, 5, 3 * QUERY_BLOCK, QUERY_BLOCK + 3, 3 * QUERY_BLOCK):
+        ids = torch.randint(0, CFG.vocab_size, (1, T))
+        ref, ref_logits = _patterns(model, ids, grad=True)
+        with torch.no_grad(), attention_workspace(model, ws):
+            logits = model(ids)[0]
+        assert torch.equal(logits, ref_logits)
+    assert all(b.attn.workspace is None for b in model.blocks)
+
+
+def test_a_hook_that_keeps_patterns_gets_its_own_tensor_per_layer():
+    loaded = LoadedModel(model=_model(), config=CFG, format="native", source="<t>", name="t")
+    s = Session(loaded)
+    s.set_prompt("one two three four five six seven eight nine ten " * 4)
+    kept = []
+    named = [(f"blocks.{i}.attn.hook_pattern", lambda _m, _i, out: kept.append(out)) for i in range(CFG.n_layer)]
+    with hooks(s.model, named):
+        trace = s.run()
+    assert kept[0].data_ptr() != kept[1].data_ptr()  # no shared workspace under a foreign hook
+    for layer in range(CFG.n_layer):
+        np.testing.assert_array_equal(trace.attention[layer], kept[layer][0].numpy().astype(np.float16))
+
+
+def test_capture_arrays_match_a_direct_computation():
+    loaded = LoadedModel(model=_model(1), config=CFG, format="native", source="<t>", name="t")
+    s = Session(loaded)
+    s.set_prompt("the cat sat on the mat and the dog sat on the log " * 5)
+    trace = s.run()
+    ids = torch.tensor([s.tokens.ids])
+    m = s.model
+    with torch.no_grad():
+        z = {}
+        named = [(f"blocks.{i}.attn.hook_z", lambda _m, _i, out, i=i: z.__setitem__(i, out[0].clone()))
+                 for i in range(CFG.n_layer)]
+        with hooks(m, named):
+            logits = m(ids)[0][0]
+        logprobs = torch.log_softmax(logits, -1)
+    T = ids.shape[1]
+    np.testing.assert_allclose(trace.token_logprobs[1:], logprobs[torch.arange(T - 1), ids[0, 1:]].numpy(),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(trace.next.probs, logprobs[-1].exp().numpy(), rtol=1e-5, atol=1e-7)
+    for layer in range(CFG.n_layer):
+        w = m.blocks[layer].attn.c_proj.weight  # (C, C)
+        w_heads = w.T.reshape(CFG.n_head, CFG.head_size, CFG.n_embd)  # (nh, hs, C)
+        with torch.no_grad():
+            direct = torch.einsum("tnh,nhc->ntc", z[layer], w_heads).norm(dim=-1)  # (nh, T)
+        np.testing.assert_allclose(trace.head_norms[layer], direct.numpy(), rtol=1e-4, atol=1e-6)
