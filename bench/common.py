@@ -126,27 +126,34 @@ def check_agreement(hf, tl, loaded, T: int = 64, atol: float = 1e-3) -> dict:
 # -- timing ------------------------------------------------------------------------------------
 @dataclass
 class Samples:
-    times: list[float]
+    times: list[float]  # wall seconds
+    cpu: list[float]  # this process's CPU seconds (all threads), less sensitive to other load
 
     @property
     def median(self) -> float:
         return statistics.median(self.times)
 
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu)
+
     def to_dict(self) -> dict:
-        return {"median_s": self.median, "min_s": min(self.times), "max_s": max(self.times), "n": len(self.times)}
+        return {"median_s": self.median, "min_s": min(self.times), "max_s": max(self.times), "n": len(self.times),
+                "cpu_median_s": self.cpu_median}
 
 
 def interleaved(fns: dict, reps: int, warmup: int) -> dict[str, Samples]:
     """Time each callable `reps` times after `warmup` calls, round-robin, so background load
     falls on every tool alike. Returns seconds per call."""
-    out = {name: Samples([]) for name in fns}
+    out = {name: Samples([], []) for name in fns}
     for i in range(warmup + reps):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             fn()
-            dt = time.perf_counter() - t0
+            dt, dc = time.perf_counter() - t0, time.process_time() - c0
             if i >= warmup:
                 out[name].times.append(dt)
+                out[name].cpu.append(dc)
     return out
 
 

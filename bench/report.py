@@ -26,7 +26,9 @@ def render(res: dict) -> str:
         f"save_pretrained folder (ours via {res['ours_loader']}). Max |logit diff| vs HF: ours "
         f"{res['agreement']['ours_vs_hf']:.1e}, TL {res['agreement']['tl_vs_hf']:.1e}.",
         f"Other processes' CPU use: {res['background']['before']:.0f}% of one core before, "
-        f"{res['background']['after']:.0f}% after{' (CONTENDED: numbers are noisier and slower)' if res['background']['contended'] else ''}.",
+        f"{', '.join(f'{x:.0f}%' for x in res['background'].get('between_parts', []))} between parts, "
+        f"{res['background']['after']:.0f}% after"
+        f"{' (CONTENDED: numbers are noisier and slower)' if res['background']['contended'] else ''}.",
         "",
     ]
     if "capture" in res:

@@ -30,7 +30,7 @@ LENGTHS = (64, 256, 1024)
 PARTS = ("capture", "toggle", "memory", "gui")
 FULL = {"capture_reps": {64: 15, 256: 9, 1024: 5}, "toggle_lengths": LENGTHS, "toggle_reps": {64: 15, 256: 9, 1024: 5},
         "warmup": 2, "toggle_run": True, "memory_tools": ("ours", "hf", "tl"), "redraw_reps": 30, "launch_runs": 3}
-QUICK = {"capture_reps": {64: 5, 256: 3, 1024: 2}, "toggle_lengths": (256,), "toggle_reps": {256: 5},
+QUICK = {"capture_reps": {64: 9, 256: 5, 1024: 2}, "toggle_lengths": (256,), "toggle_reps": {256: 5},
          "warmup": 1, "toggle_run": False, "memory_tools": ("ours", "hf"), "redraw_reps": 10, "launch_runs": 1}
 
 
@@ -84,15 +84,19 @@ def main(argv=None) -> int:
         res["agreement"].update(capture_bench.check_capture(hf, tl, session))
         res["agreement"]["toggle_probs_vs_tl"] = toggle_bench.check_toggle(tl, session, 64, 5)
         print(f"agreement: {res['agreement']}", flush=True)
+        between = []  # other processes' CPU use after each part
         if "capture" in parts:
             res["capture"] = capture_bench.measure(hf, tl, session, LENGTHS, plan["capture_reps"], plan["warmup"])
+            between.append(background_cpu(1.0))
         if "toggle" in parts:
             res["toggle"] = toggle_bench.measure(tl, session, plan["toggle_lengths"], plan["toggle_reps"],
                                                  plan["warmup"], plan["toggle_run"])
             res["toggle_summary"] = toggle_bench.summarize(res["toggle"])
+            between.append(background_cpu(1.0))
         del hf, tl, session, loaded
         if "memory" in parts:
             res["memory"] = memory_bench.measure(folder, 1024, args.threads, plan["memory_tools"])
+            between.append(background_cpu(1.0))
         if "gui" in parts:
             res["gui"] = {"redraw": gui_bench.redraw(folder, LENGTHS, args.threads, plan["redraw_reps"]),
                           "launch": gui_bench.launch(None, args.threads, plan["launch_runs"])}
@@ -101,7 +105,8 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     after = background_cpu()
-    res["background"] = {"before": before, "after": after, "contended": max(before, after) > 25.0}
+    res["background"] = {"before": before, "after": after, "between_parts": between,
+                         "contended": max([before, after, *between]) > 25.0}
     res["elapsed_s"] = time.perf_counter() - t_start
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
