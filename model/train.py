@@ -39,6 +39,8 @@ class TrainConfig:
     save_dtype: str = "float32"  # "float16" / "bfloat16" to ship a small file
     active_vocab: bool = True  # train the output layer only on tokens the data contains
     pos_init: str = "normal"  # "sinusoidal": learned positions start from a scaled sin/cos table
+    pos_init_std: float = 0.1  # std of that table (pos_init="sinusoidal" only)
+    embed_init_std: float = 0.02  # std of the token embedding at the start (GPT-2: 0.02)
     freeze_unseen: bool = False  # the first active-vocab version: unseen rows pinned at zero
 
 
@@ -137,11 +139,8 @@ class ActiveVocabLoss:
         return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), target.view(-1))
 
 
-POS_INIT_STD = 0.1
-
-
-def init_positions_sinusoidal(model: GPT) -> None:
-    """Start learned positions from the sin/cos table, scaled to std POS_INIT_STD.
+def init_positions_sinusoidal(model: GPT, std: float = 0.1) -> None:
+    """Start learned positions from the sin/cos table, scaled to `std`.
 
     With GPT-2's N(0, 0.02) start, a small model on a few million tokens leaves its position
     rows near their random start (they end at std ~0.02 beside token rows of ~0.14), and no
@@ -154,7 +153,19 @@ def init_positions_sinusoidal(model: GPT) -> None:
 
     table = sinusoidal_positions(model.config.block_size, model.config.n_embd)  # (block_size, C)
     with torch.no_grad():
-        model.wpe.weight.copy_(table * (POS_INIT_STD / table.std()))
+        model.wpe.weight.copy_(table * (std / table.std()))
+
+
+def init_token_embedding(model: GPT, std: float) -> None:
+    """Draw the token embedding (and so the tied head) from N(0, std^2).
+
+    GPT-2's 0.02 leaves token rows far smaller than a sin/cos position table of std 0.1-0.2,
+    and after ln_1 the first layers then see mostly position: the loss sits near the unigram
+    for hundreds of steps. Token and position rows of the same size (0.15 both, for the
+    bundled model) learn as fast as GPT-2's start and let positional heads form early.
+    """
+    with torch.no_grad():
+        model.wte.weight.normal_(0.0, std)
 
 
 def make_optimizer(model: GPT, tc: TrainConfig) -> torch.optim.AdamW:
@@ -231,8 +242,10 @@ def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="
         wall_before = float(before.get("wall_time_s", 0.0))
     else:
         model = GPT(config).to(device)
+        if tc.embed_init_std != 0.02:
+            init_token_embedding(model, tc.embed_init_std)
         if tc.pos_init == "sinusoidal":
-            init_positions_sinusoidal(model)
+            init_positions_sinusoidal(model, tc.pos_init_std)
     check_data(corpus, config.block_size)
     model.train()
     opt = make_optimizer(model, tc)

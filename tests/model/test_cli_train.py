@@ -6,6 +6,7 @@ import lzma
 import pytest
 
 from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.tokenizer import Tokenizer
 from transformer_viewer.viewer.cli.main import main
 
 from .test_train import write_text
@@ -71,6 +72,24 @@ def test_sinusoidal_positions(texts, tmp_path, capsys):
     assert loaded.config.positional == "sinusoidal" and loaded.model.wpe is None
 
 
+def test_init_flags_reach_the_model_and_the_record(texts, tmp_path, capsys):
+    """--embed-init-std and --pos-init-std set the starting weights (seen after one tiny step,
+    lr 1e-6, so training barely moves them) and are kept in the training record."""
+    out = tmp_path / "i.safetensors"
+    flags = [*TINY_FLAGS, "--steps", "1", "--lr", "1e-6"]  # the last --steps wins
+    assert main(["train", "--data", texts[0], "--out", str(out), *flags, "--embed-init-std", "0.5",
+                 "--pos-init", "sinusoidal", "--pos-init-std", "0.3"]) == 0
+    capsys.readouterr()
+    loaded = load_checkpoint(str(out))
+    wte, wpe = loaded.model.wte.weight, loaded.model.wpe.weight
+    with open(texts[0]) as f:
+        seen = sorted(set(Tokenizer().encode(f.read())))  # the other rows start at zero
+    assert abs(float(wte[seen].std()) - 0.5) < 0.1
+    assert abs(float(wpe.std()) - 0.3) < 0.01
+    tc = loaded.training["train_config"]
+    assert tc["embed_init_std"] == 0.5 and tc["pos_init_std"] == 0.3 and tc["pos_init"] == "sinusoidal"
+
+
 def test_ctrl_c_exits_cleanly_with_the_model_saved(texts, tmp_path, capsys, monkeypatch):
     import tqdm
 
@@ -93,6 +112,8 @@ def test_ctrl_c_exits_cleanly_with_the_model_saved(texts, tmp_path, capsys, monk
 @pytest.mark.parametrize("extra, message", [
     (["--steps", "0"], "--steps"),
     (["--val-fraction", "1.5"], "--val-fraction"),
+    (["--embed-init-std", "0"], "--embed-init-std"),
+    (["--pos-init-std", "-1"], "--pos-init-std"),
     (["--n-embd", "15"], "divisible"),
     (["--block-size", "4096"], "block_size"),
 ])

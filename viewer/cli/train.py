@@ -32,6 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dtype of the final checkpoint (float16 halves the file)")
     p.add_argument("--pos-init", default="normal", choices=["normal", "sinusoidal"],
                    help="start learned positions from N(0, 0.02) (GPT-2) or a scaled sin/cos table")
+    p.add_argument("--pos-init-std", type=float, default=0.1,
+                   help="std of the sin/cos table that --pos-init sinusoidal starts from (default 0.1)")
+    p.add_argument("--embed-init-std", type=float, default=0.02,
+                   help="std of the token embedding at the start (default 0.02, GPT-2's)")
     p.add_argument("--full-vocab-loss", action="store_true",
                    help="multiply the head by every vocabulary row, not only tokens the data contains")
     p.add_argument("--freeze-unseen-rows", action="store_true",
@@ -62,7 +66,8 @@ def run(args) -> int:
     tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
                      eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed,
                      save_dtype=args.save_dtype, active_vocab=not args.full_vocab_loss,
-                     freeze_unseen=args.freeze_unseen_rows, pos_init=args.pos_init)
+                     freeze_unseen=args.freeze_unseen_rows, pos_init=args.pos_init,
+                     pos_init_std=args.pos_init_std, embed_init_std=args.embed_init_std)
     corpus = load_corpus(args.data, val_fraction=args.val_fraction)
     print(f"data: {len(corpus.train):,} training tokens, {len(corpus.val):,} validation tokens", file=sys.stderr)
     done, last_val = 0, [float("nan")]
@@ -109,6 +114,9 @@ def _check_numbers(args) -> None:
             raise ModelError(f"{flag} must be at least 1, got {value}")
     if not args.lr > 0:
         raise ModelError(f"--lr must be positive, got {args.lr}")
+    for flag, value in (("--pos-init-std", args.pos_init_std), ("--embed-init-std", args.embed_init_std)):
+        if not 0.0 < value <= 10.0:
+            raise ModelError(f"{flag} must be a positive standard deviation (at most 10), got {value}")
     if args.warmup < 0 or args.threads < 0:
         raise ModelError("--warmup and --threads cannot be negative")
     if not 0.0 < args.val_fraction < 1.0:
