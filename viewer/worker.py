@@ -5,7 +5,10 @@ at most one waiting request per kind: a newer one replaces the waiting one and c
 one of the same kind (its `is_cancelled()` turns True). Answers come back on the GUI thread as
 `result(Result)`, `failed(Failure)` and `progress(Progress)`; anything answering a request older
 than the newest of its kind is dropped there (`dropped` counts them), so a view never sees a
-stale trace. `close()` cancels everything, stops the thread and waits for it.
+stale trace. The one exception is a result saying the worker's model changed (a load or device
+move that finished before a newer request of its kind could stop it): the worker now holds that
+model, so the GUI must hear of it, stale or not. `close()` cancels everything, stops the thread
+and waits for it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from transformer_viewer.viewer.requests import (
     Cancelled,
     Failure,
+    LoadResult,
     NewSession,
     Progress,
     Request,
@@ -202,7 +206,8 @@ class WorkerClient(QObject):
     def _on_answer(self, answer) -> None:
         was_busy = self.busy
         self._outstanding.pop(answer.request.rid, None)
-        if self.is_latest(answer.request):
+        model_changed = isinstance(answer, Result) and isinstance(answer.value, LoadResult)
+        if self.is_latest(answer.request) or model_changed:
             (self.result if isinstance(answer, Result) else self.failed).emit(answer)
         else:
             self.dropped += 1

@@ -266,13 +266,24 @@ def test_monkey(qtbot, tmp_path, tiny_ckpt, corpus, dialogs, no_cuda):
         qtbot.wait(20)
         assert len(uncaught.errors) == 1 and "ZeroDivisionError" in uncaught.errors[0]
         uncaught.errors.clear()
+        settled = 0
         for i in range(N_ACTIONS):
             name = monkey.step()
             app.processEvents()
             if uncaught.errors:
                 pytest.fail(f"action {i} ({name}) raised:\n{uncaught.errors[0]}")
             if i % SETTLE_EVERY == SETTLE_EVERY - 1:
+                # Catch up, then make the model run once more, whatever state the actions left:
+                # how many traces the random typing produced depends on the machine's speed
+                # (the debounce coalesces keystrokes), these settle traces do not.
                 wait_idle(qtbot, window)
+                # The window describes the model the worker really holds (the worker is idle).
+                assert window.state.model_info == window.worker.worker.session.info(), f"after action {i}"
+                settle = f"Settle point {i // SETTLE_EVERY}"
+                window.prompt_editor.set_text(settle)
+                wait_idle(qtbot, window, lambda s=settle: window.state.trace is not None
+                          and window.state.trace.text == s)
+                settled += 1
         wait_idle(qtbot, window)
         # The window still answers: a clean mask, a final prompt, its trace.
         if window.state.model_info.source != tiny_ckpt:
@@ -291,7 +302,10 @@ def test_monkey(qtbot, tmp_path, tiny_ckpt, corpus, dialogs, no_cuda):
           + ", ".join(f"{k} {v}" for k, v in sorted(monkey.counts.items(), key=lambda kv: -kv[1])))
     print(f"{len(traces)} traces drawn, {len(dialogs.shown)} error dialogs, {len(messages)} failures answered")
     assert not uncaught.errors, uncaught.errors[0]
-    assert len(traces) > 40 and len(dialogs.shown) > 50  # it really ran the model and hit the errors
+    # It really ran the model between the actions (a trace at every settle point and more from
+    # the typing itself) and really hit the errors.
+    assert settled == N_ACTIONS // SETTLE_EVERY and len(traces) > settled
+    assert len(dialogs.shown) > 50
     assert sum(monkey.counts.values()) == N_ACTIONS >= 2000
     shown = messages + dialogs.shown
     assert all(one_line(m) for m in shown), [m for m in shown if not one_line(m)][:3]

@@ -12,9 +12,12 @@ import pytest
 from tests.viewer.shell_common import PROMPT, WAIT_MS, reference_session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError, ModelError
+from transformer_viewer.viewer.handlers import WorkerSession
 from transformer_viewer.viewer.requests import (
     Cancelled,
     LoadRequest,
+    LoadResult,
+    NewSession,
     Request,
     TraceRequest,
     TraceResult,
@@ -53,7 +56,24 @@ def broken_handler(_session, request, _progress, _is_cancelled):
     raise ValueError("bug\nwith a second line")
 
 
+@dataclass(frozen=True)
+class SlowLoadRequest(Request):
+    """A load (same kind, so a newer LoadRequest supersedes it) that, like the real one, cannot
+    be stopped once it runs: it installs a new session whatever happens meanwhile."""
+
+    kind: ClassVar[str] = LoadRequest.kind
+    path: str = ""
+
+
+def slow_load_handler(_session, request, _progress, _is_cancelled):
+    GATE.wait(WAIT_MS / 1000)
+    loaded = load_checkpoint(request.path)
+    session = WorkerSession(loaded)
+    return NewSession(session, LoadResult(session.info()))
+
+
 register_handler(SlowRequest, slow_handler, needs_session=False)
+register_handler(SlowLoadRequest, slow_load_handler, needs_session=False)
 register_handler(BrokenRequest, "tests.viewer.test_worker:broken_handler", needs_session=False)
 
 
@@ -180,6 +200,24 @@ def test_a_bad_checkpoint_keeps_the_loaded_model(qtbot, client, tiny_ckpt, tmp_p
     client.submit(TraceRequest(text=PROMPT))
     qtbot.waitUntil(lambda: not client.busy, timeout=WAIT_MS)
     assert isinstance(col.results[-1].value, TraceResult)
+
+
+def test_a_superseded_load_that_finished_still_reaches_the_gui(qtbot, client, tiny_ckpt, tmp_path):
+    """Load A runs; load B (a bad file) is submitted; A finishes anyway and the worker now holds
+    A's model. Dropping A's answer as stale left the window describing the old model while the
+    worker ran A's (every trace then failed on the mask shape; found by the monkey test)."""
+    GATE.clear()
+    col = Collector(client)
+    bad = tmp_path / "broken.safetensors"
+    bad.write_bytes(b"\x00" * 100)
+    first = client.submit(SlowLoadRequest(path=tiny_ckpt))
+    qtbot.waitUntil(lambda: client._queue._running is not None, timeout=WAIT_MS)
+    client.submit(LoadRequest(path=str(bad), device="cpu"))
+    GATE.set()
+    qtbot.waitUntil(lambda: not client.busy, timeout=WAIT_MS)
+    assert [type(r.value) for r in col.results] == [LoadResult] and col.results[0].request.rid == first.rid
+    assert col.results[0].value.info == client.worker.session.info()
+    assert len(col.failures) == 1 and "broken.safetensors" in col.failures[0].message
 
 
 def test_close_stops_the_thread(qtbot, tiny_ckpt):
