@@ -81,7 +81,7 @@ def test_init_flags_reach_the_model_and_the_record(texts, tmp_path, capsys):
                  "--pos-init", "sinusoidal", "--pos-init-std", "0.3"]) == 0
     capsys.readouterr()
     loaded = load_checkpoint(str(out))
-    wte, wpe = loaded.model.wte.weight, loaded.model.wpe.weight
+    wte, wpe = loaded.model.wte.weight.detach(), loaded.model.wpe.weight.detach()
     with open(texts[0]) as f:
         seen = sorted(set(Tokenizer().encode(f.read())))  # the other rows start at zero
     assert abs(float(wte[seen].std()) - 0.5) < 0.1
