@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.nn.modules import module as _torch_module
 
 from transformer_viewer.model.checkpoint import LoadedModel
@@ -24,6 +23,7 @@ from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
 from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import ABLATIONS, first_changed_layer, head_mask_hooks
+from transformer_viewer.model.linear import linear
 from transformer_viewer.model.tokenizer import Tokenized, Tokenizer
 
 DEFAULT_MEMORY_BUDGET = 4 << 30  # bytes of captured arrays one trace may hold
@@ -284,7 +284,7 @@ class Session:
         lse = torch.empty(len(starts), T, dtype=torch.float32, device=h.device)  # (blocks, T)
         for j, v0 in enumerate(starts):
             v1 = min(v0 + VOCAB_BLOCK, V)
-            block = F.linear(h, w[v0:v1], None if bias is None else bias[v0:v1]).float()  # (T, v1 - v0)
+            block = linear(h, w[v0:v1], None if bias is None else bias[v0:v1]).float()  # (T, v1 - v0)
             # log-sum-exp as x0 - log_softmax(x)0: one fused kernel instead of five passes.
             lse[j] = block[:, 0] - torch.log_softmax(block, dim=-1)[:, 0]
             logits_p[v0:v1] = block[p]

@@ -18,6 +18,7 @@ from torch import nn
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.hooks import HookPoint
+from transformer_viewer.model.linear import Linear
 
 # Causal masks by (T, device), shared by every layer: building a (T, T) mask per layer per
 # forward cost more than the masked_fill that uses it at T = 1024.
@@ -100,8 +101,8 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.n_embd = config.n_embd
         self.head_size = config.head_size
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.c_attn = Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.hook_q = HookPoint()  # (B, T, nh, hs)
@@ -171,8 +172,8 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, config.n_mlp, bias=config.bias)
-        self.c_proj = nn.Linear(config.n_mlp, config.n_embd, bias=config.bias)
+        self.c_fc = Linear(config.n_embd, config.n_mlp, bias=config.bias)
+        self.c_proj = Linear(config.n_mlp, config.n_embd, bias=config.bias)
         self.act = _ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
         self.hook_pre = HookPoint()  # (B, T, n_mlp)
@@ -212,7 +213,7 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         self.hook_embed = HookPoint()  # (B, T, C)

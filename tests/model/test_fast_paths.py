@@ -13,6 +13,7 @@ from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT, QUERY_BLOCK, AttentionWorkspace, attention_workspace
 from transformer_viewer.model.hooks import hooks
+from transformer_viewer.model.linear import Linear, fast_path_enabled, linear, plain_kernels
 
 CFG = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=3 * QUERY_BLOCK + 16, vocab_size=50257)
 
@@ -23,6 +24,8 @@ def _model(seed=0):
 
 
 def _patterns(model, ids, grad: bool, workspace=None):
+    """Patterns and logits; the linear layers on torch's own kernel in both modes, so only the
+    attention paths differ (model/linear.py's inference GEMM has its own tests below)."""
     kept = {}
 
     def keep(layer):
@@ -31,7 +34,7 @@ def _patterns(model, ids, grad: bool, workspace=None):
         return hook
 
     named = [(f"blocks.{i}.attn.hook_pattern", keep(i)) for i in range(CFG.n_layer)]
-    with torch.set_grad_enabled(grad), hooks(model, named):
+    with torch.set_grad_enabled(grad), hooks(model, named), plain_kernels():
         if workspace is None:
             logits = model(ids)[0]
         else:
@@ -58,7 +61,7 @@ def test_workspace_reuse_across_shapes_keeps_the_future_at_zero():
     for T in (3 * QUERY_BLOCK, 5, 3 * QUERY_BLOCK, QUERY_BLOCK + 3, 3 * QUERY_BLOCK):
         ids = torch.randint(0, CFG.vocab_size, (1, T))
         ref, ref_logits = _patterns(model, ids, grad=True)
-        with torch.no_grad(), attention_workspace(model, ws):
+        with torch.no_grad(), attention_workspace(model, ws), plain_kernels():
             logits = model(ids)[0]
         assert torch.equal(logits, ref_logits)
     assert all(b.attn.workspace is None for b in model.blocks)
@@ -101,3 +104,59 @@ def test_capture_arrays_match_a_direct_computation():
         with torch.no_grad():
             direct = torch.einsum("tnh,nhc->ntc", z[layer], w_heads).norm(dim=-1)  # (nh, T)
         np.testing.assert_allclose(trace.head_norms[layer], direct.numpy(), rtol=1e-4, atol=1e-6)
+
+
+# -- the inference GEMM (model/linear.py) ---------------------------------------------------------
+needs_onednn = pytest.mark.skipif(not fast_path_enabled(), reason="oneDNN's linear kernel is not in this torch build")
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(1, 32), (7, 32), (2, 5, 32), (64, 768)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_inference_linear_matches_f_linear(shape, bias):
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    w = torch.randn(48, shape[-1]) * 0.05
+    b = torch.randn(48) if bias else None
+    with torch.inference_mode():
+        fast = linear(x, w, b)
+        with plain_kernels():
+            plain = linear(x, w, b)
+    assert fast.shape == plain.shape == (*shape[:-1], 48)
+    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+    assert torch.equal(plain, torch.nn.functional.linear(x, w, b))
+
+
+def test_training_takes_torchs_kernel_and_gets_its_gradient():
+    torch.manual_seed(0)
+    layer = Linear(16, 8)
+    x = torch.randn(4, 16, requires_grad=True)
+    y = layer(x)
+    assert y.grad_fn is not None and "Addmm" in type(y.grad_fn).__name__
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, layer.weight.sum(0).expand(4, 16))
+    assert torch.equal(layer(x.detach()).detach(), torch.nn.functional.linear(x.detach(), layer.weight, layer.bias).detach())
+
+
+@needs_onednn
+def test_session_runs_agree_with_plain_kernels_to_rounding(monkeypatch):
+    """The whole capture on the fast GEMM against the same capture on torch's own."""
+    import transformer_viewer.model.linear as linear_module
+
+    took = []
+    use = linear_module._use_onednn
+    monkeypatch.setattr(linear_module, "_use_onednn", lambda x, w: took.append(use(x, w)) or took[-1])
+    loaded = LoadedModel(model=_model(), config=CFG, format="native", source="<t>", name="t")
+    s = Session(loaded, pattern_dtype=np.float32)
+    s.set_prompt("one two three four five six seven eight nine ten " * 4)
+    fast = s.run()
+    assert took and all(took)  # every linear of the capture took the fast path
+    s.set_prompt(s.tokens.text + " ")
+    s.set_prompt("one two three four five six seven eight nine ten " * 4)
+    n_fast = len(took)
+    with plain_kernels():
+        plain = s.run()
+    np.testing.assert_allclose(fast.attention, plain.attention, atol=1e-5)
+    np.testing.assert_allclose(fast.next.probs, plain.next.probs, atol=1e-6)
+    np.testing.assert_allclose(fast.token_logprobs[1:], plain.token_logprobs[1:], atol=1e-4)
+    assert not any(took[n_fast:])

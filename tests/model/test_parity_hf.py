@@ -13,6 +13,7 @@ from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import head_mask_hooks
+from transformer_viewer.model.linear import fast_path_enabled, plain_kernels
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 
@@ -44,7 +45,7 @@ def _hf_forward(hf, ids, **kw):
         return hf(ids, output_attentions=True, output_hidden_states=True, **kw)
 
 
-def check_parity(hf, loaded):
+def check_parity(hf, loaded, atol=1e-5):
     s = _session(loaded)
     ids = torch.from_numpy(np.asarray(s.tokens.ids))[None]  # (1, T)
     out = _hf_forward(hf, ids)
@@ -56,12 +57,12 @@ def check_parity(hf, loaded):
     assert len(out.attentions) == L
     for layer in range(L):
         hf_pattern = out.attentions[layer][0].numpy()  # (nh, T, T)
-        assert np.abs(trace.attention[layer] - hf_pattern).max() <= 1e-5, layer
+        assert np.abs(trace.attention[layer] - hf_pattern).max() <= atol, layer
     # Rows with 9+ keys would have maxima <= 1/9 if uniform: peaked ones make the comparison mean something.
     assert trace.attention[:, :, 8:].max(-1).mean() > 0.3
     resid = s.residuals()
     for layer in range(L):  # HF's hidden_states[L] is after ln_f; ours are the blocks' inputs
-        torch.testing.assert_close(resid[layer][0], out.hidden_states[layer][0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(resid[layer][0], out.hidden_states[layer][0], rtol=1e-5, atol=atol)
     hf_logprobs = torch.log_softmax(out.logits[0], dim=-1)
     T = ids.shape[1]
     np.testing.assert_allclose(trace.token_logprobs[1:], hf_logprobs[torch.arange(T - 1), ids[0, 1:]].numpy(),
@@ -113,11 +114,27 @@ def test_zero_ablation_parity(tiny, heads):
     np.testing.assert_allclose(nxt.probs, torch.softmax(hf_logits[-1], -1).numpy(), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.slow
-def test_gpt2_small_sized_parity(tmp_path_factory):
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
     # GPT-2 small's shapes (124M parameters) with Hugging Face's own random init, Q/K/V scaled
     # up so the patterns are peaked rather than near-uniform.
     config = hf_config(n_layer=12, n_head=12, n_embd=768, n_positions=1024)
-    hf, loaded = _pair(tmp_path_factory, config, seed=22, randomize=False, attn_scale=4.0)
+    return _pair(tmp_path_factory, config, seed=22, randomize=False, attn_scale=4.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["plain", "onednn"])
+def test_gpt2_small_sized_parity(small, kernel):
+    """With torch's default GEMM the patterns agree to 1e-5. The app's inference GEMM (oneDNN,
+    model/linear.py) sums in another order: through 12 layers of 4x-peaked attention that
+    moves patterns by up to ~2.5e-5, so patterns and the residual stream are held to 5e-5, still finer than the float16 the
+    app stores patterns in (3e-5 apart near 0.03); logits are held to 1e-4 either way."""
+    hf, loaded = small
     assert loaded.n_params == sum(p.numel() for p in hf.parameters())
-    check_parity(hf, loaded)
+    if kernel == "plain":
+        with plain_kernels():
+            check_parity(hf, loaded)
+    else:
+        if not fast_path_enabled():
+            pytest.skip("oneDNN's linear kernel is not in this torch build")
+        check_parity(hf, loaded, atol=5e-5)
