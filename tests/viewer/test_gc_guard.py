@@ -1,0 +1,41 @@
+"""Garbage collection happens on the GUI thread only (viewer/gc_guard.py): a collection run by
+the worker thread can free a Qt object from the wrong thread and kill the process."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+from tests.viewer.shell_common import new_window, wait_idle
+from transformer_viewer.viewer.gc_guard import INTERVAL_S
+
+
+class Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def test_the_worker_thread_never_runs_the_collector(qtbot, tmp_path, tiny_ckpt, other_ckpt):
+    threads: list[str] = []
+
+    def seen(phase, _info):
+        if phase == "start":
+            threads.append(threading.current_thread().name)
+
+    gc.callbacks.append(seen)
+    try:
+        window = new_window(qtbot, tmp_path, tiny_ckpt)
+        for i in range(3):  # loading builds thousands of objects on the worker: collections fall due there
+            window.load(other_ckpt if i % 2 == 0 else tiny_ckpt)
+            window.prompt_editor.set_text(f"prompt number {i} " * (i + 1))
+            wait_idle(qtbot, window, lambda i=i: window.state.trace is not None
+                      and window.state.trace.text == f"prompt number {i} " * (i + 1))
+        garbage = [Cycle() for _ in range(5000)]  # cyclic garbage the timer must still collect
+        del garbage
+        qtbot.wait(int(3 * INTERVAL_S * 1000))
+        window.close()
+    finally:
+        gc.callbacks.remove(seen)
+    assert not gc.isenabled()  # automatic collection (any thread) is off ...
+    assert threads  # ... and the GUI thread's timer does collect ...
+    assert set(threads) == {threading.main_thread().name}  # ... and nothing else does
