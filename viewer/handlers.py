@@ -22,6 +22,8 @@ from transformer_viewer.viewer.requests import (
     LoadRequest,
     LoadResult,
     NewSession,
+    PredictRequest,
+    PredictResult,
     ProbeResult,
     TraceRequest,
     TraceResult,
@@ -145,3 +147,16 @@ def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_c
         session.masked = (key, trace)
     return TraceResult(trace=trace, clean=clean, forward_ms=(time.perf_counter() - t0) * 1000.0)
 
+
+
+def handle_predict(session: WorkerSession, request: PredictRequest, _progress, _is_cancelled) -> PredictResult:
+    """The masked next-token distribution alone, from the cached clean run of the same prompt:
+    only the layers from the first changed one, only up to the predicted position, no capture.
+    It leaves the cache as it was, so the capture that follows still starts at that layer."""
+    if request.text != session.prompt_text or session.clean is None or session.tokens is None:
+        return PredictResult(None)  # no clean run of this prompt yet: the trace request does it all
+    T = len(session.tokens.ids)
+    position = T - 1 if request.position is None else max(0, min(int(request.position), T - 1))
+    nxt = session.predict(np.asarray(request.mask, dtype=bool), request.ablation, position, int(request.top_k),
+                          update_cache=False)
+    return PredictResult(nxt)

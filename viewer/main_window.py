@@ -23,11 +23,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from transformer_viewer.viewer import window_actions
+from transformer_viewer.viewer import preview, window_actions
+from transformer_viewer.viewer.gc_guard import collect_on_gui_thread
 from transformer_viewer.viewer.requests import (
     DeviceRequest,
     LoadRequest,
     LoadResult,
+    PredictResult,
     ProbeRequest,
     ProbeResult,
     TraceRequest,
@@ -56,6 +58,7 @@ class MainWindow(QMainWindow):
                  worker: WorkerClient | None = None):
         """`worker`: a client already started (and asked to probe/load) to save startup time."""
         super().__init__()
+        collect_on_gui_thread()  # before the worker thread exists: it must never run the collector
         self.setWindowTitle("transformer-viewer")
         self.setObjectName("MainWindow")
         self.settings = settings if settings is not None else QSettings("transformer-viewer", "transformer-viewer")
@@ -199,6 +202,7 @@ class MainWindow(QMainWindow):
     def _on_mask(self, mask) -> None:
         if self.head_grid.mask().shape == mask.shape:
             self.head_grid.set_mask(mask)
+        preview.request_prediction(self)
         self.request_trace()
 
     def _on_selection(self) -> None:
@@ -246,6 +250,8 @@ class MainWindow(QMainWindow):
                 self.status.showMessage(value.warning, 10000)
             self.setWindowTitle(f"{value.info.name} \u2014 transformer-viewer")
             self.request_trace()
+        elif isinstance(value, PredictResult):
+            preview.show_if_current(self, request, value)
         elif isinstance(value, TraceResult):
             self.state.set_traces(value.trace, value.clean)
             info = self.state.model_info

@@ -66,6 +66,19 @@ class TraceRequest(Request):
     top_k: int = 10
 
 
+@dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
+class PredictRequest(Request):
+    """Only the next-token distribution of `text` under `mask`: the quick answer to a head
+    toggle, shown while the TraceRequest submitted after it redraws every view."""
+
+    kind: ClassVar[str] = "predict"
+    text: str = ""
+    mask: Any = None  # (L, nh) bool ndarray
+    ablation: str = "zero"
+    position: int | None = None
+    top_k: int = 10
+
+
 @dataclass(frozen=True)
 class ProbeRequest(Request):
     """What this machine offers (CUDA or not); the first thing the worker answers."""
@@ -107,6 +120,11 @@ class TraceResult:
     trace: Any  # Trace under the mask (the clean one when nothing is masked)
     clean: Any  # Trace of the unmasked model for the same prompt and position
     forward_ms: float = 0.0  # model time this request really spent (0 when all came from caches)
+
+
+@dataclass(frozen=True)
+class PredictResult:
+    next: Any  # NextToken under the request's mask; None when there was no clean run to start from
 
 
 @dataclass(frozen=True)
@@ -157,3 +175,4 @@ register_handler(LoadRequest, f"{_BUILTIN}:handle_load", needs_session=False)
 register_handler(ProbeRequest, f"{_BUILTIN}:handle_probe", needs_session=False)
 register_handler(DeviceRequest, f"{_BUILTIN}:handle_device")
 register_handler(TraceRequest, f"{_BUILTIN}:handle_trace")
+register_handler(PredictRequest, f"{_BUILTIN}:handle_predict")

@@ -79,6 +79,41 @@ def test_mask_toggle_changes_the_logits_and_matches_predict(qtbot, window):
     assert window.head_grid.mask()[0, 1]
 
 
+def test_a_toggle_shows_the_prediction_before_the_views_catch_up(qtbot, window, monkeypatch):
+    """The worker answers the masked next-token distribution (PredictRequest) before the
+    capture that redraws everything; held here, the capture cannot hide which came first."""
+    import threading
+
+    from transformer_viewer.viewer import requests
+    from transformer_viewer.viewer.handlers import handle_trace
+
+    gate = threading.Event()
+    masked_traces = []
+
+    def held_trace(session, request, progress, is_cancelled):
+        if request.mask is not None and np.asarray(request.mask).any():
+            masked_traces.append(request)
+            gate.wait(30)
+        return handle_trace(session, request, progress, is_cancelled)
+
+    monkeypatch.setitem(requests.HANDLERS, requests.TraceRequest, requests._Entry(held_trace, True))
+    st = window.state
+    try:
+        qtbot.mouseClick(window.mask_grid.canvas, Qt.LeftButton, pos=mask_cell_center(window, 1, 0).toPoint())
+        qtbot.waitUntil(lambda: window.logits.preview, timeout=10000)
+        assert masked_traces and not st.trace.mask.any()  # the views still show the clean run
+        expected = reference_session(st.model_info.source).predict(mask_of(window, (1, 0)))
+        rows = window.logits.rows()
+        assert [r[2] for r in rows] == [token_label(i) for i in expected.top_ids]
+        np.testing.assert_allclose([r[3] for r in rows], expected.top_probs, rtol=2e-3, atol=1e-6)
+        assert "1 head masked" in window.logits.summary.text() and "Updating" in window.logits.summary.text()
+    finally:
+        gate.set()
+    wait_idle(qtbot, window, lambda: st.trace is not None and st.trace.mask[1, 0])
+    assert not window.logits.preview and "Updating" not in window.logits.summary.text()
+    np.testing.assert_allclose(st.trace.next.probs, expected.probs, atol=1e-6)
+
+
 def test_masked_panel_equals_the_predict_command(qtbot, window, capsys):
     import json
 

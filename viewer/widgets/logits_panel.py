@@ -111,35 +111,48 @@ class LogitsPanel(QWidget):
         layout.addWidget(self.table, 1)
         layout.addWidget(self.summary)
         self.comparison: Comparison | None = None
+        self.preview = False  # the masked column shows a quick prediction, not yet the trace's
         state.trace_changed.connect(lambda _t: self.refresh())
         state.model_changed.connect(lambda _i: self.refresh())
 
     def refresh(self) -> None:
         trace, clean = self.state.trace, self.state.clean_trace
+        self.preview = False
         if trace is None or clean is None:
             self.header.setText("no prediction yet")
             self.table.setRowCount(0)
             self.summary.setText("")
             self.comparison = None
             return
-        base, masked = clean.next, trace.next
+        self._show(trace, clean.next, trace.next, int(trace.mask.sum()), trace.ablation)
+
+    def show_preview(self, masked, mask, ablation: str) -> None:
+        """The masked distribution for a mask the views have not caught up with yet (a head
+        toggle's quick answer); the trace that follows replaces it."""
+        trace, clean = self.state.trace, self.state.clean_trace
+        if trace is None or clean is None or masked.position >= trace.n_tokens:
+            return
+        self._show(trace, clean.next, masked, int(np.count_nonzero(mask)), ablation,
+                   note=" Updating the other views\u2026")
+        self.preview = True
+
+    def _show(self, trace, base, masked, n: int, ablation: str, note: str = "") -> None:
         pos = masked.position
         label = trace.labels[pos] if pos < trace.n_tokens else "?"
         where = "the last token" if pos == trace.n_tokens - 1 else "the selected token"
         self.header.setText(f"Next token after position {pos} {label!r} ({where})")
         self._fill(base, masked)
         self.comparison = c = compare(base, masked)
-        n = int(trace.mask.sum())
         if n == 0:
             self.summary.setText(f"No heads masked: the masked column equals the baseline. "
                                  f"Top token {token_label(c.top_id)!r} at p = {format_prob(c.p_baseline)}.")
             return
         sign = "+" if c.delta >= 0 else "\u2212"
         self.summary.setText(
-            f"{n} head{'s' if n != 1 else ''} masked ({trace.ablation}). Baseline top {token_label(c.top_id)!r}: "
+            f"{n} head{'s' if n != 1 else ''} masked ({ablation}). Baseline top {token_label(c.top_id)!r}: "
             f"p {format_prob(c.p_baseline)} \u2192 {format_prob(c.p_masked)} ({sign}{format_prob(abs(c.delta))}), "
             f"rank 1 \u2192 {c.new_rank}. "
-            f"KL(baseline \u2016 masked) = {c.kl:.4f} nats")
+            f"KL(baseline \u2016 masked) = {c.kl:.4f} nats.{note}")
 
     def _fill(self, base, masked) -> None:
         k = max(len(base.top_ids), len(masked.top_ids))
