@@ -116,13 +116,18 @@ def handle_device(session: WorkerSession, request: DeviceRequest, progress, _is_
     return LoadResult(session.info())
 
 
+def _prediction_position(request: TraceRequest, T: int) -> int:
+    """The requested position clamped to the prompt (None: the last token)."""
+    return T - 1 if request.position is None else max(0, min(int(request.position), T - 1))
+
+
 def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_cancelled) -> TraceResult:
     t0 = time.perf_counter()
     session.ensure_prompt(request.text)
     T = len(session.tokens.ids)
     if T == 0:
         raise ModelError("the prompt is empty; type some text first")
-    position = T - 1 if request.position is None else max(0, min(int(request.position), T - 1))
+    position = _prediction_position(request, T)
     k = int(request.top_k)
     clean = session.clean
     if clean is None:
@@ -148,15 +153,13 @@ def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_c
     return TraceResult(trace=trace, clean=clean, forward_ms=(time.perf_counter() - t0) * 1000.0)
 
 
-
 def handle_predict(session: WorkerSession, request: PredictRequest, _progress, _is_cancelled) -> PredictResult:
     """The masked next-token distribution alone, from the cached clean run of the same prompt:
     only the layers from the first changed one, only up to the predicted position, no capture.
     It leaves the cache as it was, so the capture that follows still starts at that layer."""
     if request.text != session.prompt_text or session.clean is None or session.tokens is None:
         return PredictResult(None)  # no clean run of this prompt yet: the trace request does it all
-    T = len(session.tokens.ids)
-    position = T - 1 if request.position is None else max(0, min(int(request.position), T - 1))
+    position = _prediction_position(request, len(session.tokens.ids))
     nxt = session.predict(np.asarray(request.mask, dtype=bool), request.ablation, position, int(request.top_k),
                           update_cache=False)
     return PredictResult(nxt)

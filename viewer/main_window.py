@@ -29,6 +29,7 @@ from transformer_viewer.viewer.requests import (
     DeviceRequest,
     LoadRequest,
     LoadResult,
+    PredictRequest,
     PredictResult,
     ProbeRequest,
     ProbeResult,
@@ -195,14 +196,20 @@ class MainWindow(QMainWindow):
             self.prompt_editor.show_notice("Type a prompt to run the model.", warning=False)
             return
         self._requested_position = st.query
-        self.worker.submit(TraceRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation,
-                                        position=st.query, top_k=TOP_K))
+        self.worker.submit(self._run_request(TraceRequest))
+
+    def _run_request(self, request_type: type[TraceRequest]) -> TraceRequest:
+        """A run of the prompt, mask and position as they are now (a trace, or a prediction)."""
+        st = self.state
+        return request_type(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation, position=st.query,
+                            top_k=TOP_K)
 
     # -- state -> worker / views ----------------------------------------------------------
     def _on_mask(self, mask) -> None:
         if self.head_grid.mask().shape == mask.shape:
             self.head_grid.set_mask(mask)
-        preview.request_prediction(self)
+        if preview.worth_asking(self.state):
+            self.worker.submit(self._run_request(PredictRequest))
         self.request_trace()
 
     def _on_selection(self) -> None:

@@ -12,18 +12,13 @@ import numpy as np
 
 from transformer_viewer.viewer.requests import PredictRequest, PredictResult
 
-TOP_K = 10
 
-
-def request_prediction(window) -> None:
-    st = window.state
-    info = st.model_info
-    if info is None or st.trace is None or not st.prompt or not st.mask.any():
-        return  # nothing to compare against yet, or an unmasked run (answered from the cache)
-    if st.mask.shape != (info.n_layer, info.n_head):
-        return
-    window.worker.submit(PredictRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation,
-                                        position=st.query, top_k=TOP_K))
+def worth_asking(state) -> bool:
+    """Whether a head toggle should first ask for the prediction alone (a `PredictRequest`)."""
+    info = state.model_info
+    if info is None or state.trace is None or not state.prompt or not state.mask.any():
+        return False  # nothing to compare against yet, or an unmasked run (answered from the cache)
+    return state.mask.shape == (info.n_layer, info.n_head)
 
 
 def show_if_current(window, request: PredictRequest, value: PredictResult) -> None:

@@ -67,16 +67,12 @@ class TraceRequest(Request):
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
-class PredictRequest(Request):
+class PredictRequest(TraceRequest):
     """Only the next-token distribution of `text` under `mask`: the quick answer to a head
-    toggle, shown while the TraceRequest submitted after it redraws every view."""
+    toggle, shown while the TraceRequest submitted after it redraws every view. Its own kind,
+    so the two do not supersede each other."""
 
     kind: ClassVar[str] = "predict"
-    text: str = ""
-    mask: Any = None  # (L, nh) bool ndarray
-    ablation: str = "zero"
-    position: int | None = None
-    top_k: int = 10
 
 
 @dataclass(frozen=True)
