@@ -8,12 +8,9 @@ cannot be reached. A new or reworded message without a trigger fails
 from __future__ import annotations
 
 import ast
-import contextlib
 import errno
-import io
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +18,7 @@ import pytest
 import torch
 
 from tests.hardening.common import TINY, one_line
+from tests.hardening.message_case import Case, Ctx, area_cases, raised
 from transformer_viewer.model import device as device_module
 from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
@@ -29,48 +27,9 @@ from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.viewer import export as ex
 from transformer_viewer.viewer import handlers, worker
-from transformer_viewer.viewer.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_ERRORS = {"ModelError", "CheckpointError", "DeviceError", "CaptureTooLargeError", "ExportError", "_UserError"}
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    trigger: object  # (ctx) -> the message the user sees
-    expect: str
-
-
-class Ctx:
-    """What triggers need: a scratch folder, the tiny model, a CLI runner, monkeypatch."""
-
-    def __init__(self, tmp_path, tiny_ckpt, monkeypatch, loaded=None):
-        self.tmp, self.ckpt, self.mp = tmp_path, tiny_ckpt, monkeypatch
-        self._loaded = loaded
-
-    def session(self, **kw) -> Session:
-        if self._loaded is None:
-            self._loaded = load_checkpoint(self.ckpt, device="cpu")
-        return Session(self._loaded, **kw)
-
-    def cli(self, *argv) -> str:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(list(argv))
-        out, err = out.getvalue(), err.getvalue()
-        lines = err.strip().splitlines()
-        assert rc == 2 and "Traceback" not in err and len(lines) == 1 and lines[0].startswith("error: "), (rc, err)
-        return lines[0].removeprefix("error: ")
-
-
-def raised(fn, *exc_types):
-    exc_types = exc_types or (ModelError,)
-    try:
-        fn()
-    except exc_types as e:
-        return str(e)
-    raise AssertionError("no error was raised")
 
 
 def session_with(ctx, text):
@@ -617,7 +576,7 @@ CASES = [
         handlers.WorkerSession(load_checkpoint(c.ckpt)), __import__("transformer_viewer.viewer.requests",
                                                                     fromlist=["TraceRequest"]).TraceRequest(text=""),
         None, None)), "the prompt is empty"),
-]
+] + area_cases()
 
 
 @pytest.fixture(scope="module")
