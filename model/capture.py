@@ -11,7 +11,9 @@ Hooks are registered for each forward inside `hooks(...)` and always removed aft
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,14 +22,17 @@ from torch.nn.modules import module as _torch_module
 
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
-from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace
+from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace, observe_pattern_rows
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import ABLATIONS, first_changed_layer, head_mask_hooks
 from transformer_viewer.model.linear import linear
+from transformer_viewer.model.overview import OverviewPooler, cell_size, n_cells
 from transformer_viewer.model.tokenizer import Tokenized, Tokenizer
 
 DEFAULT_MEMORY_BUDGET = 4 << 30  # bytes of captured arrays one trace may hold
 VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once
+KEPT_RUNS = 3  # runs whose residual streams stay cached for recomputation (clean, masked, one more)
+_RUN_IDS = itertools.count(1)  # unique in the process, so no session mistakes another's trace for its own
 
 
 @dataclass(frozen=True)
@@ -43,28 +48,57 @@ class NextToken:
 
 @dataclass(frozen=True)
 class Trace:
-    """Everything one capture recorded. Arrays only: this crosses to the GUI thread."""
+    """Everything one capture recorded. Arrays only: this crosses to the GUI thread.
+
+    Linear in T: a head's full pattern and a layer's MLP activations are not kept but recomputed
+    on demand (`model.on_demand`) from the session's cached residual stream of run `run_id`.
+    """
 
     token_ids: np.ndarray  # (T,) int64
     labels: tuple[str, ...]  # visible label of each token
     spans: tuple[tuple[int, int], ...]  # character span of each token in `text`
     text: str  # the text that was run (after truncation to the context)
     dropped_tokens: int  # tokens cut from the front to fit block_size
-    attention: np.ndarray  # (L, nh, T, T), rows are queries, float16 unless asked otherwise
+    overview_max: np.ndarray  # (L, nh, n, n), each cell the max of its block of the pattern
+    overview_mean: np.ndarray  # (L, nh, n, n), each cell the mean (future zeros included)
+    overview_cell: int  # tokens per cell side (1: the overview is the pattern itself)
     resid_norms: np.ndarray  # (2L + 2, T) float32, rows named by resid_labels
     resid_labels: tuple[str, ...]  # "embed", "0.pre", "0.mid", ..., "final"
-    mlp_post: np.ndarray  # (L, T, n_mlp), post-activation
+    mlp_max: np.ndarray  # (L, n_mlp) float32, each neuron's largest post-activation over the tokens
+    mlp_argmax: np.ndarray  # (L, n_mlp) int64, the token where it is largest
+    mlp_mean: np.ndarray  # (L, n_mlp) float32, its mean over the tokens
     head_norms: np.ndarray  # (L, nh, T) float32, L2 norm of each head's write to the residual
-    token_logprobs: np.ndarray  # (T,) float32, log p(token t | tokens < t); NaN at t = 0
+    token_logprobs: np.ndarray | None  # (T,) float32, log p(token t | tokens < t); NaN at t = 0; None: not yet
     next: NextToken
     mask: np.ndarray  # (L, nh) bool, the heads that were ablated
     ablation: str  # "zero" or "mean"
     forward_ms: float
     first_layer_run: int  # 0 for a full run; l when layers < l were reused from the cache
+    run_id: int = 0  # which of the session's runs made it (what on-demand recomputation starts from)
+    attention: np.ndarray | None = None  # (L, nh, T, T) float16, only from a session made with keep_full
+    mlp_post: np.ndarray | None = None  # (L, T, n_mlp), post-activation, only with keep_full
 
     @property
     def n_tokens(self) -> int:
         return int(self.token_ids.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays this trace holds."""
+        arrays = [self.token_ids, self.overview_max, self.overview_mean, self.resid_norms, self.mlp_max,
+                  self.mlp_argmax, self.mlp_mean, self.head_norms, self.token_logprobs, self.next.probs,
+                  self.next.top_ids, self.next.top_probs, self.next.top_logits, self.mask, self.attention,
+                  self.mlp_post]
+        return sum(a.nbytes for a in arrays if a is not None)
+
+
+@dataclass
+class _Run:
+    """What recomputing a run's activations starts from: its residual stream and its mask."""
+
+    resid: list  # resid_pre of each layer, then the final resid_post, (1, T, C) each
+    mask: np.ndarray
+    ablation: str
 
 
 def resid_labels(n_layer: int) -> tuple[str, ...]:
@@ -81,8 +115,9 @@ class Session:
     """
 
     def __init__(self, loaded: LoadedModel, tokenizer: Tokenizer | None = None,
-                 pattern_dtype=np.float16, memory_budget: int = DEFAULT_MEMORY_BUDGET):
+                 pattern_dtype=np.float16, memory_budget: int = DEFAULT_MEMORY_BUDGET, keep_full: bool = False):
         self.loaded = loaded
+        self.keep_full = keep_full  # also keep every (T, T) pattern and (T, n_mlp) activation in the trace
         self.model = loaded.model.eval()
         self.config = loaded.config
         self.tokenizer = tokenizer or Tokenizer()
@@ -94,6 +129,8 @@ class Session:
         self._ids: torch.Tensor | None = None  # (1, T)
         self._grams: dict[int, tuple[tuple, torch.Tensor]] = {}  # layer -> (weight key, per-head Gram)
         self._workspace = AttentionWorkspace()  # attention scores, reused across layers and runs
+        self._runs: OrderedDict[int, _Run] = OrderedDict()  # run id -> what recomputation starts from
+        self.recompute_cache: dict = {}  # for model.on_demand; emptied with the runs it was made from
         self._clear_cache()
 
     # -- prompt ---------------------------------------------------------------------------
@@ -123,6 +160,8 @@ class Session:
         self._cached_mask: np.ndarray | None = None
         self._cached_ablation = "zero"
         self._cached_trace: Trace | None = None
+        self._runs.clear()
+        self.recompute_cache.clear()
 
     def _require_prompt(self) -> torch.Tensor:
         if self._ids is None or self._ids.shape[1] == 0:
@@ -147,10 +186,22 @@ class Session:
         return p
 
     def estimate_bytes(self, T: int) -> int:
+        """Bytes a capture of T tokens keeps: the trace's arrays, the cached residual streams of
+        the runs kept for recomputation, and the largest block of pattern rows held at once."""
         c = self.config
-        pattern = c.n_layer * c.n_head * T * T * self.pattern_dtype.itemsize
-        mlp = c.n_layer * T * c.n_mlp * self.pattern_dtype.itemsize
-        return pattern + mlp + (c.n_layer + 1) * T * c.n_embd * 4
+        L, nh, C = c.n_layer, c.n_head, c.n_embd
+        item = self.pattern_dtype.itemsize
+        n = n_cells(T)
+        trace = (2 * L * nh * n * n * item  # overviews
+                 + L * c.n_mlp * (4 + 8 + 4)  # MLP summaries
+                 + (L * nh + 2 * L + 2 + 1) * T * 4 + T * 8  # head and residual norms, log-probs, ids
+                 + self.n_vocab * 4)  # next-token distribution
+        if self.keep_full:
+            trace += L * nh * T * T * item + L * T * c.n_mlp * item
+        resid = KEPT_RUNS * (L + 1) * T * C * 4
+        rows = nh * 96 * T * 4 * 2  # one block of pattern rows and its softmax input
+        qk = 2 * T * C * 4  # one layer's queries and keys, kept while its tiles are asked for
+        return trace + resid + rows + qk
 
     def max_tokens_within_budget(self) -> int:
         """The longest prompt whose capture fits the budget (0: not even one token)."""
@@ -164,8 +215,13 @@ class Session:
 
     # -- capture --------------------------------------------------------------------------
     @torch.inference_mode()
-    def run(self, mask=None, ablation: str = "zero", position: int | None = None, top_k: int = 10) -> Trace:
-        """Full capture under `mask`, reusing cached layers before the first changed one."""
+    def run(self, mask=None, ablation: str = "zero", position: int | None = None, top_k: int = 10,
+            logprobs: bool = True) -> Trace:
+        """Capture under `mask`, reusing cached layers before the first changed one.
+
+        `logprobs=False` leaves `token_logprobs` None (the unembedding at every position is the
+        costliest part of a late-layer toggle); `token_logprobs(trace)` computes them later.
+        """
         ids = self._require_prompt()
         mask = self._normal_mask(mask)
         if ablation not in ABLATIONS:
@@ -183,25 +239,48 @@ class Session:
         c = self.config
         L, nh = c.n_layer, c.n_head
         prev = self._cached_trace
-        attention = np.empty((L, nh, T, T), dtype=self.pattern_dtype)
-        mlp_post = np.empty((L, T, c.n_mlp), dtype=self.pattern_dtype)
-        head_norms = np.empty((L, nh, T), dtype=np.float32)
+        n = n_cells(T)
+        arrays = {
+            "overview_max": np.empty((L, nh, n, n), dtype=self.pattern_dtype),
+            "overview_mean": np.empty((L, nh, n, n), dtype=self.pattern_dtype),
+            "mlp_max": np.empty((L, c.n_mlp), dtype=np.float32),
+            "mlp_argmax": np.empty((L, c.n_mlp), dtype=np.int64),
+            "mlp_mean": np.empty((L, c.n_mlp), dtype=np.float32),
+            "head_norms": np.empty((L, nh, T), dtype=np.float32),
+        }
+        if self.keep_full:
+            arrays["attention"] = np.empty((L, nh, T, T), dtype=self.pattern_dtype)
+            arrays["mlp_post"] = np.empty((L, T, c.n_mlp), dtype=self.pattern_dtype)
         norms = np.empty((2 * L + 2, T), dtype=np.float32)
         if start > 0 and prev is not None:
             # Layers >= start are rewritten below; copy only what is reused (the previous
             # trace's arrays are never shared: it may still be on screen).
             rows = 2 * L + 2 if start >= L else 1 + 2 * start
-            attention[:start] = prev.attention[:start]
-            mlp_post[:start] = prev.mlp_post[:start]
-            head_norms[:start] = prev.head_norms[:start]
+            for name, dest in arrays.items():
+                dest[:start] = getattr(prev, name)[:start]
             norms[:rows] = prev.resid_norms[:rows]
         model = self.model
         new_resid: list[torch.Tensor] = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
+        poolers = {layer: OverviewPooler(nh, T, self.device) for layer in range(start, L)}
 
         def store(dest, index):
             def hook(_m, _inp, out):
                 # One pass: converted straight into the trace's array, no temporary.
                 torch.from_numpy(dest[index]).copy_(out[0])
+            return hook
+
+        def store_pattern(layer):
+            def hook(_m, _inp, out):
+                torch.from_numpy(arrays["attention"][layer]).copy_(out[0])
+                poolers[layer](0, out)
+            return hook
+
+        def summarize_mlp(layer):
+            def hook(_m, _inp, out):
+                mx, arg = out[0].max(dim=0)  # (n_mlp,) each, over the tokens
+                torch.from_numpy(arrays["mlp_max"][layer]).copy_(mx)
+                torch.from_numpy(arrays["mlp_argmax"][layer]).copy_(arg)
+                torch.from_numpy(arrays["mlp_mean"][layer]).copy_(out[0].mean(dim=0))
             return hook
 
         def store_norm(row):
@@ -222,7 +301,7 @@ class Session:
                 # (nh, T, C) temporary.
                 zt = z[0].to(gram.dtype)  # (T, nh, hs)
                 sq = (torch.einsum("tni,nij->tnj", zt, gram) * zt).sum(-1)  # (T, nh)
-                torch.from_numpy(head_norms[layer]).copy_(sq.clamp_min_(0).sqrt_().T)
+                torch.from_numpy(arrays["head_norms"][layer]).copy_(sq.clamp_min_(0).sqrt_().T)
             return hook
 
         named = head_mask_hooks(mask, ablation, start)
@@ -234,28 +313,75 @@ class Session:
                 (f"{b}.hook_resid_pre", keep_resid(layer)),
                 (f"{b}.hook_resid_pre", store_norm(1 + 2 * layer)),
                 (f"{b}.hook_resid_mid", store_norm(2 + 2 * layer)),
-                (f"{b}.attn.hook_pattern", store(attention, layer)),
                 (f"{b}.attn.hook_z", head_norm_hook(layer)),
-                (f"{b}.mlp.hook_post", store(mlp_post, layer)),
+                (f"{b}.mlp.hook_post", summarize_mlp(layer)),
             ]
+            if self.keep_full:
+                named += [(f"{b}.attn.hook_pattern", store_pattern(layer)),
+                          (f"{b}.mlp.hook_post", store(arrays["mlp_post"], layer))]
         named.append((f"blocks.{L - 1}.hook_resid_post", store_norm(2 * L + 1)))
-        with self._scratch_attention(), hooks(model, named):
+        observers = {} if self.keep_full else poolers
+        with self._scratch_attention(), observe_pattern_rows(model, observers), hooks(model, named):
             x = model.embed(ids) if start == 0 else self._resid[start]
             final = model.run_blocks(x, start)
+        for layer, pooler in poolers.items():
+            pooler.finish(arrays["overview_max"][layer], arrays["overview_mean"][layer])
         new_resid[L] = final
-        token_lp, logits_p, logprobs_p = self._token_logprobs(final[0], ids[0], p)
+        if logprobs:
+            token_lp, logits_p, logprobs_p = self._token_logprobs(final[0], ids[0], p)
+        else:
+            token_lp = None
+            logits_p = model.unembed(final[0, p]).float()[: self.n_vocab]  # (V,)
+            logprobs_p = torch.log_softmax(logits_p, dim=-1)
         nxt = _next_token(logits_p, logprobs_p, p, top_k)
         elapsed = (time.perf_counter() - t0) * 1000.0
         self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
+        run_id = self._keep_run(_Run(new_resid, mask.copy(), ablation))
         tok = self.tokens
         trace = Trace(
             token_ids=np.asarray(tok.ids, dtype=np.int64), labels=tok.labels, spans=tok.spans, text=tok.text,
-            dropped_tokens=self.dropped, attention=attention, resid_norms=norms, resid_labels=resid_labels(L),
-            mlp_post=mlp_post, head_norms=head_norms, token_logprobs=token_lp, next=nxt, mask=mask.copy(),
-            ablation=ablation, forward_ms=elapsed, first_layer_run=start,
+            dropped_tokens=self.dropped, overview_cell=cell_size(T), resid_norms=norms,
+            resid_labels=resid_labels(L), token_logprobs=token_lp, next=nxt, mask=mask.copy(),
+            ablation=ablation, forward_ms=elapsed, first_layer_run=start, run_id=run_id, **arrays,
         )
         self._cached_trace = trace
         return trace
+
+    def _keep_run(self, run: _Run) -> int:
+        run_id = next(_RUN_IDS)
+        self._runs[run_id] = run
+        while len(self._runs) > KEPT_RUNS:
+            self._runs.popitem(last=False)
+        return run_id
+
+    def _check_trace(self, trace: Trace) -> None:
+        if self._ids is None or not np.array_equal(trace.token_ids, self._ids[0].cpu().numpy()):
+            raise ModelError("that trace is of another prompt than the session's; run the prompt again")
+
+    @torch.inference_mode()
+    def resid_pre(self, trace: Trace, layer: int) -> torch.Tensor:
+        """The residual stream entering `layer` (L: the final one) in the run that made `trace`,
+        (1, T, C): from the cache while the run is kept, else recomputed under its mask."""
+        self._check_trace(trace)
+        L = self.config.n_layer
+        if not 0 <= layer <= L:
+            raise ModelError(f"layer {layer} does not exist; the model has layers 0..{L - 1}")
+        run = self._runs.get(trace.run_id)
+        if run is not None:
+            self._runs.move_to_end(trace.run_id)
+            return run.resid[layer]
+        model = self.model
+        named = head_mask_hooks(trace.mask, trace.ablation, 0)
+        with self._scratch_attention(), hooks(model, named):
+            return model.run_blocks(model.embed(self._ids), 0, layer)
+
+    @torch.inference_mode()
+    def token_logprobs(self, trace: Trace, is_cancelled=None) -> np.ndarray | None:
+        """(T,) log p(token t | tokens < t) of the run that made `trace` (NaN at t = 0);
+        None when `is_cancelled()` turned true part way."""
+        final = self.resid_pre(trace, self.config.n_layer)
+        token_lp, _, _ = self._token_logprobs(final[0], self._ids[0], 0, is_cancelled)
+        return token_lp
 
     def _scratch_attention(self):
         """Attention in the session's reusable workspace, unless a hook from outside the session
@@ -264,7 +390,7 @@ class Session:
             b.attn.hook_pattern._forward_hooks or b.attn.hook_pattern._forward_pre_hooks for b in self.model.blocks)
         return contextlib.nullcontext() if foreign else attention_workspace(self.model, self._workspace)
 
-    def _token_logprobs(self, final: torch.Tensor, ids: torch.Tensor, p: int):
+    def _token_logprobs(self, final: torch.Tensor, ids: torch.Tensor, p: int, is_cancelled=None):
         """log p(token t | < t) for every t, and the logits and log-probs at position p.
 
         The unembedding runs over blocks of the vocabulary with a running log-sum-exp: the
@@ -283,6 +409,8 @@ class Session:
         starts = range(0, V, VOCAB_BLOCK)
         lse = torch.empty(len(starts), T, dtype=torch.float32, device=h.device)  # (blocks, T)
         for j, v0 in enumerate(starts):
+            if is_cancelled is not None and is_cancelled():
+                return None, None, None
             v1 = min(v0 + VOCAB_BLOCK, V)
             block = linear(h, w[v0:v1], None if bias is None else bias[v0:v1]).float()  # (T, v1 - v0)
             # log-sum-exp as x0 - log_softmax(x)0: one fused kernel instead of five passes.

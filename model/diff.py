@@ -19,21 +19,22 @@ from transformer_viewer.model.lens import LogitLens
 
 @dataclass(frozen=True)
 class TraceDiff:
-    attention: np.ndarray  # (L, nh, T, T), masked - clean
+    attention: np.ndarray | None  # (L, nh, T, T), masked - clean; None unless both traces kept it
     resid_norms: np.ndarray  # (2L + 2, T) float32
-    mlp_post: np.ndarray  # (L, T, n_mlp)
+    mlp_post: np.ndarray | None  # (L, T, n_mlp); None unless both traces kept it
     head_norms: np.ndarray  # (L, nh, T) float32
     next_probs: np.ndarray  # (V,) float32, at the traces' prediction position
     lens_probs: np.ndarray | None  # (L + 1, T) float32, p_masked(clean top) - p_clean(clean top)
     mask: np.ndarray  # (L, nh) bool, the masked run's heads
     ablation: str
+    overview_mean: np.ndarray | None = None  # (L, nh, n, n), the pooled patterns' difference
+    mlp_mean: np.ndarray | None = None  # (L, n_mlp) float32, each neuron's mean over the tokens
 
     @property
     def is_zero(self) -> bool:
-        arrays = [self.attention, self.resid_norms, self.mlp_post, self.head_norms, self.next_probs]
-        if self.lens_probs is not None:
-            arrays.append(self.lens_probs)
-        return all(not np.any(a) for a in arrays)
+        arrays = [self.attention, self.resid_norms, self.mlp_post, self.head_norms, self.next_probs,
+                  self.lens_probs, self.overview_mean, self.mlp_mean]
+        return all(not np.any(a) for a in arrays if a is not None)
 
 
 def subtract(masked: np.ndarray, clean: np.ndarray) -> np.ndarray:
@@ -61,10 +62,16 @@ def trace_diff(clean: Trace, masked: Trace, clean_lens: LogitLens | None = None,
     lens = None
     if clean_lens is not None and masked_lens is not None:
         lens = lens_diff(clean_lens, masked_lens)
+    def both(name):
+        a, b = getattr(masked, name), getattr(clean, name)
+        return None if a is None or b is None else subtract(a, b)
+
     return TraceDiff(
-        attention=subtract(masked.attention, clean.attention),
+        attention=both("attention"),
         resid_norms=subtract(masked.resid_norms, clean.resid_norms),
-        mlp_post=subtract(masked.mlp_post, clean.mlp_post),
+        mlp_post=both("mlp_post"),
+        overview_mean=subtract(masked.overview_mean, clean.overview_mean),
+        mlp_mean=subtract(masked.mlp_mean, clean.mlp_mean),
         head_norms=subtract(masked.head_norms, clean.head_norms),
         next_probs=subtract(masked.next.probs, clean.next.probs),
         lens_probs=lens, mask=masked.mask.copy(), ablation=masked.ablation,

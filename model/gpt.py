@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -77,6 +77,34 @@ def attention_workspace(model: GPT, workspace: AttentionWorkspace) -> Iterator[N
 
 QUERY_BLOCK = 64  # query rows per block of the no-grad attention
 
+
+def query_blocks(T: int) -> list[tuple[int, int]]:
+    """The (first, end) query rows of each block the no-grad attention computes at once.
+
+    A few-row tail joins the block before it: it would get a matrix-vector kernel that sums in
+    another order, and every path (capture, prediction, a tile recomputed later) must round alike.
+    """
+    starts = list(range(0, T, QUERY_BLOCK))
+    if len(starts) > 1 and T - starts[-1] < QUERY_BLOCK // 2:
+        starts.pop()
+    return list(zip(starts, starts[1:] + [T], strict=True))
+
+
+PatternRowsObserver = Callable[[int, torch.Tensor], None]
+
+
+@contextlib.contextmanager
+def observe_pattern_rows(model: GPT, observers: dict[int, PatternRowsObserver]) -> Iterator[None]:
+    """Call `observers[layer](first_row, rows)` with each block of pattern rows, (B, nh, r, b),
+    as the no-grad attention computes it, so a summary can be built without the whole pattern."""
+    for layer, fn in observers.items():
+        model.blocks[layer].attn.pattern_rows_observer = fn
+    try:
+        yield
+    finally:
+        for layer in observers:
+            model.blocks[layer].attn.pattern_rows_observer = None
+
 _ACTIVATIONS = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
     "gelu": F.gelu,  # exact erf GELU, as nanoGPT
@@ -111,8 +139,27 @@ class CausalSelfAttention(nn.Module):
         self.hook_pattern = HookPoint()  # (B, nh, T, T), rows are queries
         self.hook_z = HookPoint()  # (B, T, nh, hs), per-head outputs before c_proj
         self.workspace: AttentionWorkspace | None = None  # set only by attention_workspace()
+        self.pattern_rows_observer: PatternRowsObserver | None = None  # set only by observe_pattern_rows()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        qh, kh, vh = self.heads_qkv(x)  # each (B, nh, T, hs)
+        if torch.is_grad_enabled():
+            scores = qh @ kh.transpose(-2, -1)  # (B, nh, T, T)
+            scores = scores.masked_fill_(future_mask(T, x.device), float("-inf"))
+            pattern = self.hook_pattern(torch.softmax(scores, dim=-1))  # (B, nh, T, T)
+            z = self.attn_dropout(pattern) @ vh  # (B, nh, T, hs)
+        elif self.hook_pattern._forward_hooks or self.hook_pattern._forward_pre_hooks:
+            # Someone reads (or edits) the whole pattern: build it, the same numbers row for row.
+            pattern = self.hook_pattern(self._causal_pattern(qh, kh))  # (B, nh, T, T)
+            z = pattern @ vh  # (B, nh, T, hs)
+        else:
+            z = self._attend_by_blocks(qh, kh, vh)  # (B, nh, T, hs), the pattern never whole
+        z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)
+        return self.resid_dropout(self.c_proj(z.reshape(B, T, C)))  # (B, T, C)
+
+    def heads_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The per-head queries (scaled), keys and values the scores are made of, (B, nh, T, hs) each."""
         B, T, C = x.shape
         nh, hs = self.n_head, self.head_size
         q, k, v = self.c_attn(x).split(C, dim=2)
@@ -124,19 +171,38 @@ class CausalSelfAttention(nn.Module):
         # predict, so every path must produce the same numbers.
         # Scaling q before the product touches T*hs numbers instead of T*T.
         qh = q.transpose(1, 2) * (1.0 / math.sqrt(hs))  # (B, nh, T, hs)
-        kh = k.transpose(1, 2)  # (B, nh, T, hs)
-        vh = v.transpose(1, 2)  # (B, nh, T, hs)
-        if torch.is_grad_enabled():
-            scores = qh @ kh.transpose(-2, -1)  # (B, nh, T, T)
-            scores = scores.masked_fill_(future_mask(T, x.device), float("-inf"))
-            pattern = torch.softmax(scores, dim=-1)  # (B, nh, T, T)
-        else:
-            pattern = self._causal_pattern(qh, kh)  # (B, nh, T, T), the same numbers
-        pattern = self.hook_pattern(pattern)
-        z = self.attn_dropout(pattern) @ vh  # (B, nh, T, hs)
-        z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)
-        return self.resid_dropout(self.c_proj(z.reshape(B, T, C)))  # (B, T, C)
+        return qh, k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs) each
 
+    def pattern_rows(self, qh: torch.Tensor, kh: torch.Tensor, a: int, b: int,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+        """Query rows a..b-1 of the pattern against the keys they may see (0..b-1): (B, nh, b - a, b).
+
+        The one place scores become probabilities; the forward and every recomputation call it
+        with the same blocks (`query_blocks`), so a row computed later is the row the forward had.
+        """
+        scores = qh[:, :, a:b] @ kh[:, :, :b].transpose(-2, -1)  # (B, nh, b - a, b)
+        # Only the diagonal square holds future keys; the columns before a are all visible.
+        scores[..., a:b].masked_fill_(future_mask(b - a, qh.device), float("-inf"))
+        return torch.softmax(scores, dim=-1, out=out) if out is not None else torch.softmax(scores, dim=-1)
+
+    def _attend_by_blocks(self, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
+        """pattern @ v one block of query rows at a time: memory O(block x T), not O(T^2), per head.
+
+        Each block is held against all T keys (zeros past the visible ones) so its product with
+        v sums over the same T terms, in the same order, as the whole pattern's would.
+        """
+        B, nh, T, hs = vh.shape
+        z = vh.new_empty(B, nh, T, hs)
+        blocks = query_blocks(T)
+        rows_buf = vh.new_zeros(B, nh, max(b - a for a, b in blocks), T)  # (B, nh, r, T)
+        observe = self.pattern_rows_observer
+        for a, b in blocks:
+            rows = rows_buf[:, :, : b - a]  # (B, nh, b - a, T); columns >= b stay zero
+            self.pattern_rows(qh, kh, a, b, out=rows[..., :b])
+            if observe is not None:
+                observe(a, rows[..., :b])
+            z[:, :, a:b] = rows @ vh  # (B, nh, b - a, hs)
+        return z
 
     def _causal_pattern(self, qh: torch.Tensor, kh: torch.Tensor) -> torch.Tensor:
         """softmax(q k^T, masked) by blocks of queries, skipping the keys a block cannot see.
@@ -153,15 +219,8 @@ class CausalSelfAttention(nn.Module):
         zeroed = ws is not None and ws.zero_above_diagonal == shape
         if ws is not None:
             ws.zero_above_diagonal = None  # until this pattern is complete
-        future = future_mask(T, qh.device)
-        starts = list(range(0, T, QUERY_BLOCK))
-        if len(starts) > 1 and T - starts[-1] < QUERY_BLOCK // 2:
-            starts.pop()  # a few-row tail would get a matrix-vector kernel that sums in another order
-        for a, b in zip(starts, starts[1:] + [T], strict=True):
-            scores = qh[:, :, a:b] @ kh[:, :, :b].transpose(-2, -1)  # (B, nh, b - a, b)
-            # Only the diagonal square holds future keys; the columns before a are all visible.
-            scores[..., a:b].masked_fill_(future[a:b, a:b], float("-inf"))
-            torch.softmax(scores, dim=-1, out=pattern[:, :, a:b, :b])
+        for a, b in query_blocks(T):
+            self.pattern_rows(qh, kh, a, b, out=pattern[:, :, a:b, :b])
             if not zeroed:
                 pattern[:, :, a:b, b:].zero_()
         if ws is not None:

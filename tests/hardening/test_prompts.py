@@ -111,8 +111,9 @@ def exercise(session: Session, text: str, mask=None, position=None, ablation: st
         assert position is not None and not -T <= position < T, e
         return
     assert trace.labels == tok.labels and trace.n_tokens == T and trace.dropped_tokens == session.dropped
-    assert trace.attention.shape == (TINY.n_layer, TINY.n_head, T, T)
-    assert np.isfinite(trace.attention).all() and np.isfinite(trace.next.probs).all()
+    n = trace.overview_max.shape[-1]
+    assert trace.overview_max.shape == (TINY.n_layer, TINY.n_head, n, n) and n * trace.overview_cell >= T
+    assert np.isfinite(trace.overview_max).all() and np.isfinite(trace.next.probs).all()
     assert abs(float(trace.next.probs.sum()) - 1.0) < 1e-3
     nxt = session.predict(mask=mask, ablation=ablation, position=position, top_k=5)
     np.testing.assert_allclose(nxt.probs, trace.next.probs, atol=1e-5)

@@ -24,7 +24,7 @@ def tiny_loaded(seed: int = 0, config: GPTConfig = TINY) -> LoadedModel:
     return LoadedModel(model=model, config=config, format="native", source="<tiny>", name="tiny")
 
 
-def tiny_session(prompt: str = PROMPT, seed: int = 0) -> Session:
-    s = Session(tiny_loaded(seed))
+def tiny_session(prompt: str = PROMPT, seed: int = 0, keep_full: bool = True) -> Session:
+    s = Session(tiny_loaded(seed), keep_full=keep_full)
     s.set_prompt(prompt)
     return s

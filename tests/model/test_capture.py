@@ -24,6 +24,7 @@ def loaded():
 
 
 def session(loaded, prompt=PROMPT, **kw) -> Session:
+    kw.setdefault("keep_full", True)  # the full arrays too, to compare them with a plain forward
     s = Session(loaded, pattern_dtype=np.float32, **kw)
     s.set_prompt(prompt)
     return s
@@ -37,7 +38,8 @@ def mask_of(*heads) -> np.ndarray:
 
 
 def assert_same_trace(a, b, atol=1e-6):
-    for field in ("attention", "resid_norms", "mlp_post", "head_norms", "token_logprobs"):
+    for field in ("attention", "resid_norms", "mlp_post", "head_norms", "token_logprobs", "overview_max",
+                  "overview_mean", "mlp_max", "mlp_mean"):
         np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=1e-5, atol=atol, err_msg=field)
     np.testing.assert_allclose(a.next.probs, b.next.probs, rtol=1e-5, atol=1e-7)
     np.testing.assert_array_equal(a.next.top_ids, b.next.top_ids)
@@ -180,6 +182,10 @@ def test_trace_is_frozen_numpy(loaded):
     trace = session(loaded).run()
     with pytest.raises(dataclasses.FrozenInstanceError):
         trace.ablation = "mean"
-    for field in ("attention", "resid_norms", "mlp_post", "head_norms", "token_logprobs", "token_ids"):
+    for field in ("attention", "resid_norms", "mlp_post", "head_norms", "token_logprobs", "token_ids",
+                  "overview_max", "overview_mean", "mlp_max", "mlp_argmax", "mlp_mean"):
         assert isinstance(getattr(trace, field), np.ndarray)
     assert trace.attention.shape == (3, 4, trace.n_tokens, trace.n_tokens)
+    assert trace.overview_max.shape == (3, 4, trace.n_tokens, trace.n_tokens)  # one token per cell at this length
+    compact = session(loaded, keep_full=False).run()
+    assert compact.attention is None and compact.mlp_post is None

@@ -14,6 +14,7 @@ from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import head_mask_hooks
 from transformer_viewer.model.linear import fast_path_enabled, plain_kernels
+from transformer_viewer.model.on_demand import head_pattern
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 
@@ -55,11 +56,16 @@ def check_parity(hf, loaded, atol=1e-5):
     trace = s.run()
     L = loaded.config.n_layer
     assert len(out.attentions) == L
+    patterns = []
     for layer in range(L):
         hf_pattern = out.attentions[layer][0].numpy()  # (nh, T, T)
-        assert np.abs(trace.attention[layer] - hf_pattern).max() <= atol, layer
+        # Recomputed on demand from the session's cache, as the views get them.
+        ours_pattern = np.stack([head_pattern(s, trace, layer, h) for h in range(loaded.config.n_head)])
+        assert np.abs(ours_pattern - hf_pattern).max() <= atol, layer
+        assert np.abs(trace.overview_max[layer] - hf_pattern).max() <= atol, layer  # one token per cell here
+        patterns.append(ours_pattern)
     # Rows with 9+ keys would have maxima <= 1/9 if uniform: peaked ones make the comparison mean something.
-    assert trace.attention[:, :, 8:].max(-1).mean() > 0.3
+    assert np.stack(patterns)[:, :, 8:].max(-1).mean() > 0.3
     resid = s.residuals()
     for layer in range(L):  # HF's hidden_states[L] is after ln_f; ours are the blocks' inputs
         torch.testing.assert_close(resid[layer][0], out.hidden_states[layer][0], rtol=1e-5, atol=atol)

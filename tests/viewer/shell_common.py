@@ -72,7 +72,7 @@ def reference_session(ckpt: str, prompt: str = PROMPT):
     from transformer_viewer.model.capture import Session
     from transformer_viewer.model.checkpoint import load_checkpoint
 
-    session = Session(load_checkpoint(ckpt, device="cpu"))
+    session = Session(load_checkpoint(ckpt, device="cpu"), keep_full=True)
     session.set_prompt(prompt)
     return session
 

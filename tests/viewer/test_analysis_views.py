@@ -157,7 +157,7 @@ def test_lens_view_last_row_is_the_models_prediction(window, qtbot, ckpt):
     assert r.lens.top_ids[-1, -1] == trace.next.top_ids[0]
     np.testing.assert_array_equal(a.lens.matrix(), r.lens.top_probs)
     assert not np.any(r.diff)
-    ref = Session(load_checkpoint(ckpt))
+    ref = Session(load_checkpoint(ckpt), keep_full=True)
     ref.set_prompt(PROMPT)
     ref.run()
     np.testing.assert_array_equal(logit_lens(ref).top_ids, r.lens.top_ids)
@@ -198,7 +198,7 @@ def test_scan_view_runs_matches_the_library_and_click_masks(window, qtbot, ckpt)
     a.scan.run()
     qtbot.waitUntil(lambda: not a.scan.running, timeout=WAIT_MS)
     r = a.scan.result
-    ref = Session(load_checkpoint(ckpt))
+    ref = Session(load_checkpoint(ckpt), keep_full=True)
     ref.set_prompt(PROMPT)
     want = head_scan(ref, target=262, position=6)
     assert r.target_id == 262 and r.position == 6 and not r.cancelled
@@ -234,7 +234,7 @@ def test_cancel_stops_a_scan_within_a_second_and_the_window_stays_usable(qtbot, 
         assert np.isnan(a.scan.matrix()[~r.done]).all()
         # still usable: a mask change recomputes, and a new scan runs to the end
         set_mask(qtbot, w, (2, 5))
-        ref = Session(load_checkpoint(wide_ckpt))
+        ref = Session(load_checkpoint(wide_ckpt), keep_full=True)
         ref.set_prompt(PROMPT)
         mask = np.zeros((4, 8), dtype=bool)
         mask[2, 5] = True
@@ -253,7 +253,7 @@ def test_continue_appends_greedy_tokens_and_views_cover_them(window, qtbot, ckpt
     a.generate.start()
     qtbot.waitUntil(idle_and(window, lambda: a.generate.request_sent is None and st.prompt != PROMPT),
                     timeout=WAIT_MS)
-    ref = Session(load_checkpoint(ckpt))
+    ref = Session(load_checkpoint(ckpt), keep_full=True)
     ref.set_prompt(PROMPT)
     gen = generate(ref, 5)
     assert st.prompt == PROMPT + gen.new_text
@@ -297,7 +297,7 @@ def test_export_cli_views(ckpt, tmp_path, capsys, qapp):
         assert rc == 0, captured.err
         return captured
 
-    ref = Session(load_checkpoint(ckpt))
+    ref = Session(load_checkpoint(ckpt), keep_full=True)
     ref.set_prompt(PROMPT)
     clean = ref.run()
     export("residual", tmp_path / "r.npy")

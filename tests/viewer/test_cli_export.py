@@ -30,7 +30,7 @@ def ckpt(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(ckpt):
     def trace(mask=None, ablation="zero"):
-        s = Session(load_checkpoint(ckpt))
+        s = Session(load_checkpoint(ckpt), keep_full=True)
         s.set_prompt(PROMPT)
         return s.run(mask, ablation)
     return trace

@@ -31,7 +31,7 @@ def _scan_json(capsys, *argv):
 
 def test_json_equals_the_library_scan(ckpt, capsys):
     data = _scan_json(capsys, "--checkpoint", ckpt, "--prompt", PROMPT, "--target", " the", "--mask", "0.3")
-    s = Session(tiny_loaded())
+    s = Session(tiny_loaded(), keep_full=True)
     s.set_prompt(PROMPT)
     base = np.zeros((2, 4), dtype=bool)
     base[0, 3] = True

@@ -55,7 +55,7 @@ def _session(trace, args, session):
     from transformer_viewer.model.capture import Session
     from transformer_viewer.viewer.cli.common import load_from_args
 
-    session = Session(load_from_args(args))
+    session = Session(load_from_args(args), keep_full=True)  # the views draw the full arrays
     session.set_prompt(args.prompt)
     session.run(trace.mask, trace.ablation)
     return session

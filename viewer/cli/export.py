@@ -126,7 +126,7 @@ def run(args) -> int:
         if value is not None and not 0 <= value < top:
             raise ModelError(f"--{name} {value} does not exist; the model has {name}s 0..{top - 1}")
     mask = parse_mask_spec(args.mask, c.n_layer, c.n_head)
-    session = Session(loaded)
+    session = Session(loaded, keep_full=True)  # the views draw the full arrays
     session.set_prompt(args.prompt)
     trace = session.run(mask, args.ablation)
     if args.query is not None and not 0 <= args.query < trace.n_tokens:

@@ -1,0 +1,167 @@
+"""What a trace does not keep, recomputed when a view asks: a head's pattern at full resolution
+(whole, or any rectangular tile of it), and a layer's MLP activations.
+
+Both start from the residual stream the session cached for the trace's run and go through the
+model's own modules: the block runs up to the attention's input (or the MLP's output) and
+stops there, the attention makes its queries and keys with `heads_qkv` and its pattern rows
+with `pattern_rows`, by the same query blocks as the forward. So a recomputed value is the
+value the forward computed, bit for bit on the same kernels, and every family switch the
+attention has (masking, scale, soft-capping, windows) applies without a copy of it here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+
+from transformer_viewer.model.capture import Session, Trace
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.gpt import query_blocks
+from transformer_viewer.model.hooks import hooks
+from transformer_viewer.model.interventions import head_mask_hooks
+
+
+class _Stop(Exception):
+    """Raised by a hook to end a forward once what was wanted has been seen."""
+
+
+def _check_head(session: Session, layer: int, head: int) -> None:
+    L, nh = session.config.n_layer, session.config.n_head
+    if not 0 <= layer < L:
+        raise ModelError(f"layer {layer} does not exist; the model has layers 0..{L - 1}")
+    if not 0 <= head < nh:
+        raise ModelError(f"head {head} does not exist; the model has heads 0..{nh - 1}")
+
+
+@torch.inference_mode()
+def layer_queries_keys(session: Session, trace: Trace, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(qh, kh) of `layer` in the trace's run, (1, nh, T, hs) each, as the attention scores them.
+
+    The last layer asked for stays cached in the session, so the tiles of one head (or of its
+    neighbours) cost only their pattern rows.
+    """
+    key = (trace.run_id, layer)
+    cached = session.recompute_cache.get("qk")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    x = session.resid_pre(trace, layer)
+    block = session.model.blocks[layer]
+    seen: dict[str, torch.Tensor] = {}
+
+    def take_input(_module, args):
+        seen["x"] = args[0]
+        raise _Stop
+
+    handle = block.attn.register_forward_pre_hook(take_input)
+    try:
+        block(x)
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    qh, kh, _ = block.attn.heads_qkv(seen["x"])  # (1, nh, T, hs) each
+    session.recompute_cache["qk"] = (key, (qh, kh))
+    return qh, kh
+
+
+def iter_pattern_rows(session: Session, trace: Trace, layer: int, head: int, first: int = 0,
+                      end: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """(row, rows) blocks of head (layer, head)'s pattern covering query rows first..end-1:
+    rows is (r, T) float32, zeros in the future. One block in memory at a time."""
+    _check_head(session, layer, head)
+    T = trace.n_tokens
+    end = T if end is None else end
+    if not 0 <= first <= end <= T:
+        raise ModelError(f"rows {first}..{end} are outside the prompt's {T} tokens")
+    qh, kh = layer_queries_keys(session, trace, layer)
+    qh, kh = qh[:, head:head + 1], kh[:, head:head + 1]  # (1, 1, T, hs)
+    attn = session.model.blocks[layer].attn
+    with torch.inference_mode():
+        for a, b in query_blocks(T):
+            if b <= first or a >= end:
+                continue
+            r0, r1 = max(a, first), min(b, end)
+            out = np.zeros((r1 - r0, T), dtype=np.float32)
+            rows = attn.pattern_rows(qh, kh, a, b)[0, 0, r0 - a:r1 - a]  # (r1 - r0, b)
+            out[:, :b] = rows.cpu().numpy()
+            yield r0, out
+
+
+def pattern_tile(session: Session, trace: Trace, layer: int, head: int, rows: tuple[int, int],
+                 cols: tuple[int, int]) -> np.ndarray:
+    """Query rows rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1 of one head, float32."""
+    T = trace.n_tokens
+    (r0, r1), (c0, c1) = rows, cols
+    if not (0 <= r0 <= r1 <= T and 0 <= c0 <= c1 <= T):
+        raise ModelError(f"tile rows {r0}..{r1}, columns {c0}..{c1} are outside the prompt's {T} tokens")
+    tile = np.empty((r1 - r0, c1 - c0), dtype=np.float32)
+    for row, block in iter_pattern_rows(session, trace, layer, head, r0, r1):
+        tile[row - r0:row - r0 + len(block)] = block[:, c0:c1]
+    return tile
+
+
+def head_pattern(session: Session, trace: Trace, layer: int, head: int) -> np.ndarray:
+    """The full (T, T) float32 pattern of one head."""
+    T = trace.n_tokens
+    return pattern_tile(session, trace, layer, head, (0, T), (0, T))
+
+
+def save_head_pattern(session: Session, trace: Trace, layer: int, head: int, path: str,
+                      progress: Callable[[int, int], None] | None = None,
+                      is_cancelled: Callable[[], bool] | None = None) -> bool:
+    """Write one head's (T, T) float32 pattern to `path` as .npy, block by block (the pattern is
+    never whole in memory). Written beside the target and renamed into place, so a cancelled or
+    failed export leaves no partial file; False when cancelled."""
+    import os
+    import tempfile
+
+    T = trace.n_tokens
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".pattern-", suffix=".npy", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                    "shape": (T, T)})
+            for row, block in iter_pattern_rows(session, trace, layer, head):
+                if is_cancelled is not None and is_cancelled():
+                    raise _Stop
+                f.write(np.ascontiguousarray(block).tobytes())
+                if progress is not None:
+                    progress(row + len(block), T)
+        os.replace(tmp, path)
+        return True
+    except _Stop:
+        os.unlink(tmp)
+        return False
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@torch.inference_mode()
+def mlp_activations(session: Session, trace: Trace, layer: int) -> np.ndarray:
+    """(T, n_mlp) float32 post-activations of `layer` in the trace's run, recomputed from its
+    resid_pre through the block (with the run's head mask on that layer's heads)."""
+    L = session.config.n_layer
+    if not 0 <= layer < L:
+        raise ModelError(f"layer {layer} does not exist; the model has layers 0..{L - 1}")
+    x = session.resid_pre(trace, layer)
+    seen: dict[str, torch.Tensor] = {}
+
+    def take(_m, _inp, out):
+        seen["post"] = out
+        raise _Stop
+
+    named = head_mask_hooks(trace.mask, trace.ablation, layer)
+    named = [(n, fn) for n, fn in named if n.startswith(f"blocks.{layer}.")]
+    named.append((f"blocks.{layer}.mlp.hook_post", take))
+    try:
+        with hooks(session.model, named):
+            session.model.blocks[layer](x)
+    except _Stop:
+        pass
+    return seen["post"][0].float().cpu().numpy()

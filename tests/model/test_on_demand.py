@@ -1,0 +1,221 @@
+"""Long prompts in bounded memory: a trace keeps O(T) per layer, and what it does not keep (a
+head's full pattern, any tile of it, a layer's MLP activations) is recomputed on demand equal to
+what a plain forward computes; pooled overviews equal pooling the full pattern."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from tests.model.checkpoint_common import tiny_loaded
+from transformer_viewer.model.capture import KEPT_RUNS, Session
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.gpt import QUERY_BLOCK
+from transformer_viewer.model.hooks import hooks
+from transformer_viewer.model.interventions import head_mask_hooks
+from transformer_viewer.model.on_demand import (
+    head_pattern,
+    iter_pattern_rows,
+    mlp_activations,
+    pattern_tile,
+    save_head_pattern,
+)
+from transformer_viewer.model.overview import cell_size, pool_pattern
+from transformer_viewer.model.tokenizer import Tokenized
+
+CONFIG = GPTConfig(n_layer=3, n_head=4, n_embd=32, block_size=1024, vocab_size=50257)
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return tiny_loaded(CONFIG, seed=5)
+
+
+def tokens(T: int, seed: int = 0) -> Tokenized:
+    ids = np.random.default_rng(seed).integers(0, CONFIG.vocab_size, T)
+    labels = tuple(f"t{i}" for i in ids)
+    return Tokenized(ids=tuple(int(i) for i in ids), labels=labels, spans=tuple((i, i + 1) for i in range(T)),
+                     text="x" * T)
+
+
+def session(loaded, T: int, **kw) -> Session:
+    s = Session(loaded, **kw)
+    s.set_tokens(tokens(T))
+    return s
+
+
+def mask_of(*heads) -> np.ndarray:
+    m = np.zeros((CONFIG.n_layer, CONFIG.n_head), dtype=bool)
+    for layer, h in heads:
+        m[layer, h] = True
+    return m
+
+
+def plain_forward(model, ids, mask=None, ablation="zero"):
+    """Every layer's full pattern and MLP post-activations from an ordinary forward."""
+    kept = {}
+
+    def keep(name):
+        def hook(_m, _i, out):
+            kept[name] = out[0].clone()
+        return hook
+
+    named = [] if mask is None else head_mask_hooks(mask, ablation)
+    for layer in range(CONFIG.n_layer):
+        named += [(f"blocks.{layer}.attn.hook_pattern", keep(("pattern", layer))),
+                  (f"blocks.{layer}.mlp.hook_post", keep(("mlp", layer)))]
+    with torch.no_grad(), hooks(model, named):
+        model(torch.as_tensor(ids)[None])
+    return kept
+
+
+# A prompt of several query blocks plus a tail that joins the last one.
+T_BLOCKS = 3 * QUERY_BLOCK + 21
+
+
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+def test_on_demand_patterns_and_tiles_equal_the_forward(loaded, ablation):
+    s = session(loaded, T_BLOCKS)
+    s.run()
+    mask = mask_of((0, 1), (1, 3))
+    trace = s.run(mask, ablation)
+    assert trace.attention is None and trace.mlp_post is None  # not kept
+    ref = plain_forward(loaded.model, trace.token_ids, mask, ablation)
+    clean_ref = plain_forward(loaded.model, trace.token_ids)
+    for layer in range(CONFIG.n_layer):
+        for head in range(CONFIG.n_head):
+            want = ref[("pattern", layer)][head].numpy()
+            np.testing.assert_allclose(head_pattern(s, trace, layer, head), want, rtol=0, atol=1e-6)
+    # The masked heads changed later layers' patterns, so the check above tells the runs apart.
+    assert (ref[("pattern", 2)] - clean_ref[("pattern", 2)]).abs().max().item() > 1e-4
+    rng = np.random.default_rng(1)
+    for _ in range(12):
+        layer, head = int(rng.integers(CONFIG.n_layer)), int(rng.integers(CONFIG.n_head))
+        r0, r1 = sorted(int(v) for v in rng.integers(0, T_BLOCKS + 1, 2))
+        c0, c1 = sorted(int(v) for v in rng.integers(0, T_BLOCKS + 1, 2))
+        want = ref[("pattern", layer)][head, r0:r1, c0:c1].numpy()
+        np.testing.assert_allclose(pattern_tile(s, trace, layer, head, (r0, r1), (c0, c1)), want, rtol=0, atol=1e-6)
+
+
+def test_a_run_no_longer_cached_is_recomputed_under_its_own_mask(loaded):
+    s = session(loaded, 90)
+    mask = mask_of((0, 2))
+    old = s.run(mask, "mean")
+    for i in range(KEPT_RUNS + 1):  # push the old run out of the cache
+        s.run(mask_of((1, i % CONFIG.n_head)))
+    ref = plain_forward(loaded.model, old.token_ids, mask, "mean")
+    np.testing.assert_allclose(head_pattern(s, old, 2, 1), ref[("pattern", 2)][1].numpy(), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(mlp_activations(s, old, 1), ref[("mlp", 1)].numpy(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("T", [37, 256, 700])
+def test_pooled_overviews_equal_pooling_the_full_pattern(loaded, T):
+    s = session(loaded, T, pattern_dtype=np.float32)
+    trace = s.run(mask_of((1, 0)))
+    ref = plain_forward(loaded.model, trace.token_ids, mask_of((1, 0)))
+    assert trace.overview_cell == cell_size(T) and trace.overview_max.shape[-1] <= 256
+    for layer in range(CONFIG.n_layer):
+        full = ref[("pattern", layer)].numpy()  # (nh, T, T)
+        mx, mean = pool_pattern(full)
+        np.testing.assert_allclose(trace.overview_max[layer], mx, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(trace.overview_mean[layer], mean, rtol=1e-5, atol=1e-7)
+        if T <= 256:
+            np.testing.assert_allclose(trace.overview_max[layer], full, rtol=0, atol=1e-6)
+
+
+def test_pool_pattern_by_hand():
+    p = np.arange(25, dtype=np.float64).reshape(5, 5)
+    mx, mean = pool_pattern(p, max_cells=3)  # cells of 2 tokens: rows/cols {0,1}, {2,3}, {4}
+    assert mx.shape == (3, 3) and mx[0, 0] == 6 and mx[2, 2] == 24 and mx[1, 2] == 19
+    assert mean[0, 0] == (0 + 1 + 5 + 6) / 4 and mean[2, 1] == (22 + 23) / 2 and mean[2, 2] == 24
+
+
+def test_mlp_activations_and_summaries_equal_the_forward(loaded):
+    s = session(loaded, 150)
+    trace = s.run(mask_of((0, 0), (1, 2)), "zero")
+    ref = plain_forward(loaded.model, trace.token_ids, mask_of((0, 0), (1, 2)))
+    for layer in range(CONFIG.n_layer):
+        want = ref[("mlp", layer)].numpy()  # (T, n_mlp)
+        np.testing.assert_allclose(mlp_activations(s, trace, layer), want, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(trace.mlp_max[layer], want.max(0), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(trace.mlp_mean[layer], want.mean(0), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(want[trace.mlp_argmax[layer], np.arange(want.shape[1])], want.max(0))
+
+
+def test_incremental_run_keeps_earlier_layers_summaries(loaded):
+    s = session(loaded, 120)
+    clean = s.run()
+    masked = s.run(mask_of((2, 1)))
+    assert masked.first_layer_run == 2
+    np.testing.assert_array_equal(masked.overview_max[:2], clean.overview_max[:2])
+    np.testing.assert_array_equal(masked.mlp_max[:2], clean.mlp_max[:2])
+    fresh = session(loaded, 120).run(mask_of((2, 1)))
+    np.testing.assert_allclose(masked.overview_mean.astype(np.float32), fresh.overview_mean.astype(np.float32),
+                               atol=1e-3)
+    np.testing.assert_allclose(masked.mlp_mean, fresh.mlp_mean, rtol=1e-5, atol=1e-6)
+
+
+def test_a_trace_grows_linearly_with_the_prompt(loaded):
+    sizes = {T: session(loaded, T).run(logprobs=False).nbytes for T in (512, 768, 1024)}
+    # Every per-token array grows by the same amount for each 256 tokens; the overviews are
+    # capped at 256 x 256 cells. With full (T, T) patterns the second step would be far larger.
+    assert sizes[1024] - sizes[768] == sizes[768] - sizes[512]
+    assert sizes[1024] < 1.5 * sizes[512]
+    full = session(loaded, 512, keep_full=True).run(logprobs=False)
+    assert full.attention.shape == (3, 4, 512, 512) and full.nbytes > sizes[1024]
+
+
+def test_the_memory_budget_counts_what_a_capture_keeps(loaded):
+    s = session(loaded, 600)
+    est = s.estimate_bytes(600)
+    trace = s.run()
+    resid = sum(t.numel() * t.element_size() for t in s.residuals())
+    assert trace.nbytes + resid <= est <= trace.nbytes + 4 * resid + 4 * 96 * 600 * 4 * 2 + 2 * 600 * 32 * 4
+    assert s.estimate_bytes(1024) < 2 * s.estimate_bytes(600)  # linear, not quadratic
+    keep = Session(loaded, keep_full=True).estimate_bytes(1024)
+    assert keep > s.estimate_bytes(1024) + 3 * 4 * 1024 * 1024 * 2  # the full patterns counted
+
+
+def test_log_probabilities_can_follow_in_a_second_pass(loaded):
+    s = session(loaded, 200)
+    now = s.run(mask_of((1, 1)))
+    later_trace = session(loaded, 200).run(mask_of((1, 1)), logprobs=False)
+    assert later_trace.token_logprobs is None
+    np.testing.assert_allclose(later_trace.next.probs, now.next.probs, rtol=1e-5, atol=1e-7)
+    s2 = session(loaded, 200)
+    t2 = s2.run(mask_of((1, 1)), logprobs=False)
+    np.testing.assert_allclose(s2.token_logprobs(t2), now.token_logprobs, rtol=1e-5, atol=1e-5)
+    assert s2.token_logprobs(t2, is_cancelled=lambda: True) is None
+
+
+def test_head_pattern_streams_to_npy(loaded, tmp_path):
+    s = session(loaded, T_BLOCKS)
+    trace = s.run()
+    out = tmp_path / "p.npy"
+    seen = []
+    assert save_head_pattern(s, trace, 1, 2, str(out), progress=lambda done, total: seen.append((done, total)))
+    np.testing.assert_array_equal(np.load(out), head_pattern(s, trace, 1, 2))
+    assert seen[-1] == (T_BLOCKS, T_BLOCKS) and len(seen) > 1
+    blocks = list(iter_pattern_rows(s, trace, 1, 2))
+    assert max(len(b) for _, b in blocks) < 2 * QUERY_BLOCK  # one block of rows at a time
+    cancelled = tmp_path / "c.npy"
+    assert not save_head_pattern(s, trace, 1, 2, str(cancelled), is_cancelled=lambda: True)
+    assert sorted(os.listdir(tmp_path)) == ["p.npy"]  # nothing partial left behind
+
+
+def test_bad_requests_give_one_line(loaded):
+    s = session(loaded, 40)
+    trace = s.run()
+    with pytest.raises(ModelError, match="layer 7 does not exist"):
+        head_pattern(s, trace, 7, 0)
+    with pytest.raises(ModelError, match="head 9 does not exist"):
+        pattern_tile(s, trace, 0, 9, (0, 1), (0, 1))
+    with pytest.raises(ModelError, match="outside the prompt"):
+        pattern_tile(s, trace, 0, 0, (0, 41), (0, 1))
+    s.set_tokens(tokens(40, seed=3))
+    with pytest.raises(ModelError, match="another prompt"):
+        head_pattern(s, trace, 0, 0)
