@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-from transformer_viewer.model.capture import Session, Trace
+from transformer_viewer.model.attention_kernels import query_blocks
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.gpt import query_blocks
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import head_mask_hooks
+from transformer_viewer.model.session import Session
+from transformer_viewer.model.trace import Trace
 
 
 class _Stop(Exception):

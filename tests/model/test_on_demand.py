@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.model.checkpoint_common import tiny_loaded
-from transformer_viewer.model.capture import KEPT_RUNS, Session
+from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import QUERY_BLOCK
@@ -25,6 +25,7 @@ from transformer_viewer.model.on_demand import (
     save_head_pattern,
 )
 from transformer_viewer.model.overview import cell_size, pool_pattern
+from transformer_viewer.model.session import KEPT_RUNS, Session
 from transformer_viewer.model.tokenizer import Tokenized
 
 CONFIG = GPTConfig(n_layer=3, n_head=4, n_embd=32, block_size=1024, vocab_size=50257)
@@ -65,7 +66,7 @@ def plain_forward(model, ids, mask=None, ablation="zero"):
         return hook
 
     named = [] if mask is None else head_mask_hooks(mask, ablation)
-    for layer in range(CONFIG.n_layer):
+    for layer in range(model.config.n_layer):
         named += [(f"blocks.{layer}.attn.hook_pattern", keep(("pattern", layer))),
                   (f"blocks.{layer}.mlp.hook_post", keep(("mlp", layer)))]
     with torch.no_grad(), hooks(model, named):
@@ -219,3 +220,59 @@ def test_bad_requests_give_one_line(loaded):
     s.set_tokens(tokens(40, seed=3))
     with pytest.raises(ModelError, match="another prompt"):
         head_pattern(s, trace, 0, 0)
+
+
+# -- every family switch that changes scores --------------------------------------------------
+FAMILIES = ["window_softcap", "llama_gqa", "neox_parallel"]  # window + soft-cap + scale + MQA; GQA; parallel
+
+
+def family_session(name: str, T: int) -> Session:
+    from tests.model.test_family_switches import _model
+
+    model = _model(name, seed=3)
+    loaded = LoadedModel(model=model, config=model.config, format="native", source="<test>", name=name)
+    s = Session(loaded, pattern_dtype=np.float32)
+    ids = np.random.default_rng(T).integers(0, model.config.vocab_size, T)
+    s.set_tokens(Tokenized(ids=tuple(int(i) for i in ids), labels=tuple(str(i) for i in ids),
+                           spans=tuple((i, i + 1) for i in range(T)), text="x" * T))
+    return s
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_on_demand_patterns_overviews_and_mlp_for_family_switches(name):
+    T = 2 * QUERY_BLOCK + 50  # longer than the sliding window, several blocks
+    s = family_session(name, T)
+    trace = s.run(mask_of_shape(s, (0, 1)))
+    ref = plain_forward(s.model, trace.token_ids, mask_of_shape(s, (0, 1)))
+    for layer in range(s.config.n_layer):
+        full = ref[("pattern", layer)].numpy()  # (nh, T, T)
+        for head in range(s.config.n_head):
+            np.testing.assert_allclose(head_pattern(s, trace, layer, head), full[head], rtol=0, atol=1e-6)
+        mx, mean = pool_pattern(full)
+        np.testing.assert_allclose(trace.overview_max[layer], mx, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(trace.overview_mean[layer], mean, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(mlp_activations(s, trace, layer), ref[("mlp", layer)].numpy(), rtol=0, atol=1e-5)
+    if name == "window_softcap":  # the sliding layer really drops keys beyond its window
+        assert s.model.blocks[0].attn.window == 37
+        assert np.all(head_pattern(s, trace, 0, 0)[T - 1, : T - 37] == 0)
+        assert np.any(head_pattern(s, trace, 1, 0)[T - 1, : T - 37] > 0)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_forward_without_the_whole_pattern_equals_the_forward_with_it(name):
+    s = family_session(name, 3 * QUERY_BLOCK + 16)
+    ids = s._ids
+    kept = []
+    with torch.no_grad():
+        rows_only = s.model(ids)[0]  # nobody reads the pattern: one block of rows at a time
+        with hooks(s.model, [("blocks.1.attn.hook_pattern", lambda _m, _i, out: kept.append(out.shape))]):
+            whole = s.model(ids)[0]
+    assert kept == [(1, s.config.n_head, ids.shape[1], ids.shape[1])]
+    torch.testing.assert_close(rows_only, whole, rtol=0, atol=1e-6)
+
+
+def mask_of_shape(s: Session, *heads) -> np.ndarray:
+    m = np.zeros((s.config.n_layer, s.config.n_head), dtype=bool)
+    for layer, h in heads:
+        m[layer, h] = True
+    return m

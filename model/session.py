@@ -1,11 +1,13 @@
-"""Capture: one forward pass that records what the viewer draws, as numpy arrays.
+"""The session: a loaded model, its tokenizer and the current prompt, with the caches that make
+head toggles cheap.
 
-`Session` owns a loaded model and the current prompt. `Session.run(mask)` returns a frozen
-`Trace`; it caches every layer's resid_pre, so a run whose head mask first differs from the
-cached one at layer l recomputes only layers l.. and reuses everything before. `Session.predict`
-is the same without capture: just the next-token distribution, for toggles and scans.
+`Session.run(mask)` returns a frozen `Trace` (model/trace.py); it caches every layer's
+resid_pre, so a run whose head mask first differs from the cached one at layer l recomputes only
+layers l.. and reuses everything before. `Session.predict` is the same without capture: just
+the next-token distribution, for toggles and scans. `Session.masked_residuals` gives the
+residual streams under another mask without touching the cache (the lens of a masked run).
 
-Hooks are registered for each forward inside `hooks(...)` and always removed afterwards.
+Hooks are registered for each forward (model/hooks.py) and always removed afterwards.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import itertools
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -23,73 +26,17 @@ from torch.nn.modules import module as _torch_module
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
 from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace, observe_pattern_rows
-from transformer_viewer.model.hooks import hooks
-from transformer_viewer.model.interventions import ABLATIONS, first_changed_layer, head_mask_hooks
+from transformer_viewer.model.hooks import caching, hooks, reading
+from transformer_viewer.model.interventions import check_intervention, first_changed_layer, head_mask_hooks
 from transformer_viewer.model.linear import linear
 from transformer_viewer.model.overview import OverviewPooler, cell_size, n_cells
 from transformer_viewer.model.tokenizer import Tokenized, Tokenizer
+from transformer_viewer.model.trace import NextToken, Trace, resid_labels
 
 DEFAULT_MEMORY_BUDGET = 4 << 30  # bytes of captured arrays one trace may hold
 VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once
 KEPT_RUNS = 3  # runs whose residual streams stay cached for recomputation (clean, masked, one more)
 _RUN_IDS = itertools.count(1)  # unique in the process, so no session mistakes another's trace for its own
-
-
-@dataclass(frozen=True)
-class NextToken:
-    """The next-token distribution at one position."""
-
-    position: int
-    probs: np.ndarray  # (V,) float32, over the tokenizer's vocabulary
-    top_ids: np.ndarray  # (k,) int64, most likely first
-    top_probs: np.ndarray  # (k,) float32
-    top_logits: np.ndarray  # (k,) float32
-
-
-@dataclass(frozen=True)
-class Trace:
-    """Everything one capture recorded. Arrays only: this crosses to the GUI thread.
-
-    Linear in T: a head's full pattern and a layer's MLP activations are not kept but recomputed
-    on demand (`model.on_demand`) from the session's cached residual stream of run `run_id`.
-    """
-
-    token_ids: np.ndarray  # (T,) int64
-    labels: tuple[str, ...]  # visible label of each token
-    spans: tuple[tuple[int, int], ...]  # character span of each token in `text`
-    text: str  # the text that was run (after truncation to the context)
-    dropped_tokens: int  # tokens cut from the front to fit block_size
-    overview_max: np.ndarray  # (L, nh, n, n), each cell the max of its block of the pattern
-    overview_mean: np.ndarray  # (L, nh, n, n), each cell the mean (future zeros included)
-    overview_cell: int  # tokens per cell side (1: the overview is the pattern itself)
-    resid_norms: np.ndarray  # (2L + 2, T) float32, rows named by resid_labels
-    resid_labels: tuple[str, ...]  # "embed", "0.pre", "0.mid", ..., "final"
-    mlp_max: np.ndarray  # (L, n_mlp) float32, each neuron's largest post-activation over the tokens
-    mlp_argmax: np.ndarray  # (L, n_mlp) int64, the token where it is largest
-    mlp_mean: np.ndarray  # (L, n_mlp) float32, its mean over the tokens
-    head_norms: np.ndarray  # (L, nh, T) float32, L2 norm of each head's write to the residual
-    token_logprobs: np.ndarray | None  # (T,) float32, log p(token t | tokens < t); NaN at t = 0; None: not yet
-    next: NextToken
-    mask: np.ndarray  # (L, nh) bool, the heads that were ablated
-    ablation: str  # "zero" or "mean"
-    forward_ms: float
-    first_layer_run: int  # 0 for a full run; l when layers < l were reused from the cache
-    run_id: int = 0  # which of the session's runs made it (what on-demand recomputation starts from)
-    attention: np.ndarray | None = None  # (L, nh, T, T) float16, only from a session made with keep_full
-    mlp_post: np.ndarray | None = None  # (L, T, n_mlp), post-activation, only with keep_full
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.token_ids.shape[0])
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the arrays this trace holds."""
-        arrays = [self.token_ids, self.overview_max, self.overview_mean, self.resid_norms, self.mlp_max,
-                  self.mlp_argmax, self.mlp_mean, self.head_norms, self.token_logprobs, self.next.probs,
-                  self.next.top_ids, self.next.top_probs, self.next.top_logits, self.mask, self.attention,
-                  self.mlp_post]
-        return sum(a.nbytes for a in arrays if a is not None)
 
 
 @dataclass
@@ -99,13 +46,6 @@ class _Run:
     resid: list  # resid_pre of each layer, then the final resid_post, (1, T, C) each
     mask: np.ndarray
     ablation: str
-
-
-def resid_labels(n_layer: int) -> tuple[str, ...]:
-    rows = ["embed"]
-    for layer in range(n_layer):
-        rows += [f"{layer}.pre", f"{layer}.mid"]
-    return tuple(rows + ["final"])
 
 
 class Session:
@@ -168,14 +108,8 @@ class Session:
             raise ModelError("the prompt is empty; type some text first")
         return self._ids
 
-    def _normal_mask(self, mask) -> np.ndarray:
-        L, nh = self.config.n_layer, self.config.n_head
-        if mask is None:
-            return np.zeros((L, nh), dtype=bool)
-        mask = np.asarray(mask, dtype=bool)
-        if mask.shape != (L, nh):
-            raise ModelError(f"head mask has shape {mask.shape}; this model needs ({L}, {nh})")
-        return mask
+    def _check(self, mask, ablation: str) -> np.ndarray:
+        return check_intervention(self.config, mask, ablation)
 
     def _position(self, position: int | None, T: int) -> int:
         p = T - 1 if position is None else int(position)
@@ -223,115 +157,35 @@ class Session:
         costliest part of a late-layer toggle); `token_logprobs(trace)` computes them later.
         """
         ids = self._require_prompt()
-        mask = self._normal_mask(mask)
-        if ablation not in ABLATIONS:
-            raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+        mask = self._check(mask, ablation)
         T = ids.shape[1]
-        if self.estimate_bytes(T) > self.memory_budget:
-            fits = self.max_tokens_within_budget()
-            advice = (f"shorten the prompt to {fits} tokens or fewer" if fits else
-                      "not even one token fits; raise the memory budget")
-            raise CaptureTooLargeError(f"capturing {T} tokens needs about {_size(self.estimate_bytes(T))}, over the "
-                                       f"{_size(self.memory_budget)} budget; {advice}")
+        self._check_budget(T)
         p = self._position(position, T)
         start = self._start_layer(mask, ablation, self._cached_trace is not None)
         t0 = time.perf_counter()
-        c = self.config
-        L, nh = c.n_layer, c.n_head
-        prev = self._cached_trace
-        n = n_cells(T)
-        arrays = {
-            "overview_max": np.empty((L, nh, n, n), dtype=self.pattern_dtype),
-            "overview_mean": np.empty((L, nh, n, n), dtype=self.pattern_dtype),
-            "mlp_max": np.empty((L, c.n_mlp), dtype=np.float32),
-            "mlp_argmax": np.empty((L, c.n_mlp), dtype=np.int64),
-            "mlp_mean": np.empty((L, c.n_mlp), dtype=np.float32),
-            "head_norms": np.empty((L, nh, T), dtype=np.float32),
-        }
-        if self.keep_full:
-            arrays["attention"] = np.empty((L, nh, T, T), dtype=self.pattern_dtype)
-            arrays["mlp_post"] = np.empty((L, T, c.n_mlp), dtype=self.pattern_dtype)
-        norms = np.empty((2 * L + 2, T), dtype=np.float32)
-        if start > 0 and prev is not None:
-            # Layers >= start are rewritten below; copy only what is reused (the previous
-            # trace's arrays are never shared: it may still be on screen).
-            rows = 2 * L + 2 if start >= L else 1 + 2 * start
-            for name, dest in arrays.items():
-                dest[:start] = getattr(prev, name)[:start]
-            norms[:rows] = prev.resid_norms[:rows]
-        model = self.model
-        new_resid: list[torch.Tensor] = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
-        poolers = {layer: OverviewPooler(nh, T, self.device) for layer in range(start, L)}
-
-        def store(dest, index):
-            def hook(_m, _inp, out):
-                # One pass: converted straight into the trace's array, no temporary.
-                torch.from_numpy(dest[index]).copy_(out[0])
-            return hook
-
-        def store_pattern(layer):
-            def hook(_m, _inp, out):
-                torch.from_numpy(arrays["attention"][layer]).copy_(out[0])
-                poolers[layer](0, out)
-            return hook
-
-        def summarize_mlp(layer):
-            def hook(_m, _inp, out):
-                mx, arg = out[0].max(dim=0)  # (n_mlp,) each, over the tokens
-                torch.from_numpy(arrays["mlp_max"][layer]).copy_(mx)
-                torch.from_numpy(arrays["mlp_argmax"][layer]).copy_(arg)
-                torch.from_numpy(arrays["mlp_mean"][layer]).copy_(out[0].mean(dim=0))
-            return hook
-
-        def store_norm(row):
-            def hook(_m, _inp, out):
-                torch.from_numpy(norms[row]).copy_(torch.linalg.vector_norm(out[0].float(), dim=-1))
-            return hook
-
-        def keep_resid(layer):
-            def hook(_m, _inp, out):
-                new_resid[layer] = out
-            return hook
-
-        def head_norm_hook(layer):
-            gram = self._head_gram(layer)  # (nh, hs, hs)
-
-            def hook(_m, _inp, z):
-                # ||z_h W_h||^2 = z_h G_h z_h^T: T*nh*hs^2 work instead of T*nh*hs*C, and no
-                # (nh, T, C) temporary.
-                zt = z[0].to(gram.dtype)  # (T, nh, hs)
-                sq = (torch.einsum("tni,nij->tnj", zt, gram) * zt).sum(-1)  # (T, nh)
-                torch.from_numpy(arrays["head_norms"][layer]).copy_(sq.clamp_min_(0).sqrt_().T)
-            return hook
-
-        named = head_mask_hooks(mask, ablation, start)
-        if start == 0:
-            named.append(("hook_embed", store_norm(0)))
-        for layer in range(start, L):
-            b = f"blocks.{layer}"
-            named += [
-                (f"{b}.hook_resid_pre", keep_resid(layer)),
-                (f"{b}.hook_resid_pre", store_norm(1 + 2 * layer)),
-                (f"{b}.hook_resid_mid", store_norm(2 + 2 * layer)),
-                (f"{b}.attn.hook_z", head_norm_hook(layer)),
-                (f"{b}.mlp.hook_post", summarize_mlp(layer)),
-            ]
-            if self.keep_full:
-                named += [(f"{b}.attn.hook_pattern", store_pattern(layer)),
-                          (f"{b}.mlp.hook_post", store(arrays["mlp_post"], layer))]
-        named.append((f"blocks.{L - 1}.hook_resid_post", store_norm(2 * L + 1)))
+        L = self.config.n_layer
+        arrays = self._trace_arrays(T, start)
+        resid_names = [f"blocks.{layer}.hook_resid_pre" for layer in range(start, L)]
+        poolers = {layer: OverviewPooler(self.config.n_head, T, self.device) for layer in range(start, L)}
+        # Overviews pooled from the blocks of pattern rows as they pass; with keep_full, from
+        # the whole pattern the trace keeps anyway.
         observers = {} if self.keep_full else poolers
-        with self._scratch_attention(), observe_pattern_rows(model, observers), hooks(model, named):
-            x = model.embed(ids) if start == 0 else self._resid[start]
-            final = model.run_blocks(x, start)
+        with (self._scratch_attention(), hooks(self.model, head_mask_hooks(mask, ablation, start)),
+              observe_pattern_rows(self.model, observers),
+              reading(self.model, self._readers(arrays, start, poolers)), caching(self.model, resid_names) as kept):
+            x = self.model.embed(ids) if start == 0 else self._resid[start]
+            final = self.model.run_blocks(x, start)
         for layer, pooler in poolers.items():
             pooler.finish(arrays["overview_max"][layer], arrays["overview_mean"][layer])
+        new_resid = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
+        for layer in range(start, L):
+            new_resid[layer] = kept[f"blocks.{layer}.hook_resid_pre"]
         new_resid[L] = final
         if logprobs:
             token_lp, logits_p, logprobs_p = self._token_logprobs(final[0], ids[0], p)
         else:
             token_lp = None
-            logits_p = model.unembed(final[0, p]).float()[: self.n_vocab]  # (V,)
+            logits_p = self.model.unembed(final[0, p]).float()[: self.n_vocab]  # (V,)
             logprobs_p = torch.log_softmax(logits_p, dim=-1)
         nxt = _next_token(logits_p, logprobs_p, p, top_k)
         elapsed = (time.perf_counter() - t0) * 1000.0
@@ -340,9 +194,9 @@ class Session:
         tok = self.tokens
         trace = Trace(
             token_ids=np.asarray(tok.ids, dtype=np.int64), labels=tok.labels, spans=tok.spans, text=tok.text,
-            dropped_tokens=self.dropped, overview_cell=cell_size(T), resid_norms=norms,
-            resid_labels=resid_labels(L), token_logprobs=token_lp, next=nxt, mask=mask.copy(),
-            ablation=ablation, forward_ms=elapsed, first_layer_run=start, run_id=run_id, **arrays,
+            dropped_tokens=self.dropped, overview_cell=cell_size(T), resid_labels=resid_labels(L),
+            token_logprobs=token_lp, next=nxt, mask=mask.copy(), ablation=ablation, forward_ms=elapsed,
+            first_layer_run=start, run_id=run_id, **arrays,
         )
         self._cached_trace = trace
         return trace
@@ -371,8 +225,7 @@ class Session:
             self._runs.move_to_end(trace.run_id)
             return run.resid[layer]
         model = self.model
-        named = head_mask_hooks(trace.mask, trace.ablation, 0)
-        with self._scratch_attention(), hooks(model, named):
+        with self._scratch_attention(), hooks(model, head_mask_hooks(trace.mask, trace.ablation, 0)):
             return model.run_blocks(model.embed(self._ids), 0, layer)
 
     @torch.inference_mode()
@@ -382,6 +235,64 @@ class Session:
         final = self.resid_pre(trace, self.config.n_layer)
         token_lp, _, _ = self._token_logprobs(final[0], self._ids[0], 0, is_cancelled)
         return token_lp
+
+    def _check_budget(self, T: int) -> None:
+        if self.estimate_bytes(T) <= self.memory_budget:
+            return
+        fits = self.max_tokens_within_budget()
+        advice = (f"shorten the prompt to {fits} tokens or fewer" if fits else
+                  "not even one token fits; raise the memory budget")
+        raise CaptureTooLargeError(f"capturing {T} tokens needs about {_size(self.estimate_bytes(T))}, over the "
+                                   f"{_size(self.memory_budget)} budget; {advice}")
+
+    def _trace_arrays(self, T: int, start: int) -> dict[str, np.ndarray]:
+        """The arrays of a new trace by field name, holding the cached trace's values for the
+        layers before `start` (the rest are written by the run)."""
+        c = self.config
+        L, nh, n = c.n_layer, c.n_head, n_cells(T)
+        arrays = {
+            "overview_max": np.empty((L, nh, n, n), dtype=self.pattern_dtype),
+            "overview_mean": np.empty((L, nh, n, n), dtype=self.pattern_dtype),
+            "mlp_max": np.empty((L, c.n_mlp), dtype=np.float32),
+            "mlp_argmax": np.empty((L, c.n_mlp), dtype=np.int64),
+            "mlp_mean": np.empty((L, c.n_mlp), dtype=np.float32),
+            "head_norms": np.empty((L, nh, T), dtype=np.float32),
+        }
+        if self.keep_full:
+            arrays["attention"] = np.empty((L, nh, T, T), dtype=self.pattern_dtype)
+            arrays["mlp_post"] = np.empty((L, T, c.n_mlp), dtype=self.pattern_dtype)
+        norms = np.empty((2 * L + 2, T), dtype=np.float32)
+        prev = self._cached_trace
+        if start > 0 and prev is not None:
+            # Copies, never shared: the previous trace may still be on screen.
+            for name, dest in arrays.items():
+                dest[:start] = getattr(prev, name)[:start]
+            rows = 2 * L + 2 if start >= L else 1 + 2 * start
+            norms[:rows] = prev.resid_norms[:rows]
+        arrays["resid_norms"] = norms
+        return arrays
+
+    def _readers(self, arrays: dict[str, np.ndarray], start: int, poolers: dict) -> list[tuple[str, object]]:
+        """(hook point, reader) pairs that write layers start.. of a run into the trace's arrays."""
+        norms = arrays["resid_norms"]
+        L = self.config.n_layer
+        readers = [("hook_embed", partial(_store_norm, norms[0]))] if start == 0 else []
+        for layer in range(start, L):
+            b = f"blocks.{layer}"
+            readers += [
+                (f"{b}.hook_resid_pre", partial(_store_norm, norms[1 + 2 * layer])),
+                (f"{b}.hook_resid_mid", partial(_store_norm, norms[2 + 2 * layer])),
+                (f"{b}.attn.hook_z", partial(_store_head_norms, self._head_gram(layer), arrays["head_norms"][layer])),
+                (f"{b}.mlp.hook_post", partial(_summarize_mlp, layer, arrays)),
+            ]
+            if self.keep_full:
+                readers += [
+                    (f"{b}.attn.hook_pattern", partial(_store, arrays["attention"][layer])),
+                    (f"{b}.attn.hook_pattern", partial(poolers[layer], 0)),
+                    (f"{b}.mlp.hook_post", partial(_store, arrays["mlp_post"][layer])),
+                ]
+        readers.append((f"blocks.{L - 1}.hook_resid_post", partial(_store_norm, norms[2 * L + 1])))
+        return readers
 
     def _scratch_attention(self):
         """Attention in the session's reusable workspace, unless a hook from outside the session
@@ -412,7 +323,7 @@ class Session:
             if is_cancelled is not None and is_cancelled():
                 return None, None, None
             v1 = min(v0 + VOCAB_BLOCK, V)
-            block = linear(h, w[v0:v1], None if bias is None else bias[v0:v1]).float()  # (T, v1 - v0)
+            block = model.cap_logits(linear(h, w[v0:v1], None if bias is None else bias[v0:v1])).float()  # (T, v1 - v0)
             # log-sum-exp as x0 - log_softmax(x)0: one fused kernel instead of five passes.
             lse[j] = block[:, 0] - torch.log_softmax(block, dim=-1)[:, 0]
             logits_p[v0:v1] = block[p]
@@ -426,7 +337,7 @@ class Session:
     def _head_gram(self, layer: int) -> torch.Tensor:
         """(nh, hs, hs) W_h W_h^T of each head's slice of c_proj, cached while the weight is unchanged."""
         c = self.config
-        w_o = self.model.blocks[layer].attn.c_proj.weight  # (C, C): out = z_flat @ w_o.T
+        w_o = self.model.blocks[layer].attn.c_proj.weight  # (C, nh * hs): out = z_flat @ w_o.T
         key = (w_o.data_ptr(), w_o._version, w_o.dtype, w_o.device)
         cached = self._grams.get(layer)
         if cached is not None and cached[0] == key:
@@ -450,9 +361,7 @@ class Session:
         from the first changed one, positions up to `position` (zero ablation is causal), and
         the head at one position. `update_cache=False` leaves the cache as it was (scans)."""
         ids = self._require_prompt()
-        mask = self._normal_mask(mask)
-        if ablation not in ABLATIONS:
-            raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+        mask = self._check(mask, ablation)
         T = ids.shape[1]
         p = self._position(position, T)
         model, L = self.model, self.config.n_layer
@@ -465,20 +374,37 @@ class Session:
             # Under zero ablation nothing after `position` can reach it; mean ablation
             # averages over every position, so it needs them all.
             keep = p + 1 if ablation == "zero" else T
-            x = self._resid[start][:, :keep]
-            new_resid = list(self._resid)
-            named = head_mask_hooks(mask, ablation, start)
             if update_cache and keep == T:
-                for layer in range(start + 1, L):
-                    named.append((f"blocks.{layer}.hook_resid_pre", _setter(new_resid, layer)))
-            with self._scratch_attention(), hooks(model, named):
-                final = model.run_blocks(x, start)
-            if update_cache and keep == T:
-                new_resid[L] = final
+                new_resid = self._rerun(mask, ablation, start)
+                final = new_resid[L]
                 self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
                 self._cached_trace = None  # its arrays no longer match the cache: the next run() is a full one
+            else:
+                with self._scratch_attention(), hooks(model, head_mask_hooks(mask, ablation, start)):
+                    final = model.run_blocks(self._resid[start][:, :keep], start)
         logits = model.unembed(final[0, p]).float()[: self.n_vocab]  # (V,)
         return _next_token(logits, torch.log_softmax(logits, dim=-1), p, top_k)
+
+    @torch.inference_mode()
+    def masked_residuals(self, mask=None, ablation: str = "zero") -> list[torch.Tensor]:
+        """resid_pre of every layer and the final resid_post under `mask`, each (1, T, C),
+        leaving the cache untouched; layers before the first one that differs from the cached
+        run are reused."""
+        mask = self._check(mask, ablation)
+        cached = self.residuals()
+        start = self._start_layer(mask, ablation, True)
+        if start >= self.config.n_layer:
+            return cached
+        return self._rerun(mask, ablation, start)
+
+    def _rerun(self, mask: np.ndarray, ablation: str, start: int) -> list[torch.Tensor]:
+        """The residual streams of a run under `mask` from the cached resid_pre of `start` on."""
+        L = self.config.n_layer
+        names = [f"blocks.{layer}.hook_resid_pre" for layer in range(start + 1, L)]
+        with (self._scratch_attention(), hooks(self.model, head_mask_hooks(mask, ablation, start)),
+              caching(self.model, names) as kept):
+            final = self.model.run_blocks(self._resid[start], start)
+        return [*self._resid[: start + 1], *(kept[n] for n in names), final]
 
     def residuals(self) -> list[torch.Tensor]:
         """resid_pre of every layer, then the final resid_post, for the cached run (1, T, C)."""
@@ -495,10 +421,29 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def _setter(dest: list, index: int):
-    def hook(_m, _inp, out):
-        dest[index] = out
-    return hook
+def _store(dest: np.ndarray, activation: torch.Tensor) -> None:
+    """Batch row 0 straight into the trace's array, converted in one pass with no temporary."""
+    torch.from_numpy(dest).copy_(activation[0])
+
+
+def _summarize_mlp(layer: int, arrays: dict[str, np.ndarray], post: torch.Tensor) -> None:
+    """Each neuron's max over the tokens, the token where it is reached, and its mean."""
+    mx, arg = post[0].max(dim=0)  # (n_mlp,) each
+    torch.from_numpy(arrays["mlp_max"][layer]).copy_(mx)
+    torch.from_numpy(arrays["mlp_argmax"][layer]).copy_(arg)
+    torch.from_numpy(arrays["mlp_mean"][layer]).copy_(post[0].mean(dim=0))
+
+
+def _store_norm(dest: np.ndarray, resid: torch.Tensor) -> None:
+    torch.from_numpy(dest).copy_(torch.linalg.vector_norm(resid[0].float(), dim=-1))
+
+
+def _store_head_norms(gram: torch.Tensor, dest: np.ndarray, z: torch.Tensor) -> None:
+    """The L2 norm of each head's write to the residual: ||z_h W_h||^2 = z_h G_h z_h^T, T*nh*hs^2
+    work instead of T*nh*hs*C and no (nh, T, C) temporary. gram (nh, hs, hs), dest (nh, T)."""
+    zt = z[0].to(gram.dtype)  # (T, nh, hs)
+    sq = (torch.einsum("tni,nij->tnj", zt, gram) * zt).sum(-1)  # (T, nh)
+    torch.from_numpy(dest).copy_(sq.clamp_min_(0).sqrt_().T)
 
 
 def _next_token(logits: torch.Tensor, logprobs: torch.Tensor, position: int, top_k: int) -> NextToken:
