@@ -44,14 +44,14 @@ def run(args) -> int:
     app.setApplicationName("transformer-viewer")
     # The worker starts importing torch and loading before the window is even built; its
     # answers wait in the event queue until the window is connected and the loop runs.
-    from transformer_viewer.viewer.requests import LoadRequest, ProbeRequest
-    from transformer_viewer.viewer.worker import WorkerClient
+    from transformer_viewer.viewer.worker.client import WorkerClient
+    from transformer_viewer.viewer.worker.requests import LoadRequest, ProbeRequest
 
     worker = WorkerClient()
-    worker.submit(ProbeRequest())
-    worker.submit(LoadRequest(path=args.checkpoint, device=args.device, n_head=args.n_head))
-    from transformer_viewer.viewer.main_window import DEFAULT_SIZE, MainWindow
-    from transformer_viewer.viewer.window_actions import default_prompt
+    pending = (worker.submit(ProbeRequest()),
+               worker.submit(LoadRequest(path=args.checkpoint, device=args.device, n_head=args.n_head)))
+    from transformer_viewer.viewer.window.actions import default_prompt
+    from transformer_viewer.viewer.window.main_window import DEFAULT_SIZE, MainWindow
 
     settings = None
     if args.screenshot:
@@ -59,9 +59,8 @@ def run(args) -> int:
 
         scratch = tempfile.mkdtemp(prefix="tv-shot-")
         settings = QSettings(os.path.join(scratch, "settings.ini"), QSettings.IniFormat)  # leave the user's alone
-    window = MainWindow(settings=settings, worker=worker)
+    window = MainWindow(settings=settings, worker=worker, pending=pending)
     window.device_choice = args.device
-    install_extensions(window)
     window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     if args.screenshot:
         window.resize(*DEFAULT_SIZE)
@@ -86,25 +85,8 @@ def run(args) -> int:
     return 0
 
 
-EXTENSIONS = ("transformer_viewer.viewer.analysis_docks:install_analysis_docks",)
-
-
-def install_extensions(window) -> None:
-    """Dock the views other modules provide (issue 5's analysis views), when they are installed.
-
-    Only a module that is absent is skipped; one that fails to import or install fails loudly."""
-    import importlib
-    import importlib.util
-
-    for entry in EXTENSIONS:
-        module_name, _, attr = entry.partition(":")
-        if importlib.util.find_spec(module_name) is None:
-            continue
-        getattr(importlib.import_module(module_name), attr)(window)
-
-
 def fit_to_screen(window, app) -> None:
-    from transformer_viewer.viewer.main_window import DEFAULT_SIZE
+    from transformer_viewer.viewer.window.main_window import DEFAULT_SIZE
 
     screen = app.primaryScreen()
     if screen is None:
