@@ -79,6 +79,20 @@ def test_mask_toggle_changes_the_logits_and_matches_predict(qtbot, window):
     assert window.head_grid.mask()[0, 1]
 
 
+def test_a_toggle_lands_the_views_then_the_masked_log_probabilities(qtbot, window):
+    st = window.state
+    qtbot.mouseClick(window.mask_grid.canvas, Qt.LeftButton, pos=mask_cell_center(window, 1, 0).toPoint())
+    first = []
+    st.trace_changed.connect(lambda t: t is not None and t.mask[1, 0] and first.append(t.token_logprobs is None))
+    wait_idle(qtbot, window, lambda: st.trace is not None and st.trace.mask[1, 0]
+              and st.trace.token_logprobs is not None)
+    assert first[0]  # the views got the trace before its log-probabilities existed
+    ref = reference_session(st.model_info.source)
+    ref.run()
+    want = ref.run(mask_of(window, (1, 0))).token_logprobs
+    np.testing.assert_allclose(st.trace.token_logprobs, want, rtol=1e-5, atol=1e-6)
+
+
 def test_a_toggle_shows_the_prediction_before_the_views_catch_up(qtbot, window, monkeypatch):
     """The worker answers the masked next-token distribution (PredictRequest) before the
     capture that redraws everything; held here, the capture cannot hide which came first."""

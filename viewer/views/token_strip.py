@@ -44,6 +44,8 @@ def chip_values(state, mode: str) -> tuple[np.ndarray | None, str]:
         values = np.where(np.arange(trace.n_tokens) <= q, row, np.nan)
         return values, f"attention from {trace.labels[q]!r} ({q}) in L{L}H{h}; max {np.nanmax(values):.3f}"
     if mode == "surprisal":
+        if trace.token_logprobs is None:
+            return None, "surprisal: computing the masked model's log-probabilities…"
         values = -trace.token_logprobs.astype(np.float32)  # (T,), NaN at t = 0
         finite = values[np.isfinite(values)]
         return values, f"surprisal -log p(token), 0 to {finite.max() if finite.size else 0:.2f} nats"
@@ -274,8 +276,10 @@ class TokenStrip(QWidget):
         if trace is None or i >= trace.n_tokens:
             return ""
         lines = [f"{trace.labels[i]!r}   id {int(trace.token_ids[i])}   position {i}"]
-        lp = float(trace.token_logprobs[i])
-        if not math.isfinite(lp):
+        lp = math.nan if trace.token_logprobs is None else float(trace.token_logprobs[i])
+        if trace.token_logprobs is None:
+            lines.append("p: still being computed for the masked model")
+        elif not math.isfinite(lp):
             lines.append("first token: the model has nothing to predict it from")
         else:
             lines.append(f"p = {math.exp(lp):.4g}   surprisal {-lp:.2f} nats" + ("   (masked model)" if trace is not clean else ""))

@@ -35,6 +35,7 @@ from transformer_viewer.viewer.worker.client import RequestHandle, WorkerClient
 from transformer_viewer.viewer.worker.requests import (
     DeviceRequest,
     LoadRequest,
+    LogprobsRequest,
     PredictRequest,
     ProbeRequest,
     TraceRequest,
@@ -284,6 +285,18 @@ class MainWindow(QMainWindow):
         self.state.set_traces(value.trace, value.clean)
         info = self.state.model_info
         self.status.show_forward(value.forward_ms, value.trace.first_layer_run, info.n_layer if info else 0)
+        if value.trace.token_logprobs is None:  # the second pass: surprisal follows the views
+            self.worker.submit(self._logprobs_request(answer.request),
+                               on_result=self._on_logprobs, on_failure=self._on_trace_failed)
+
+    def _logprobs_request(self, traced: TraceRequest) -> LogprobsRequest:
+        return LogprobsRequest(text=traced.text, mask=traced.mask, ablation=traced.ablation,
+                               position=traced.position, top_k=traced.top_k)
+
+    def _on_logprobs(self, answer) -> None:
+        trace, st = answer.value.trace, self.state
+        if trace is not None and st.trace is not None and st.trace.run_id == trace.run_id:
+            st.set_traces(trace, st.clean_trace)
 
     def _on_trace_failed(self, failure) -> None:
         if failure.cancelled:

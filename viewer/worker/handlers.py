@@ -20,9 +20,12 @@ from transformer_viewer.model.families import family_name
 from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
 from transformer_viewer.model.trace import Trace
 from transformer_viewer.viewer.worker.requests import (
+    Cancelled,
     DeviceRequest,
     LoadRequest,
     LoadResult,
+    LogprobsRequest,
+    LogprobsResult,
     ModelInfo,
     NewSession,
     PredictRequest,
@@ -157,9 +160,10 @@ def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_c
     if mask is None or not mask.any():
         trace = clean
     else:
-        key = (mask.tobytes(), mask.shape, request.ablation)
+        key = _mask_key(mask, request.ablation)
         if session.masked is None or session.masked[0] != key:
-            trace = session.run(mask, request.ablation, position, k)
+            # The views first; the log-probabilities follow as a LogprobsRequest.
+            trace = session.run(mask, request.ablation, position, k, logprobs=False)
         else:
             trace = session.masked[1]
             if trace.next.position != position or len(trace.next.top_ids) != k:
@@ -167,6 +171,27 @@ def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_c
                 trace = dataclasses.replace(trace, next=nxt)
         session.masked = (key, trace)
     return TraceResult(trace=trace, clean=clean, forward_ms=(time.perf_counter() - t0) * 1000.0)
+
+
+def _mask_key(mask: np.ndarray, ablation: str) -> tuple:
+    return (mask.tobytes(), mask.shape, ablation)
+
+
+def handle_logprobs(session: WorkerSession, request: LogprobsRequest, _progress, is_cancelled) -> LogprobsResult:
+    """Fill in the per-token log-probabilities of the masked trace the last TraceRequest made."""
+    mask = None if request.mask is None else np.asarray(request.mask, dtype=bool)
+    masked = session.masked
+    if (mask is None or request.text != session.prompt_text or masked is None
+            or masked[0] != _mask_key(mask, request.ablation)):
+        return LogprobsResult(None)  # another prompt or mask since: a newer trace request handles it
+    trace = masked[1]
+    if trace.token_logprobs is None:
+        logprobs = session.token_logprobs(trace, is_cancelled)
+        if logprobs is None:
+            raise Cancelled
+        trace = dataclasses.replace(trace, token_logprobs=logprobs)
+        session.masked = (masked[0], trace)
+    return LogprobsResult(trace)
 
 
 def handle_predict(session: WorkerSession, request: PredictRequest, _progress, _is_cancelled) -> PredictResult:

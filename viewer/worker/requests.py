@@ -79,6 +79,15 @@ class PredictRequest(TraceRequest):
     kind: ClassVar[str] = "predict"
 
 
+@dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
+class LogprobsRequest(TraceRequest):
+    """The per-token log-probabilities of the masked trace of `text` under `mask`: the second,
+    cancellable pass after a head toggle's views have landed (the unembedding at every
+    position is the costliest part of a late-layer toggle)."""
+
+    kind: ClassVar[str] = "logprobs"
+
+
 @dataclass(frozen=True)
 class ProbeRequest(Request):
     """What this machine offers (CUDA or not); the first thing the worker answers."""
@@ -154,6 +163,11 @@ class PredictResult:
 
 
 @dataclass(frozen=True)
+class LogprobsResult:
+    trace: Any  # the masked trace with token_logprobs filled in; None when it is no longer the worker's
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     cuda_available: bool
     cuda_name: str = ""
@@ -208,3 +222,4 @@ register_handler(ProbeRequest, f"{_BUILTIN}:handle_probe", needs_session=False)
 register_handler(DeviceRequest, f"{_BUILTIN}:handle_device")
 register_handler(TraceRequest, f"{_BUILTIN}:handle_trace")
 register_handler(PredictRequest, f"{_BUILTIN}:handle_predict")
+register_handler(LogprobsRequest, f"{_BUILTIN}:handle_logprobs")
