@@ -51,3 +51,34 @@ CASES = [
     Case("tile outside the prompt", _tile, "outside the prompt's"),
     Case("pattern rows outside the prompt", _rows, "rows 3..1 are outside"),
 ]
+
+
+def _worker_session(ctx):
+    from transformer_viewer.viewer.worker.handlers import WorkerSession, handle_trace
+    from transformer_viewer.viewer.worker.requests import TraceRequest
+
+    s = WorkerSession(ctx.session().loaded)
+    result = handle_trace(s, TraceRequest(text="one two three"), lambda *a: None, lambda: False)
+    return s, result.trace
+
+
+def _stale_tile(ctx):
+    from transformer_viewer.viewer.worker.patterns import PatternTileRequest, handle_tile
+
+    s, _trace = _worker_session(ctx)
+    return raised(lambda: handle_tile(s, PatternTileRequest(run_id=-1), lambda *a: None, lambda: False))
+
+
+def _unwritable_export(ctx):
+    from transformer_viewer.viewer.worker.patterns import PatternExportRequest, handle_export
+
+    s, trace = _worker_session(ctx)
+    path = str(ctx.tmp / "no such folder" / "p.npy")
+    return raised(lambda: handle_export(s, PatternExportRequest(run_id=trace.run_id, path=path), lambda *a: None,
+                                        lambda: False))
+
+
+CASES += [
+    Case("tile of a trace the worker no longer holds", _stale_tile, "no longer the worker's"),
+    Case("pattern export into a missing folder", _unwritable_export, "cannot write"),
+]

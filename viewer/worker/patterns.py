@@ -1,0 +1,88 @@
+"""Full-resolution attention on demand as worker requests: a rectangular tile of one head's
+pattern (what a zoomed heatmap shows), and one head's whole pattern streamed to a `.npy` file.
+
+A trace keeps only pooled overviews; these recompute the rest from the session's cache for
+the trace's run (model/on_demand.py). Tile requests of one kind supersede each other, so a
+pan or zoom that moves on drops the tile it no longer needs. The handlers import the model
+code on the worker thread only; importing this module (which registers them) keeps torch off
+the GUI thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from transformer_viewer.viewer.worker.requests import Cancelled, Request, register_handler
+
+
+@dataclass(frozen=True)
+class PatternTileRequest(Request):
+    """Query rows rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1 of head (layer, head) in
+    the run that made the trace numbered `run_id`."""
+
+    kind: ClassVar[str] = "pattern-tile"
+    run_id: int = 0
+    layer: int = 0
+    head: int = 0
+    rows: tuple[int, int] = (0, 0)
+    cols: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
+class PatternTileResult:
+    tile: Any  # (rows, cols) float32 ndarray
+    run_id: int
+    layer: int
+    head: int
+    rows: tuple[int, int]
+    cols: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class PatternExportRequest(Request):
+    """One head's whole (T, T) float32 pattern written to `path` as .npy, block by block."""
+
+    kind: ClassVar[str] = "pattern-export"
+    run_id: int = 0
+    layer: int = 0
+    head: int = 0
+    path: str = ""
+
+
+def _trace_of(session, run_id: int):
+    from transformer_viewer.model.errors import ModelError
+
+    for trace in (session.clean, session.masked[1] if session.masked else None):
+        if trace is not None and trace.run_id == run_id:
+            return trace
+    raise ModelError("that trace is no longer the worker's; run the prompt again")
+
+
+def handle_tile(session, request: PatternTileRequest, _progress, _is_cancelled) -> PatternTileResult:
+    from transformer_viewer.model.on_demand import pattern_tile
+
+    trace = _trace_of(session, request.run_id)
+    tile = pattern_tile(session, trace, request.layer, request.head, tuple(request.rows), tuple(request.cols))
+    return PatternTileResult(tile, request.run_id, request.layer, request.head, tuple(request.rows),
+                             tuple(request.cols))
+
+
+def handle_export(session, request: PatternExportRequest, progress, is_cancelled) -> str:
+    from transformer_viewer.model.errors import ModelError
+    from transformer_viewer.model.on_demand import save_head_pattern
+
+    trace = _trace_of(session, request.run_id)
+    try:
+        done = save_head_pattern(session, trace, request.layer, request.head, request.path,
+                                 progress=lambda rows, total: progress(rows, total, "writing the pattern…"),
+                                 is_cancelled=is_cancelled)
+    except OSError as e:
+        raise ModelError(f"cannot write {request.path}: {e.strerror or e}; choose another folder") from None
+    if not done:
+        raise Cancelled
+    return request.path
+
+
+register_handler(PatternTileRequest, handle_tile)
+register_handler(PatternExportRequest, handle_export)
