@@ -67,13 +67,12 @@ def layer_queries_keys(session: Session, trace: Trace, layer: int) -> tuple[torc
     return qh, kh
 
 
-def iter_pattern_rows(session: Session, trace: Trace, layer: int, head: int, first: int = 0,
-                      end: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
-    """(row, rows) blocks of head (layer, head)'s pattern covering query rows first..end-1:
-    rows is (r, T) float32, zeros in the future. One block in memory at a time."""
+def _row_blocks(session: Session, trace: Trace, layer: int, head: int, first: int,
+                end: int) -> Iterator[tuple[int, torch.Tensor]]:
+    """(row, rows) for the forward's query blocks that cover rows first..end-1: rows is
+    (r, b) float32 against keys 0..b-1 (every later key is in the future, zero)."""
     _check_head(session, layer, head)
     T = trace.n_tokens
-    end = T if end is None else end
     if not 0 <= first <= end <= T:
         raise ModelError(f"rows {first}..{end} are outside the prompt's {T} tokens")
     qh, kh = layer_queries_keys(session, trace, layer)
@@ -84,10 +83,18 @@ def iter_pattern_rows(session: Session, trace: Trace, layer: int, head: int, fir
             if b <= first or a >= end:
                 continue
             r0, r1 = max(a, first), min(b, end)
-            out = np.zeros((r1 - r0, T), dtype=np.float32)
-            rows = attn.pattern_rows(qh, kh, a, b)[0, 0, r0 - a:r1 - a]  # (r1 - r0, b)
-            out[:, :b] = rows.cpu().numpy()
-            yield r0, out
+            yield r0, attn.pattern_rows(qh, kh, a, b)[0, 0, r0 - a:r1 - a]  # (r1 - r0, b)
+
+
+def iter_pattern_rows(session: Session, trace: Trace, layer: int, head: int, first: int = 0,
+                      end: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """(row, rows) blocks of head (layer, head)'s pattern covering query rows first..end-1:
+    rows is (r, T) float32, zeros in the future. One block in memory at a time."""
+    T = trace.n_tokens
+    for row, rows in _row_blocks(session, trace, layer, head, first, T if end is None else end):
+        out = np.zeros((rows.shape[0], T), dtype=np.float32)
+        out[:, :rows.shape[1]] = rows.cpu().numpy()
+        yield row, out
 
 
 def pattern_tile(session: Session, trace: Trace, layer: int, head: int, rows: tuple[int, int],
@@ -97,9 +104,11 @@ def pattern_tile(session: Session, trace: Trace, layer: int, head: int, rows: tu
     (r0, r1), (c0, c1) = rows, cols
     if not (0 <= r0 <= r1 <= T and 0 <= c0 <= c1 <= T):
         raise ModelError(f"tile rows {r0}..{r1}, columns {c0}..{c1} are outside the prompt's {T} tokens")
-    tile = np.empty((r1 - r0, c1 - c0), dtype=np.float32)
-    for row, block in iter_pattern_rows(session, trace, layer, head, r0, r1):
-        tile[row - r0:row - r0 + len(block)] = block[:, c0:c1]
+    tile = np.zeros((r1 - r0, c1 - c0), dtype=np.float32)
+    for row, block in _row_blocks(session, trace, layer, head, r0, r1):
+        visible = min(block.shape[1], c1)  # keys past the block's end are all future: zero
+        if visible > c0:
+            tile[row - r0:row - r0 + block.shape[0], :visible - c0] = block[:, c0:visible].cpu().numpy()
     return tile
 
 
