@@ -152,9 +152,18 @@ def exported_window(qtbot, tmp_path, tiny_ckpt, dialogs):
     window.close()
 
 
-def half_written_png(image, path, *_a):
-    with open(path, "wb") as f:  # what a full disk leaves: the start of a file
-        f.write(b"\x89PNG\r\n\x1a\n" + b"\x00" * 100)
+REAL_WRITE = os.write
+
+
+def full_after_half(fd, data):
+    """What a full disk does to os.write: part of each request is taken, then ENOSPC."""
+    n = len(data) // 2
+    if n:
+        return REAL_WRITE(fd, bytes(data[:n]))
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def cannot_encode(*_a):
     return False
 
 
@@ -162,8 +171,11 @@ EXPORT_FAULTS = [
     # (name, what, file name, attribute to break, replacement, expected fragment)
     ("npy on a full disk", "heatmap", "m.npy", (os, "fsync"), disk_full, "no space left on device"),
     ("csv on a full disk", "heatmap", "m.csv", (os, "fsync"), disk_full, "no space left on device"),
-    ("png on a full disk", "heatmap", "m.png", ("QImage", "save"), half_written_png, "check the disk"),
-    ("grid png on a full disk", "grid", "g.png", ("QImage", "save"), half_written_png, "check the disk"),
+    ("png on a full disk", "heatmap", "m.png", (os, "write"), full_after_half, "no space left on device"),
+    ("grid png on a full disk", "grid", "g.png", (os, "write"), full_after_half, "no space left on device"),
+    ("svg on a full disk", "heatmap", "m.svg", (os, "write"), full_after_half, "no space left on device"),
+    ("grid svg on a full disk", "grid", "g.svg", (os, "write"), full_after_half, "no space left on device"),
+    ("png Qt cannot encode", "heatmap", "e.png", ("QImage", "save"), cannot_encode, "could not encode"),
     ("svg on a read-only disk", "heatmap", "m.svg", (os, "replace"), read_only, "read-only file system"),
     ("png on a read-only disk", "heatmap", "r.png", (os, "replace"), read_only, "read-only file system"),
     ("npy where temp files are denied", "heatmap", "d.npy", (export_module.tempfile, "mkstemp"), denied,

@@ -169,7 +169,7 @@ class Screenshot:
         from PySide6.QtWidgets import QApplication
 
         from transformer_viewer.model.errors import ModelError
-        from transformer_viewer.viewer.export import atomic_path
+        from transformer_viewer.viewer.export import png_bytes, write_file
 
         QApplication.processEvents()
         st = self.window.state
@@ -178,9 +178,7 @@ class Screenshot:
         try:
             image = self.window.grab().toImage()
             self.size = (image.width(), image.height())
-            with atomic_path(self.path) as tmp:
-                if not image.save(tmp, "PNG"):
-                    raise OSError(f"Qt could not encode the {self.size[0]}x{self.size[1]} screenshot")
+            write_file(self.path, png_bytes(image))
         except (OSError, ModelError) as e:
             error = f"{self.path}: {e}"
         finally:

@@ -35,7 +35,8 @@ class StatusBar(QStatusBar):
         self._busy_timer.timeout.connect(self._show_busy)
 
     def show_model(self, info) -> None:
-        self.model_label.setText(f"{info.name} ({info.format})")
+        kind = f"{info.family}, {info.format}" if info.family else info.format
+        self.model_label.setText(f"{info.name} ({kind})")
         self.model_label.setToolTip(info.source)
         self.params_label.setText(f"{info.params_text} · {info.n_layer} layers × {info.n_head} heads · "
                                   f"context {info.block_size}")

@@ -16,6 +16,7 @@ import torch
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.families import family_name
 from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
 from transformer_viewer.model.trace import Trace
 from transformer_viewer.viewer.worker.requests import (
@@ -95,7 +96,8 @@ class WorkerSession(Session):
         c, lm = self.config, self.loaded
         return ModelInfo(name=lm.name, format=lm.format, source=lm.source, n_layer=c.n_layer, n_head=c.n_head,
                          n_embd=c.n_embd, block_size=c.block_size, n_params=int(lm.n_params),
-                         device=str(self.device), n_mlp=c.n_mlp, vocab_size=c.vocab_size)
+                         device=str(self.device), n_mlp=c.n_mlp, vocab_size=c.vocab_size,
+                         family=family_name(c, lm.training))
 
 
 def handle_probe(_session, _request, _progress, _is_cancelled) -> ProbeResult:

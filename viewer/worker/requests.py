@@ -124,6 +124,7 @@ class ModelInfo:
     device: str
     n_mlp: int = 0
     vocab_size: int = 0
+    family: str = ""  # "Llama", "GPT-2-style", ...
 
     @property
     def params_text(self) -> str:
