@@ -20,7 +20,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         super().__init__(parent)
         self.state, self.worker = state, worker
         self.result = None
-        self._asked = None  # (trace, position, ablation) of the last request
+        self._asked = None  # (trace, position) of the last request
         self.heatmap = HeatmapView()
         self.info = QtWidgets.QLabel("run a prompt to see each head's direct effect on the prediction")
         self.info.setWordWrap(True)
@@ -47,10 +47,11 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         from transformer_viewer.viewer.worker.attribution import AttributionRequest
 
         st = self.state
-        key = (st.trace, st.query_index, st.trace.ablation if st.trace is not None else None)
-        if st.trace is None or not self.isVisible() or key == self._asked:
+        asked = self._asked
+        if st.trace is None or not self.isVisible() or (asked is not None and asked[0] is st.trace
+                                                        and asked[1] == st.query_index):
             return
-        self._asked = key
+        self._asked = (st.trace, st.query_index)
         self.worker.submit(AttributionRequest(text=st.prompt, position=st.query_index, mask=st.trace.mask,
                                               ablation=st.trace.ablation),
                            on_result=lambda answer: self.set_result(answer.value))
