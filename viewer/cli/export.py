@@ -108,12 +108,9 @@ def _quiet_offscreen(mode, context, message: str) -> None:
 
 
 def run(args) -> int:
-    from transformer_viewer.viewer.export import check_writable, export_view, extension
+    from transformer_viewer.viewer.export import export_view
 
-    extension(args.out)
-    check_writable(args.out)  # fail before loading a model
-    if args.colormap:
-        _check_colormap(args.colormap)
+    check_arguments(args)  # everything that needs no model, said before one loads
 
     import torch
 
@@ -147,6 +144,27 @@ def run(args) -> int:
         _dispose(widget, app)
     print(path, file=sys.stdout)
     return 0
+
+
+def check_arguments(args) -> None:
+    """Every argument that can be judged without the model: the output file, the numbers, the
+    mask's syntax and the colormap."""
+    from transformer_viewer.viewer.cli.common import check_mask_syntax
+    from transformer_viewer.viewer.export import check_writable, extension
+
+    extension(args.out)
+    check_writable(args.out)
+    if not 0 < args.scale <= 16:
+        raise ModelError(f"--scale {args.scale:g} is out of range; give a pixel scale above 0 and at most 16 (2 for print)")
+    for flag in ("layer", "head", "query"):
+        value = getattr(args, flag)
+        if value is not None and value < 0:
+            raise ModelError(f"--{flag} {value}: counts from 0; give 0 or more")
+    check_mask_syntax(args.mask)
+    if getattr(args, "rows", 1) < 1:
+        raise ModelError(f"--rows must be at least 1, got {args.rows}")
+    if args.colormap:
+        _check_colormap(args.colormap)
 
 
 def _build(builder, trace, args, session):

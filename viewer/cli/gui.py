@@ -17,11 +17,10 @@ SCREENSHOT_TIMEOUT_S = 120
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", nargs="?", default=None,
-                        help="checkpoint file or Hugging Face folder (default: the bundled model)")
+    from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
+
+    add_checkpoint_arguments(parser)
     parser.add_argument("--prompt", default=None, help="text to run at start (default: an example prompt)")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default: auto)")
-    parser.add_argument("--n-head", type=int, default=None, help="head count, for state dicts that cannot say")
     parser.add_argument("--screenshot", metavar="FILE.png", default=None,
                         help="render the window offscreen once the prompt has run, save it as PNG, and exit")
 
@@ -157,13 +156,16 @@ class Screenshot:
         QApplication.processEvents()
         st = self.window.state
         if error is None and st.trace is None:
-            error = self.window.last_error or "no trace was drawn"
+            error = self.window.last_error or (
+                "the prompt is empty; pass some text with --prompt" if not (st.prompt or "").strip()
+                else "no trace was drawn")
         try:
-            image = self.window.grab().toImage()
-            self.size = (image.width(), image.height())
-            with atomic_path(self.path) as tmp:
-                if not image.save(tmp, "PNG"):
-                    raise OSError(f"Qt could not encode the {self.size[0]}x{self.size[1]} screenshot")
+            if error is None:  # a failed screenshot writes no file: a picture of an error is no screenshot
+                image = self.window.grab().toImage()
+                self.size = (image.width(), image.height())
+                with atomic_path(self.path) as tmp:
+                    if not image.save(tmp, "PNG"):
+                        raise OSError(f"Qt could not encode the {self.size[0]}x{self.size[1]} screenshot")
         except (OSError, ModelError) as e:
             error = f"{self.path}: {e}"
         finally:
