@@ -1,9 +1,10 @@
-"""Export a view as PNG or SVG, or the matrix it shows as .npy or .csv. Every write is atomic.
+"""Export a view as PNG, SVG or PDF, or the matrix it shows as .npy or .csv. Every write is atomic.
 
 A file is written to a temporary name in the destination folder and moved over the target
 with os.replace, so a failure never leaves a partial file. SVG is rendered by Qt's own
-QSvgGenerator (pyqtgraph's SVGExporter crashes on ImageItems with PySide6 6.12); the heatmap
-becomes an embedded <image>. Qt is imported only by the image exporters.
+QSvgGenerator (pyqtgraph's SVGExporter crashes on ImageItems with PySide6 6.12) and PDF by
+QPdfWriter, both in viewer/vector_export.py: cells as vector rectangles. Qt is imported only by
+the image exporters.
 
 A view is anything with `export_target()` (the QGraphicsView to render) and `matrix()`,
 optionally `row_labels()` / `col_labels()`; a bare QGraphicsView, GraphicsLayoutWidget or
@@ -22,7 +23,7 @@ import numpy as np
 
 from transformer_viewer.model.errors import ModelError
 
-IMAGE_FORMATS = (".png", ".svg")
+IMAGE_FORMATS = (".png", ".svg", ".pdf")
 MATRIX_FORMATS = (".npy", ".csv")
 FORMATS = IMAGE_FORMATS + MATRIX_FORMATS
 
@@ -209,29 +210,21 @@ def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = 
 
 
 def export_svg(target, path, size: tuple[int, int] | None = None, title: str = "transformer-viewer") -> str:
-    """Render `target` to SVG through QSvgGenerator: vector axes and text, the heatmap as an <image>."""
-    from PySide6 import QtCore, QtGui
-    from PySide6.QtSvg import QSvgGenerator
+    """Render `target` to SVG: vector axes, text and cells (see viewer/vector_export.py)."""
+    from transformer_viewer.viewer import vector_export
 
     if extension(path) != ".svg":
         raise ExportError(f"{os.fspath(path)}: export_svg writes .svg files")
-    view, widget = _graphics_view(target)
-    with _sized(view, widget, size) as (w, h), atomic_path(path) as tmp:
-        gen = QSvgGenerator()
-        gen.setFileName(tmp)
-        gen.setSize(QtCore.QSize(w, h))
-        gen.setViewBox(QtCore.QRect(0, 0, w, h))
-        gen.setResolution(96)  # CSS pixels: width/height in mm then match w x h px
-        gen.setTitle(title)
-        gen.setDescription("exported by transformer-viewer")
-        painter = QtGui.QPainter()
-        if not painter.begin(gen):
-            raise OSError("Qt could not start the SVG file")
-        try:
-            _render(view, widget, painter, w, h)
-        finally:
-            painter.end()
-    return os.path.abspath(path)
+    return vector_export.export_svg(target, path, size=size, title=title)
+
+
+def export_pdf(target, path, size: tuple[int, int] | None = None, title: str = "transformer-viewer") -> str:
+    """Render `target` to a one-page vector PDF (Qt's QPdfWriter)."""
+    from transformer_viewer.viewer import vector_export
+
+    if extension(path) != ".pdf":
+        raise ExportError(f"{os.fspath(path)}: export_pdf writes .pdf files")
+    return vector_export.export_pdf(target, path, size=size, title=title)
 
 
 def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = None) -> str:
@@ -242,8 +235,10 @@ def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = N
         return export_png(view, path, scale=scale, size=size)
     if ext == ".svg":
         return export_svg(view, path, size=size)
+    if ext == ".pdf":
+        return export_pdf(view, path, size=size)
     if not hasattr(view, "matrix"):
-        raise ExportError(f"this view has no matrix to write to {ext}; export .png or .svg instead")
+        raise ExportError(f"this view has no matrix to write to {ext}; export .png, .svg or .pdf instead")
     rows = view.row_labels() if hasattr(view, "row_labels") else None
     cols = view.col_labels() if hasattr(view, "col_labels") else None
     return export_matrix(view.matrix(), path, rows, cols)

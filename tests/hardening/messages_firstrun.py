@@ -8,6 +8,7 @@ import argparse
 from tests.hardening.message_case import Case, raised
 from transformer_viewer.viewer import platform_check
 from transformer_viewer.viewer.cli import common
+from transformer_viewer.viewer.export import export_pdf
 
 
 def missing_xcb(ctx):
@@ -34,7 +35,15 @@ def huge_text_file(ctx):
 
 
 def export(ctx, *extra):
-    return ctx.cli("export", ctx.ckpt, "--prompt", "x", "--out", str(ctx.tmp / "x.png"), *extra)
+    out = [] if "--out" in extra else ["--out", str(ctx.tmp / "x.png")]
+    return ctx.cli("export", ctx.ckpt, "--prompt", "x", *out, *extra)
+
+
+def painter_refuses(ctx, ext):
+    from PySide6 import QtGui
+
+    ctx.mp.setattr(QtGui.QPainter, "begin", lambda self, device: False)
+    return export(ctx, "--out", str(ctx.tmp / f"figure{ext}"))
 
 
 CASES = [
@@ -44,5 +53,9 @@ CASES = [
     Case("heads --text in Latin-1", lambda ctx: text_file(ctx, "caf\u00e9 ".encode("latin-1") * 40), "not UTF-8 text"),
     Case("heads --text of 17 MB", huge_text_file, "more text than head scores need"),
     Case("export --scale 0", lambda ctx: export(ctx, "--scale", "0"), "--scale 0 is out of range"),
+    Case("export SVG when Qt cannot paint", lambda ctx: painter_refuses(ctx, ".svg"), "Qt could not start an SVG"),
+    Case("export PDF when Qt cannot paint", lambda ctx: painter_refuses(ctx, ".pdf"), "Qt could not start a PDF"),
+    Case("export_pdf to a .png name", lambda ctx: raised(lambda: export_pdf(None, ctx.tmp / "x.png")),
+         "export_pdf writes .pdf files"),
     Case("export --head -1", lambda ctx: export(ctx, "--head", "-1"), "--head -1: counts from 0"),
 ]

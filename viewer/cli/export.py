@@ -1,4 +1,4 @@
-"""`transformer-viewer export`: render a view to PNG/SVG, or write its matrix to .npy/.csv, without a window.
+"""`transformer-viewer export`: render a view to PNG/SVG/PDF, or write its matrix to .npy/.csv, without a window.
 
 Views are registered in VIEWS: name -> builder(trace, args[, session]) returning a widget with
 `export_target()` and `matrix()` (see transformer_viewer.viewer.export). Later views (residual,
@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", action="store_true", help="log colour scale (1e-4 .. 1)")
     parser.add_argument("--scale", type=float, default=1.0, help="PNG pixel scale (default: 1; 2 for print)")
     parser.add_argument("--size", type=_size, default=None, metavar="WxH", help="layout size in pixels (default: per view)")
-    parser.add_argument("--out", required=True, help="output file: .png, .svg, .npy or .csv")
+    parser.add_argument("--out", required=True, help="output file: .png, .svg or .pdf (vector), .npy or .csv")
     analysis_export.add_arguments(parser)
 
 

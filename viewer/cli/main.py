@@ -20,7 +20,7 @@ SUBCOMMANDS = {
     "train": ("transformer_viewer.viewer.cli.train", "train a small model on text files"),
     "heads": ("transformer_viewer.viewer.cli.heads", "score every head: previous-token, induction, sink, ..."),
     "scan": ("transformer_viewer.viewer.cli.scan", "head-importance scan: ablate each head, measure the effect"),
-    "export": ("transformer_viewer.viewer.cli.export", "render a view to PNG/SVG/NPY/CSV without a window"),
+    "export": ("transformer_viewer.viewer.cli.export", "render a view to PNG/SVG/PDF/NPY/CSV without a window"),
 }
 GUI_MODULE = "transformer_viewer.viewer.cli.gui"
 
