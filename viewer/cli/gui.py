@@ -39,9 +39,11 @@ def run(args) -> int:
 
     check_qt_platform()  # one line naming the packages, instead of Qt aborting the process
     t0 = time.perf_counter()
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QSettings, qInstallMessageHandler
     from PySide6.QtWidgets import QApplication
 
+    if os.environ.get("QT_QPA_PLATFORM") == "offscreen" and QApplication.instance() is None:
+        qInstallMessageHandler(quiet_offscreen_messages)
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "transformer-viewer"])
     app.setApplicationName("transformer-viewer")
     # The worker starts importing torch and loading before the window is even built; its
@@ -64,6 +66,8 @@ def run(args) -> int:
     window = MainWindow(settings=settings, worker=worker)
     window.device_choice = args.device
     install_extensions(window)
+    if hasattr(window, "empty_states"):
+        window.empty_states.set_loading(args.checkpoint)
     window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     if args.screenshot:
         window.resize(*DEFAULT_SIZE)
@@ -88,7 +92,16 @@ def run(args) -> int:
     return 0
 
 
-EXTENSIONS = ("transformer_viewer.viewer.analysis_docks:install_analysis_docks",)
+def quiet_offscreen_messages(_mode, _context, message: str) -> None:
+    """Qt's messages on stderr, less the offscreen platform's note that it cannot pass window
+    size hints on (every dock warns once per screenshot); nothing a user can act on."""
+    if "propagateSizeHints" not in message:
+        print(message, file=sys.stderr)
+
+
+EXTENSIONS = ("transformer_viewer.viewer.analysis_docks:install_analysis_docks",
+              # last: it covers the other views' plots until they have something to show
+              "transformer_viewer.viewer.empty_states:install_empty_states")
 
 
 def install_extensions(window) -> None:
