@@ -11,34 +11,23 @@ rectangles would be no better a figure) at their native resolution, marked
 Text asks for the generic `sans-serif` family: Qt writes its own name for the default font
 ("Sans Serif"), which browsers do not know and replace with a serif face.
 
-The whole document is rendered into a QBuffer first and handed to `write_bytes_atomic`, so a
-renderer failure or a full disk never replaces the user's file with a partial one.
+The whole document is rendered into a QBuffer first and handed to the project's atomic write
+(`viewer.export.write_file`), so a renderer failure or a full disk never replaces the user's
+file with a partial one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 
 import numpy as np
 
-from transformer_viewer.viewer.export import ExportError, atomic_path
+from transformer_viewer.viewer.export import ExportError, write_file
 
 VECTOR_CELLS_MAX = 256
 PIXELATED = "image-rendering:optimizeSpeed;image-rendering:crisp-edges;image-rendering:pixelated"
 GENERIC_FAMILIES = {"sans serif", "sans-serif", "sans", "helvetica", "arial"}
-
-
-def write_bytes_atomic(path, data: bytes) -> str:
-    """Write `data` to `path` through the atomic-write helper, checking every byte went out."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        written = f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-        if written != len(data) or os.fstat(f.fileno()).st_size != len(data):
-            raise OSError(f"wrote {written} of {len(data)} bytes")
-    return os.path.abspath(path)
 
 
 def _cell_item_class():
@@ -162,7 +151,7 @@ def render_svg(target, size=None, title: str = "transformer-viewer") -> bytes:
         gen.setDescription("exported by transformer-viewer")
         painter = QtGui.QPainter()
         if not painter.begin(gen):
-            raise ExportError("Qt could not start an SVG document; export .png instead")
+            raise ExportError(f"Qt could not render the {w}x{h} view as SVG; export a PNG instead")
         try:
             _render(view, widget, painter, w, h)
         finally:
@@ -188,7 +177,7 @@ def render_pdf(target, size=None, title: str = "transformer-viewer") -> bytes:
         writer.setPageLayout(QtGui.QPageLayout(page, QtGui.QPageLayout.Orientation.Portrait, QtCore.QMarginsF(0, 0, 0, 0)))
         painter = QtGui.QPainter()
         if not painter.begin(writer):
-            raise ExportError("Qt could not start a PDF document; export .svg or .png instead")
+            raise ExportError(f"Qt could not render the {w}x{h} view as PDF; export a PNG instead")
         try:
             _render(view, widget, painter, w, h)
         finally:
@@ -197,8 +186,8 @@ def render_pdf(target, size=None, title: str = "transformer-viewer") -> bytes:
 
 
 def export_svg(target, path, size=None, title: str = "transformer-viewer") -> str:
-    return write_bytes_atomic(path, render_svg(target, size, title))
+    return write_file(path, render_svg(target, size, title))
 
 
 def export_pdf(target, path, size=None, title: str = "transformer-viewer") -> str:
-    return write_bytes_atomic(path, render_pdf(target, size, title))
+    return write_file(path, render_pdf(target, size, title))

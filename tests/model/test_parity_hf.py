@@ -12,11 +12,11 @@ import torch
 
 from tests.model.checkpoint_common import hf_config, hf_model
 from tests.model.tolerances import assert_float32_close, float32_atol, model_reduction
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import head_mask_hooks
 from transformer_viewer.model.linear import fast_path_enabled, plain_kernels
+from transformer_viewer.model.session import Session
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 

@@ -20,7 +20,7 @@ from PySide6 import QtCore, QtGui
 
 from transformer_viewer.viewer import vector_export
 from transformer_viewer.viewer.export import ExportError, export_pdf, export_svg, export_view
-from transformer_viewer.viewer.widgets.heatmap import HeatmapView
+from transformer_viewer.viewer.views.heatmap import HeatmapView
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 XLINK = "{http://www.w3.org/1999/xlink}href"
@@ -152,31 +152,22 @@ def test_a_failed_render_keeps_the_users_file(qtbot, tmp_path, monkeypatch, ext)
     assert path.read_bytes() == b"the user's figure" and os.listdir(tmp_path) == [path.name]
 
 
-def test_a_short_write_keeps_the_users_file(qtbot, tmp_path, monkeypatch):
-    """A full disk: the file takes fewer bytes than the document has. The helper notices, and the
-    half-written temporary never replaces the user's file."""
+def test_a_full_disk_keeps_the_users_file(qtbot, tmp_path, monkeypatch):
+    """The disk fills up mid-document: the write helper notices, and the half-written temporary
+    never replaces the user's file."""
+    from transformer_viewer.model import atomic_write
+
     view = stripes(qtbot, 4, 1)
     path = tmp_path / "figure.svg"
     path.write_bytes(b"the user's figure")
-    real_open = open
+    real_write = atomic_write.os.write
+    calls = []
 
-    class HalfWriter:
-        def __init__(self, f):
-            self.f = f
-
-        def write(self, data):
-            return self.f.write(data[: len(data) // 2])
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-    monkeypatch.setattr(vector_export, "open", lambda *a, **kw: HalfWriter(real_open(*a, **kw)), raising=False)
+    def fill_up(fd, data):
+        calls.append(len(data))
+        return real_write(fd, bytes(data[: len(data) // 2])) if len(calls) == 1 else 0
+    monkeypatch.setattr(atomic_write.os, "write", fill_up)
     with pytest.raises(ExportError, match="cannot write"):
         export_svg(view, path)
+    assert len(calls) >= 2  # the document did not fit in the first write
     assert path.read_bytes() == b"the user's figure" and os.listdir(tmp_path) == [path.name]

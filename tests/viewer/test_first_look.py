@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 from tests.viewer.shell_common import PROMPT, new_window, wait_idle
-from transformer_viewer.viewer import empty_states as es
-from transformer_viewer.viewer.status import StatusBar
+from transformer_viewer.viewer.window import empty_states as es
+from transformer_viewer.viewer.window.status_bar import StatusBar
 
 
 def covered(window) -> dict:
@@ -65,8 +65,8 @@ def test_trace_result_carries_the_worker_threads_own_time(tiny_ckpt):
     import numpy as np
 
     from transformer_viewer.model.checkpoint import load_checkpoint
-    from transformer_viewer.viewer.handlers import WorkerSession, handle_trace
-    from transformer_viewer.viewer.requests import TraceRequest
+    from transformer_viewer.viewer.worker.handlers import WorkerSession, handle_trace
+    from transformer_viewer.viewer.worker.requests import TraceRequest
 
     session = WorkerSession(load_checkpoint(tiny_ckpt, device="cpu"))
     result = handle_trace(session, TraceRequest(text=PROMPT, mask=np.zeros((2, 4), bool), ablation="zero",

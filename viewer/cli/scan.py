@@ -62,8 +62,8 @@ def run(args) -> int:
     import torch  # only once the arguments are good
     from tqdm import tqdm
 
-    from transformer_viewer.model.capture import Session
     from transformer_viewer.model.scan import head_scan
+    from transformer_viewer.model.session import Session
 
     loaded = load_from_args(args)
     session = Session(loaded)

@@ -19,10 +19,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-head", type=int, default=8, help="attention heads per block (default: 8)")
     p.add_argument("--n-embd", type=int, default=128, help="residual-stream width; a multiple of --n-head (default: 128)")
     p.add_argument("--block-size", type=int, default=256, help="context length in tokens (default: 256)")
-    p.add_argument("--activation", default="gelu_tanh", choices=["gelu_tanh", "gelu", "relu"],
-                   help="MLP activation: GPT-2's tanh GELU, the exact GELU, or ReLU (default: gelu_tanh)")
-    p.add_argument("--positional", default="learned", choices=["learned", "sinusoidal"],
-                   help="learned position embeddings, or the fixed sin/cos table (default: learned)")
+    p.add_argument("--arch", default="gpt2", choices=["gpt2", "llama"],
+                   help="gpt2: LayerNorm, learned positions, GELU MLP; llama: RMSNorm, rotary positions, SwiGLU "
+                        "MLP, no biases; the flags below override single switches (default: gpt2)")
+    p.add_argument("--activation", default=None, choices=["gelu_tanh", "gelu", "relu", "silu"],
+                   help="MLP activation: GPT-2's tanh GELU, the exact GELU, ReLU or SiLU (default: the arch's)")
+    p.add_argument("--positional", default=None, choices=["learned", "sinusoidal", "rotary", "none"],
+                   help="learned position embeddings, the fixed sin/cos table, rotary, or none (default: the arch's)")
+    p.add_argument("--norm", default=None, choices=["layernorm", "rmsnorm"],
+                   help="LayerNorm or RMSNorm (default: the arch's)")
+    p.add_argument("--mlp", default=None, choices=["plain", "gated"],
+                   help="plain MLP or gated (SwiGLU/GeGLU) (default: the arch's)")
+    p.add_argument("--n-mlp", type=int, default=0,
+                   help="MLP hidden size (default: 4 n_embd plain, 8/3 n_embd gated, up to a multiple of 32)")
+    p.add_argument("--n-kv-head", type=int, default=0, help="key/value heads for grouped-query attention "
+                   "(default: --n-head; must divide it)")
+    p.add_argument("--head-dim", type=int, default=0, help="size of each head (default: n_embd / n_head)")
+    p.add_argument("--rope-base", type=float, default=10000.0, help="rotary base theta (default: 10000)")
     p.add_argument("--steps", type=int, default=2000, help="optimizer steps in all, counting resumed ones (default: 2000)")
     p.add_argument("--batch-size", type=int, default=16, help="sequences of --block-size tokens per step (default: 16)")
     p.add_argument("--lr", type=float, default=3e-3,
@@ -49,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--freeze-unseen-rows", action="store_true",
                    help="the first active-vocabulary loss: rows of tokens the data lacks stay at zero for good "
                         "(same loss value, constrained training; only to reproduce runs made with it) (default: off)")
+    p.add_argument("--repeat-fraction", type=float, default=0.0,
+                   help="fraction of training windows in which a passage of the window is repeated later in it, "
+                        "for in-context copying (induction) to pay; validation stays natural text (default: 0)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run saved in --out (its model shape, its optimizer state when the .optim "
                         "file is there) up to --steps (default: off)")
@@ -60,13 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     _check_numbers(args)
     _check_out(args)
-    from transformer_viewer.model.config import GPTConfig
-
-    try:
-        config = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
-                           activation=args.activation, positional=args.positional)
-    except ValueError as e:
-        raise ModelError(str(e)) from None
+    config = model_config(args)
     import torch  # only once the arguments are good
 
     from transformer_viewer.model.data import load_corpus
@@ -81,7 +91,8 @@ def run(args) -> int:
                      eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed,
                      save_dtype=args.save_dtype, active_vocab=not args.full_vocab_loss,
                      freeze_unseen=args.freeze_unseen_rows, pos_init=args.pos_init,
-                     pos_init_std=args.pos_init_std, embed_init_std=args.embed_init_std)
+                     pos_init_std=args.pos_init_std, embed_init_std=args.embed_init_std,
+                     repeat_fraction=args.repeat_fraction)
     corpus = load_corpus(args.data, val_fraction=args.val_fraction)
     print(f"data: {len(corpus.train):,} training tokens, {len(corpus.val):,} validation tokens", file=sys.stderr)
     done, last_val = 0, [float("nan")]
@@ -169,6 +180,23 @@ def _remove_optimizer_state(out: str) -> None:
         os.remove(_optim_path(out))
 
 
+def model_config(args):
+    """The GPTConfig the flags describe: the --arch preset, then each switch given."""
+    from transformer_viewer.model.config import PRESETS, GPTConfig, gated_mlp_width
+
+    fields = dict(PRESETS[args.arch])
+    for name in ("activation", "positional", "norm", "mlp"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    n_mlp = args.n_mlp or (gated_mlp_width(args.n_embd) if fields.get("mlp") == "gated" else 0)
+    try:
+        return GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
+                         n_mlp=n_mlp, n_kv_head=args.n_kv_head, head_dim=args.head_dim, rope_base=args.rope_base,
+                         **fields)
+    except ValueError as e:
+        raise ModelError(str(e)) from None
+
+
 def _check_numbers(args) -> None:
     """Flags argparse accepts but training cannot use, said before any data is read."""
     positive = {"--steps": args.steps, "--batch-size": args.batch_size, "--eval-every": args.eval_every,
@@ -181,8 +209,13 @@ def _check_numbers(args) -> None:
     for flag, value in (("--pos-init-std", args.pos_init_std), ("--embed-init-std", args.embed_init_std)):
         if not 0.0 < value <= 10.0:
             raise ModelError(f"{flag} must be a positive standard deviation (at most 10), got {value}")
+    for flag, value in (("--n-mlp", args.n_mlp), ("--n-kv-head", args.n_kv_head), ("--head-dim", args.head_dim)):
+        if value < 0:
+            raise ModelError(f"{flag} cannot be negative, got {value}")
     if args.warmup < 0 or args.threads < 0:
         raise ModelError("--warmup and --threads cannot be negative")
+    if not 0.0 <= args.repeat_fraction <= 1.0:
+        raise ModelError(f"--repeat-fraction must be between 0 and 1, got {args.repeat_fraction}")
     if not 0.0 < args.val_fraction < 1.0:
         raise ModelError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}")
 
@@ -212,13 +245,11 @@ def _interrupt_on_signals() -> None:
 
 def _saved_record(path: str) -> dict:
     """The training record in a checkpoint's metadata, without loading its tensors ({} if none)."""
-    import json
-
-    from transformer_viewer.model.formats.native import read_metadata
+    from transformer_viewer.model.errors import CheckpointError
+    from transformer_viewer.model.formats.native import read_metadata, read_training
 
     meta = read_metadata(path) or {}
     try:
-        record = json.loads(meta.get("training", "{}"))
-    except json.JSONDecodeError:
+        return read_training(path, meta)
+    except CheckpointError:
         return {}
-    return record if isinstance(record, dict) else {}
