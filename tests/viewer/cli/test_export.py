@@ -122,7 +122,7 @@ def test_bad_arguments_are_one_line(ckpt, capsys, tmp_path, qapp, extra, message
 
 def test_bad_out_fails_before_loading(capsys, tmp_path, qapp):
     rc, _, err = export(capsys, str(tmp_path / "missing.safetensors"), tmp_path / "a.bmp")
-    assert rc == 2 and "use a file name ending in .png, .svg, .npy, .csv" in err
+    assert rc == 2 and "use a file name ending in .png, .svg, .pdf, .npy, .csv" in err
     rc, _, err = export(capsys, str(tmp_path / "missing.safetensors"), tmp_path / "nope" / "a.png")
     assert rc == 2 and "does not exist" in err and "missing.safetensors" not in err
 

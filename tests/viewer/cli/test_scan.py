@@ -47,7 +47,10 @@ def test_json_equals_the_library_scan(ckpt, capsys):
         assert h["target_prob"] == pytest.approx(float(ref.target_probs[h["layer"], h["head"]]), rel=1e-5)
 
 
-def test_table_and_progress(ckpt, capsys):
+def test_table_and_progress(ckpt, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the bar is drawn on terminals only
     rc = main(["scan", "--checkpoint", ckpt, "--prompt", PROMPT, "--distractor", "262", "--sort", "kl", "--top", "3"])
     out = capsys.readouterr()
     assert rc == 0
