@@ -120,11 +120,14 @@ def check_training(where: str, record: object) -> dict:
 
 
 def check_state_names(path: str, obj: object) -> None:
-    """Every key of a state dict (and of the dicts a checkpoint wraps it in) is a string: a
-    parameter is found by its name, and an int or tuple key names nothing."""
+    """Every key of a state dict is a string: a parameter is found by its name, and an int or
+    tuple key names nothing. Checked on the checkpoint itself when it is a dict, and on each
+    dict inside it that holds tensors (the state a wrapper carries); other members, such as a
+    record of losses by epoch, may use any keys."""
     dicts = [obj] if isinstance(obj, dict) else []
     if isinstance(obj, dict):
-        dicts += [v for v in obj.values() if isinstance(v, dict)]
+        dicts += [v for v in obj.values()
+                  if isinstance(v, dict) and any(isinstance(x, torch.Tensor) for x in v.values())]
     for d in dicts:
         for key in d:
             if not isinstance(key, str):
