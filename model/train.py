@@ -23,6 +23,7 @@ from transformer_viewer.model.data import Corpus, unigram_loss
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.formats import native
 from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.train_batches import repeat_passages
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class TrainConfig:
     pos_init_std: float = 0.1  # std of that table (pos_init="sinusoidal" only)
     embed_init_std: float = 0.02  # std of the token embedding at the start (GPT-2: 0.02)
     freeze_unseen: bool = False  # the first active-vocab version: unseen rows pinned at zero
+    repeat_fraction: float = 0.0  # training windows that repeat a passage of themselves (train_batches.py)
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -249,7 +251,7 @@ def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="
     model.train()
     opt = make_optimizer(model, tc)
     active_loss = (ActiveVocabLoss(model, corpus.train, zero_unseen=not resume, freeze_unseen=tc.freeze_unseen)
-                   if tc.active_vocab and config.tie_embeddings else None)
+                   if tc.active_vocab and config.tie_embeddings and not config.logit_softcap else None)
     restored = restore_optimizer(opt, out, start_step) if resume else False
     # One generator per step index keeps the batch sequence identical across a resume.
     block = config.block_size
@@ -278,7 +280,7 @@ def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="
     try:
         while step < tc.steps:
             gen = torch.Generator().manual_seed(tc.seed * 1_000_003 + step)
-            x, y = batch(corpus.train, block, tc.batch_size, gen)
+            x, y = repeat_passages(*batch(corpus.train, block, tc.batch_size, gen), tc.repeat_fraction, gen)
             lr = lr_at(step, tc)
             for g in opt.param_groups:
                 g["lr"] = lr

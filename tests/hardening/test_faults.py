@@ -13,14 +13,14 @@ import torch
 
 from tests.hardening.common import new_window, one_line, wait_idle
 from transformer_viewer.model import device as device_module
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CaptureTooLargeError, DeviceError
 from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.session import Session
 from transformer_viewer.viewer import export as export_module
-from transformer_viewer.viewer import handlers
 from transformer_viewer.viewer.cli.main import main
-from transformer_viewer.viewer.window_actions import export
+from transformer_viewer.viewer.window.actions import export
+from transformer_viewer.viewer.worker import handlers
 
 NO_CUDA = "CUDA was requested but no CUDA device is available here"
 WORDS = "one two three four five six seven eight nine ten".split()
@@ -255,7 +255,7 @@ def test_a_handler_raising_once_then_working(qtbot, tmp_path, tiny_ckpt, monkeyp
             raise KeyError("layer 7")
         return real(*args)
 
-    from transformer_viewer.viewer import requests
+    from transformer_viewer.viewer.worker import requests
 
     entry = requests.HANDLERS[requests.TraceRequest]
     monkeypatch.setattr(entry, "handler", broken)
