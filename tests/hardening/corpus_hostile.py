@@ -215,6 +215,10 @@ def build(root: str) -> list[Bad]:
          "bias must be true or false, got a tensor of shape (3,)")
     nano("ng_dropout_huge_int", lambda o: o["model_args"].__setitem__("dropout", 10**400),
          "dropout must be a finite number")
+    nano("ng_dropout_600_digits", lambda o: o["model_args"].__setitem__("dropout", 10**600),
+         "dropout must be a finite number, got an integer of about 600 digits")
+    nano("ng_n_layer_600_digits", lambda o: o["model_args"].__setitem__("n_layer", 10**600),
+         "n_layer is out of range, got an integer of about 600 digits")
     nano("ng_dropout_inf", lambda o: o["model_args"].__setitem__("dropout", float("inf")),
          "dropout must be a finite number")
     nano("ng_dropout_string", lambda o: o["model_args"].__setitem__("dropout", "0.1"), "dropout must be a finite number")
