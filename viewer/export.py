@@ -1,4 +1,4 @@
-"""Export a view as PNG or SVG, or the matrix it shows as .npy or .csv. Every write is atomic.
+"""Export a view as PNG, SVG or PDF, or the matrix it shows as .npy or .csv. Every write is atomic.
 
 Every format is first rendered into memory, then written by `write_file`: a temporary file in
 the destination folder, each byte's write checked, flushed and counted, then moved over the
@@ -6,7 +6,8 @@ target with os.replace. A full disk or any other failure leaves the user's file 
 no temporary file behind. Rendering to memory matters for SVG: Qt's QSvgGenerator (used
 because pyqtgraph's SVGExporter crashes on ImageItems with PySide6 6.12) never reports a
 failed write, so writing through it to a file could not tell a short file from a whole one.
-The heatmap becomes an embedded <image>. Qt is imported only by the image exporters.
+SVG and PDF (Qt's QPdfWriter) are rendered in viewer/vector_export.py, with the heatmap's
+cells as vector rectangles. Qt is imported only by the image exporters.
 
 A view is anything with `export_target()` (the QGraphicsView to render) and `matrix()`,
 optionally `row_labels()` / `col_labels()`; a bare QGraphicsView, GraphicsLayoutWidget or
@@ -25,7 +26,7 @@ import numpy as np
 from transformer_viewer.model.atomic_write import write_bytes
 from transformer_viewer.model.errors import ModelError
 
-IMAGE_FORMATS = (".png", ".svg")
+IMAGE_FORMATS = (".png", ".svg", ".pdf")
 MATRIX_FORMATS = (".npy", ".csv")
 FORMATS = IMAGE_FORMATS + MATRIX_FORMATS
 
@@ -196,8 +197,8 @@ def png_bytes(image) -> bytes:
 
 def render_to_bytes(write) -> bytes | None:
     """The bytes `write(device)` puts into a QBuffer; None when it reports failure or writes nothing.
-    Every image format renders through here (a QImage, QSvgGenerator or QPdfWriter given the
-    QBuffer as its device), then goes to the disk by `write_file`."""
+    PNG renders through here, SVG and PDF into their own QBuffer (vector_export.py): every image
+    is whole in memory before `write_file` puts it on the disk."""
     from PySide6 import QtCore
 
     array = QtCore.QByteArray()
@@ -212,36 +213,21 @@ def render_to_bytes(write) -> bytes | None:
 
 
 def export_svg(target, path, size: tuple[int, int] | None = None, title: str = "transformer-viewer") -> str:
-    """Render `target` to SVG through QSvgGenerator: vector axes and text, the heatmap as an <image>."""
-    from PySide6 import QtCore, QtGui
-    from PySide6.QtSvg import QSvgGenerator
+    """Render `target` to SVG: vector axes, text and cells (see viewer/vector_export.py)."""
+    from transformer_viewer.viewer import vector_export
 
     if extension(path) != ".svg":
         raise ExportError(f"{os.fspath(path)}: export_svg writes .svg files")
-    view, widget = _graphics_view(target)
-    with _sized(view, widget, size) as (w, h):
+    return vector_export.export_svg(target, path, size=size, title=title)
 
-        def render(device) -> bool:
-            gen = QSvgGenerator()
-            gen.setOutputDevice(device)
-            gen.setSize(QtCore.QSize(w, h))
-            gen.setViewBox(QtCore.QRect(0, 0, w, h))
-            gen.setResolution(96)  # CSS pixels: width/height in mm then match w x h px
-            gen.setTitle(title)
-            gen.setDescription("exported by transformer-viewer")
-            painter = QtGui.QPainter()
-            if not painter.begin(gen):
-                return False
-            try:
-                _render(view, widget, painter, w, h)
-            finally:
-                painter.end()
-            return True
 
-        data = render_to_bytes(render)
-    if data is None:
-        raise ExportError(f"Qt could not render the {w}x{h} view as SVG; export a PNG instead")
-    return write_file(path, data)
+def export_pdf(target, path, size: tuple[int, int] | None = None, title: str = "transformer-viewer") -> str:
+    """Render `target` to a one-page vector PDF (Qt's QPdfWriter)."""
+    from transformer_viewer.viewer import vector_export
+
+    if extension(path) != ".pdf":
+        raise ExportError(f"{os.fspath(path)}: export_pdf writes .pdf files")
+    return vector_export.export_pdf(target, path, size=size, title=title)
 
 
 def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = None) -> str:
@@ -252,8 +238,10 @@ def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = N
         return export_png(view, path, scale=scale, size=size)
     if ext == ".svg":
         return export_svg(view, path, size=size)
+    if ext == ".pdf":
+        return export_pdf(view, path, size=size)
     if not hasattr(view, "matrix"):
-        raise ExportError(f"this view has no matrix to write to {ext}; export .png or .svg instead")
+        raise ExportError(f"this view has no matrix to write to {ext}; export .png, .svg or .pdf instead")
     rows = view.row_labels() if hasattr(view, "row_labels") else None
     cols = view.col_labels() if hasattr(view, "col_labels") else None
     return export_matrix(view.matrix(), path, rows, cols)

@@ -493,7 +493,7 @@ CASES = [
          "has no matrix to write"),
     Case("File > Export before any run", lambda c: window_export_without_trace(c, "heatmap", str(c.tmp / "a.png")),
          "nothing to export yet: load a model and run a prompt first"),
-    Case("File > Export the grid as .npy", window_export_grid_as_npy, "the heads grid exports as .png or .svg"),
+    Case("File > Export the grid as .npy", window_export_grid_as_npy, "the heads grid exports as .png, .svg or .pdf"),
     # -- analysis: generation, head detection, logit lens, scans, diffs ---------------------------------------
     Case("generate a negative count", lambda c: gen(c, n_tokens=-1), "the number of tokens to generate must be between 0"),
     Case("generate at a negative temperature", lambda c: gen(c, temperature=-1.0), "temperature must be 0 (greedy)"),

@@ -118,6 +118,8 @@ VIEWS: tuple[ViewEntry, ...] = (
               export_size=(760, 560), configure=_configure_scan),
     ViewEntry("Attention diff", f"{_V}.diff_view:AttentionDiffView", "tab", export_name="diff",
               configure=_configure_diff),
+    ViewEntry("Head attribution", f"{_V}.attribution_view:AttributionView", "tab", uses_worker=True,
+              export_name="attribution", export_size=(760, 560)),
     ViewEntry("Continue", f"{_V}.generate_control:GenerateControl", "right-below", uses_worker=True),
 )
 
