@@ -29,7 +29,7 @@ def load(folder) -> LoadedModel:
 
 
 def session(loaded: LoadedModel, ids: torch.Tensor) -> Session:
-    s = Session(loaded, pattern_dtype=np.float32)
+    s = Session(loaded, pattern_dtype=np.float32, keep_full=True)  # the full patterns, to compare with eager HF
     n = ids.shape[1]
     s.set_tokens(Tokenized(ids=tuple(int(i) for i in ids[0]), labels=tuple(f"t{i}" for i in range(n)),
                            spans=tuple((i, i + 1) for i in range(n)), text="x" * n))

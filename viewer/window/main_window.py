@@ -284,7 +284,8 @@ class MainWindow(QMainWindow):
         value = answer.value
         self.state.set_traces(value.trace, value.clean)
         info = self.state.model_info
-        self.status.show_forward(value.forward_ms, value.trace.first_layer_run, info.n_layer if info else 0)
+        self.status.show_forward(value.forward_ms, value.trace.first_layer_run, info.n_layer if info else 0,
+                                 compute_ms=value.compute_ms)
         if value.trace.token_logprobs is None:  # the second pass: surprisal follows the views
             self.worker.submit(self._logprobs_request(answer.request),
                                on_result=self._on_logprobs, on_failure=self._on_trace_failed)

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.model.analysis_common import tiny_loaded
+from tests.helpers.models import scaled_init_loaded
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.on_demand import head_pattern, pattern_tile
 from transformer_viewer.viewer.worker.handlers import WorkerSession, handle_trace
@@ -29,7 +29,7 @@ def _no_progress(*_a):
 
 @pytest.fixture()
 def traced():
-    session = WorkerSession(tiny_loaded(seed=4))
+    session = WorkerSession(scaled_init_loaded(seed=4))
     mask = np.zeros((2, 4), dtype=bool)
     mask[0, 1] = True
     result = handle_trace(session, TraceRequest(text=PROMPT, mask=mask), _no_progress, lambda: False)
