@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
 import io
 import os
-import tempfile
 
 import numpy as np
 
@@ -72,43 +70,6 @@ def write_file(path, data: bytes) -> str:
         raise ExportError(f"cannot write {path}: {e.strerror or e}; choose a folder you can write to") from None
     except OSError as e:
         raise ExportError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder's permissions") from None
-
-
-@contextlib.contextmanager
-def atomic_path(path):
-    """Yield a temporary path beside `path`; on success it replaces `path`, on failure it is removed.
-
-    Only for writers that report their own failures: the file is synced, and an empty one is
-    refused, but a short file cannot be told from a whole one here. Render to bytes and use
-    `write_file` instead wherever the writer can target memory."""
-    path = check_writable(path)
-    folder, name = os.path.split(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
-    except OSError as e:
-        raise ExportError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder's permissions") from None
-    os.close(fd)
-    try:
-        yield tmp
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        if os.path.getsize(tmp) == 0:
-            raise OSError(errno.EIO, "nothing was written")
-        _match_umask(tmp)
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise ExportError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder's permissions") from None
-        raise
-
-
-def _match_umask(path: str) -> None:
-    # mkstemp makes 0600 files; an exported picture should get the user's usual permissions.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
 
 
 # -- matrices ----------------------------------------------------------------------------------
@@ -227,15 +188,17 @@ def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = 
 
 def png_bytes(image) -> bytes:
     """A QImage encoded as PNG in memory."""
-    data = _in_memory(lambda device: image.save(device, "PNG"))
+    data = render_to_bytes(lambda device: image.save(device, "PNG"))
     if data is None:
         raise ExportError(f"Qt could not encode the {image.width()}x{image.height()} image as PNG; "
                           "export a smaller size")
     return data
 
 
-def _in_memory(write) -> bytes | None:
-    """The bytes `write(device)` puts into a QBuffer; None when it reports failure or writes nothing."""
+def render_to_bytes(write) -> bytes | None:
+    """The bytes `write(device)` puts into a QBuffer; None when it reports failure or writes nothing.
+    PNG renders through here, SVG and PDF into their own QBuffer (vector_export.py): every image
+    is whole in memory before `write_file` puts it on the disk."""
     from PySide6 import QtCore
 
     array = QtCore.QByteArray()

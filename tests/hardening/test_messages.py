@@ -19,6 +19,7 @@ import torch
 
 from tests.hardening.common import TINY, one_line
 from tests.hardening.message_case import Case, Ctx, area_cases, raised
+from transformer_viewer.model import atomic_write
 from transformer_viewer.model import device as device_module
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.config import GPTConfig
@@ -242,7 +243,7 @@ def temp_denied(ctx):
     def denied(*_a, **_kw):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
-    ctx.mp.setattr(ex.tempfile, "mkstemp", denied)
+    ctx.mp.setattr(atomic_write.tempfile, "mkstemp", denied)
     return export_error(ctx, lambda: ex.export_matrix(np.zeros((2, 2)), ctx.tmp / "m.csv"))
 
 

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from tests.model.checkpoint_common import (
+from tests.helpers.models import (
     TINY,
     hf_config,
     hf_model,

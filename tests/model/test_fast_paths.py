@@ -1,4 +1,4 @@
-"""The speed paths of capture (bench/, issue 6) compute exactly what the plain paths compute.
+"""The speed paths of capture (bench/) compute exactly what the plain paths compute.
 
 No-grad attention works by query blocks in a reusable workspace, the unembedding by vocabulary
 blocks, head norms through Gram matrices: each is checked against the straightforward version.

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from PySide6 import QtGui
 
+from transformer_viewer.model import atomic_write
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer import export as ex
 from transformer_viewer.viewer.export import (
@@ -192,7 +193,7 @@ def test_folder_refusing_the_temp_file(view, tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(ex.tempfile, "mkstemp", refuse)  # as a read-only mount would, even for root
+    monkeypatch.setattr(atomic_write.tempfile, "mkstemp", refuse)  # as a read-only mount would, even for root
     with pytest.raises(ExportError, match="Permission denied; choose a folder you can write to"):
         export_view(view, tmp_path / "a.csv")
     assert os.listdir(tmp_path) == []
