@@ -32,6 +32,10 @@ class ViewEntry:
     export_size: tuple[int, int] | None = (900, 820)  # layout size for export; None: the widget's sizeHint
     configure: Callable | None = None  # configure(view, args): apply the export command's arguments
 
+    def __post_init__(self) -> None:
+        if self.place not in PLACES:
+            raise ValueError(f"view {self.title!r}: place must be one of {', '.join(PLACES)}, got {self.place!r}")
+
     def widget_class(self) -> type:
         module, _, name = self.widget.partition(":")
         return getattr(importlib.import_module(module), name)
