@@ -90,7 +90,7 @@ def main() -> int:
         toggled = [False]
         mask = np.zeros((L, nh), dtype=bool)
 
-        def toggle():
+        def toggle(toggled=toggled, mask=mask):
             toggled[0] = not toggled[0]
             mask[L - 1, 0] = toggled[0]
             session.predict(mask)
