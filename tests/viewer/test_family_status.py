@@ -1,7 +1,7 @@
 """The status bar names the loaded model's family."""
 
 from transformer_viewer.viewer.state import ModelInfo
-from transformer_viewer.viewer.status import StatusBar
+from transformer_viewer.viewer.window.status_bar import StatusBar
 
 
 def test_status_bar_names_the_family(qtbot):

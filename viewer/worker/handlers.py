@@ -19,10 +19,11 @@ from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.families import family_name
 from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
 from transformer_viewer.model.trace import Trace
-from transformer_viewer.viewer.requests import (
+from transformer_viewer.viewer.worker.requests import (
     DeviceRequest,
     LoadRequest,
     LoadResult,
+    ModelInfo,
     NewSession,
     PredictRequest,
     PredictResult,
@@ -30,7 +31,6 @@ from transformer_viewer.viewer.requests import (
     TraceRequest,
     TraceResult,
 )
-from transformer_viewer.viewer.state import ModelInfo
 
 MEMORY_BUDGET_ENV = "TV_MEMORY_BUDGET_MB"  # MiB of captured arrays one trace may hold
 
@@ -54,8 +54,9 @@ def memory_budget() -> tuple[int, str | None]:
 class WorkerSession(Session):
     """A Session plus what the viewer's handlers keep between requests.
 
-    `scratch` is free for other handlers (issue 5: scans, lens); it is emptied whenever the
-    prompt or the device changes, so nothing cached there outlives the activations it used.
+    `scratch` is free for the other handlers (the lens keeps its results there); it is emptied
+    whenever the prompt or the device changes, so nothing cached there outlives the activations
+    it used.
     """
 
     def __init__(self, loaded, **kwargs):
@@ -74,6 +75,17 @@ class WorkerSession(Session):
         self.prompt_text = text
         self.forget()
         return True
+
+    def prepare_analysis(self, text: str) -> None:
+        """Make `text` the prompt with its layer cache filled: what the lens, scan and generation
+        handlers start from."""
+        self.ensure_prompt(text)
+        if not self.tokens.ids:
+            raise ModelError("the prompt is empty; type some text first")
+        try:
+            self.residuals()
+        except ModelError:
+            self.predict(None)  # fills the layer cache with one clean run
 
     def forget(self) -> None:
         self.clean = None

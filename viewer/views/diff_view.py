@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.widgets.analysis_common import ExportButton
-from transformer_viewer.viewer.widgets.heatmap import HeatmapExport, HeatmapView
+from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
+from transformer_viewer.viewer.views.parts import ExportButton
 
 
 def attention_diff(trace, clean, layer: int, head: int) -> np.ndarray:
@@ -39,7 +39,6 @@ class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
         self.heatmap.cell_clicked.connect(lambda row, _c: state.set_selection(query=row))
         state.trace_changed.connect(self.refresh)
         state.selection_changed.connect(self.refresh)
-        state.mask_changed.connect(lambda _m: self.refresh())
         self.refresh()
 
     def refresh(self, *_args) -> None:

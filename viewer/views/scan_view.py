@@ -12,14 +12,15 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.widgets.analysis_common import (
+from transformer_viewer.viewer.views.heatmap import HeatmapExport
+from transformer_viewer.viewer.views.logits_panel import token_label
+from transformer_viewer.viewer.views.parts import (
     ExportButton,
     TextHeatmap,
     head_labels,
     layer_labels,
     shrinkable_title,
 )
-from transformer_viewer.viewer.widgets.heatmap import HeatmapExport
 
 SHOWN = {"effect": "effect on the metric", "kl": "KL(baseline ‖ ablated)", "prob": "p(target) when ablated"}
 
@@ -40,7 +41,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         super().__init__(parent)
         self.state, self.worker = state, worker
         self.result = None
-        self.request_sent = None
+        self.handle = None  # the running scan's RequestHandle
         self._tokenizer = None
         self.heatmap = TextHeatmap()
         self.heatmap.hover_prefix = ""
@@ -95,12 +96,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
 
         self.heatmap.cell_clicked.connect(self._on_cell_click)
         state.model_changed.connect(lambda _i: self.clear())
-        if worker is not None:
-            worker.result.connect(self._on_result)
-            worker.failed.connect(self._on_failed)
-            worker.progress.connect(self._on_progress)
 
-    # -- export protocol ------------------------------------------------------------------
     # -- commands -------------------------------------------------------------------------
     def tokenizer(self):
         if self._tokenizer is None:
@@ -109,76 +105,80 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
             self._tokenizer = Tokenizer()
         return self._tokenizer
 
-    def parse_inputs(self) -> tuple[int | None, int | None]:
-        """(target, distractor) from the two fields; raises ModelError with one line."""
+    def parse_inputs(self, names: tuple[str, str] = ("target", "distractor")) -> tuple[int | None, int | None]:
+        """(target, distractor) from the two fields; raises ModelError with one line that calls
+        them by `names`."""
         from transformer_viewer.viewer.cli.scan import parse_token
 
         info = self.state.model_info
         n_vocab = min(info.vocab_size or 50257, self.tokenizer().n_vocab) if info else self.tokenizer().n_vocab
         target = self.target_edit.text() or None
         distractor = self.distractor_edit.text() or None
-        return (parse_token(target, self.tokenizer(), n_vocab, "target"),
-                parse_token(distractor, self.tokenizer(), n_vocab, "distractor"))
+        return (parse_token(target, self.tokenizer(), n_vocab, names[0]),
+                parse_token(distractor, self.tokenizer(), n_vocab, names[1]))
 
     def run(self) -> None:
+        """The Run button: a bad target shows in the view."""
         from transformer_viewer.model.errors import ModelError
-        from transformer_viewer.viewer.analysis_requests import ScanRequest
+
+        try:
+            self.start()
+        except ModelError as e:
+            self.info.setText(f"<span style='color:#b00'>{e}</span>")
+
+    def start(self, names: tuple[str, str] = ("target", "distractor")) -> None:
+        """Ask the worker for a scan of the fields' target at the selected position; a bad
+        target raises ModelError."""
+        from transformer_viewer.viewer.worker.scan import ScanRequest
 
         st = self.state
         if self.worker is None or st.trace is None or not st.prompt:
             self.info.setText("Run a prompt first.")
             return
-        try:
-            target, distractor = self.parse_inputs()
-        except ModelError as e:
-            self.info.setText(f"<span style='color:#b00'>{e}</span>")
-            return
-        self.request_sent = self.worker.submit(ScanRequest(
-            text=st.prompt, target=target, distractor=distractor, position=st.query_index,
-            ablation=st.ablation, base_mask=np.array(st.mask)))
+        target, distractor = self.parse_inputs(names)
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
         total = int((~st.mask).sum())
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(0)
-        self.run_button.setEnabled(False)
-        self.cancel_button.setEnabled(True)
         self.info.setText(f"scanning {total} heads at position {st.query_index} ({st.trace.labels[st.query_index]!r})…")
+        request = ScanRequest(text=st.prompt, target=target, distractor=distractor, position=st.query_index,
+                              ablation=st.ablation, base_mask=np.array(st.mask))
+        self.handle = None
+        handle = self.worker.submit(request, on_result=self._on_result, on_failure=self._on_failed,
+                                    on_progress=self._on_progress)
+        if not handle.done:  # an inline worker has answered already
+            self.handle = handle
 
     def cancel(self) -> None:
-        if self.worker is not None and self.request_sent is not None:
-            self.worker.cancel("scan")
+        if self.handle is not None:
+            self.handle.cancel()
         self.cancel_button.setEnabled(False)
 
     @property
     def running(self) -> bool:
-        return self.request_sent is not None
+        return self.handle is not None
 
     def clear(self) -> None:
         self.result = None
         self.heatmap.set_data(np.zeros((0, 0)), (), ())
 
-    # -- worker answers -------------------------------------------------------------------
-    def _mine(self, answer) -> bool:
-        return self.request_sent is not None and answer.request.rid == self.request_sent.rid
-
+    # -- the scan's answers -----------------------------------------------------------------
     def _on_progress(self, p) -> None:
-        if self._mine(p) and p.total:
+        if p.total:
             self.progress.setRange(0, int(p.total))
             self.progress.setValue(int(p.done))
 
     def _on_result(self, answer) -> None:
-        if not self._mine(answer):
-            return
         self._finish()
         self.set_result(answer.value)
 
     def _on_failed(self, failure) -> None:
-        if not self._mine(failure):
-            return
         self._finish()
         self.info.setText("scan cancelled" if failure.cancelled else f"<span style='color:#b00'>{failure.message}</span>")
 
     def _finish(self) -> None:
-        self.request_sent = None
+        self.handle = None
         self.run_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
 
@@ -188,7 +188,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
 
     # -- drawing --------------------------------------------------------------------------
     def _token(self, i: int | None) -> str:
-        return "" if i is None else repr(self.tokenizer().label(i))
+        return "" if i is None else repr(token_label(i))
 
     def refresh(self, *_args) -> None:
         r = self.result

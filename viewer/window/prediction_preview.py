@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from transformer_viewer.viewer.requests import PredictRequest, PredictResult
+from transformer_viewer.viewer.worker.requests import PredictRequest, PredictResult
 
 
 def worth_asking(state) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.widgets.token_axis import TokenAxis
+from transformer_viewer.viewer.views.token_axis import TokenAxis
 
 COLORMAPS = ("viridis", "inferno", "magma", "plasma", "cividis")
 DIVERGING_COLORMAP = "CET-D1"

@@ -11,9 +11,11 @@ registered with `needs_session=False`); `progress(done, total, text="")` reports
 value travels back as `Result.value`; a `ModelError` comes back as a one-line `Failure`.
 A handler that creates a new session returns `NewSession(session, value)`.
 
-Issue-5 modules register their own: `register_handler(ScanRequest, scan)` or, to keep torch
-off the GUI thread's imports, `register_handler(ScanRequest, "package.module:function")`.
-This module imports neither Qt nor torch.
+A request with its own computation lives in one module with its handler (lens.py, scan.py,
+generate.py beside this one): the handler imports the model code inside its body, so importing
+the module, which registers the handler, keeps torch off the GUI thread. The built-in
+handlers are registered here by dotted name for the same reason. This module imports neither
+Qt nor torch.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import numpy as np
 
 Handler = Callable[[Any, Any, Callable[..., None], Callable[[], bool]], Any]
 
@@ -106,8 +110,34 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class ModelInfo:
+    """What the GUI knows about the loaded model (no torch objects)."""
+
+    name: str
+    format: str
+    source: str
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    n_params: int
+    device: str
+    n_mlp: int = 0
+    vocab_size: int = 0
+    family: str = ""  # "Llama", "GPT-2-style", ...
+
+    @property
+    def params_text(self) -> str:
+        n = self.n_params
+        for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+            if n >= div:
+                return f"{n / div:.1f}{unit} params"
+        return f"{n} params"
+
+
+@dataclass(frozen=True)
 class LoadResult:
-    info: Any  # viewer.state.ModelInfo
+    info: ModelInfo
     warning: str | None = None  # e.g. CUDA asked for, CPU used
 
 
@@ -166,7 +196,13 @@ def lookup_handler(request_type: type) -> tuple[Handler, bool]:
     raise KeyError(f"no handler registered for {request_type.__name__}")
 
 
-_BUILTIN = "transformer_viewer.viewer.handlers"
+def session_mask(session, mask) -> np.ndarray:
+    """A request's head mask for the session's model (None: nothing masked)."""
+    L, nh = session.config.n_layer, session.config.n_head
+    return np.zeros((L, nh), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+
+
+_BUILTIN = "transformer_viewer.viewer.worker.handlers"
 register_handler(LoadRequest, f"{_BUILTIN}:handle_load", needs_session=False)
 register_handler(ProbeRequest, f"{_BUILTIN}:handle_probe", needs_session=False)
 register_handler(DeviceRequest, f"{_BUILTIN}:handle_device")

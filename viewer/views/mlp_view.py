@@ -11,14 +11,14 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.widgets.analysis_common import (
+from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
+from transformer_viewer.viewer.views.parts import (
     AdaptiveSplitter,
     DiffToggle,
     ExportButton,
     compact_axes,
     compact_table,
 )
-from transformer_viewer.viewer.widgets.heatmap import HeatmapExport, HeatmapView
 
 SORTS = {"max": "max activation", "token": "activation on the selected token", "index": "neuron index"}
 TOP_K = 12
@@ -110,7 +110,6 @@ class MLPView(HeatmapExport, QtWidgets.QWidget):
         state.trace_changed.connect(self.refresh)
         state.selection_changed.connect(self.refresh)
         state.neuron_changed.connect(lambda _n: self.refresh())
-        state.mask_changed.connect(lambda _m: self.refresh())
         self.refresh()
 
     # -- export protocol ------------------------------------------------------------------

@@ -12,15 +12,14 @@ from PySide6 import QtCore, QtWidgets
 
 
 class GenerateControl(QtWidgets.QWidget):
-    """`run_prompt(text)` is called with the extended prompt (the main window's run_prompt)."""
+    """The extended prompt becomes the state's prompt, which the window runs like typed text."""
 
     generated = QtCore.Signal(object)  # the model's Generation
 
-    def __init__(self, state, worker=None, run_prompt=None, parent=None):
+    def __init__(self, state, worker=None, parent=None):
         super().__init__(parent)
         self.state, self.worker = state, worker
-        self.run_prompt = run_prompt or state.set_prompt
-        self.request_sent = None
+        self.handle = None  # the running generation's RequestHandle
         self.n_spin = QtWidgets.QSpinBox()
         self.n_spin.setRange(1, 1024)
         self.n_spin.setValue(20)
@@ -71,10 +70,6 @@ class GenerateControl(QtWidgets.QWidget):
         grid.addWidget(self.info, 2, 2)
         grid.setRowStretch(3, 1)
         self._update_enabled()
-        if worker is not None:
-            worker.result.connect(self._on_result)
-            worker.failed.connect(self._on_failed)
-            worker.progress.connect(self._on_progress)
 
     def _update_enabled(self) -> None:
         sample = self.mode_combo.currentData() == "sample"
@@ -83,7 +78,7 @@ class GenerateControl(QtWidgets.QWidget):
 
     def request(self):
         """The GenerateRequest the controls describe."""
-        from transformer_viewer.viewer.analysis_requests import GenerateRequest
+        from transformer_viewer.viewer.worker.generate import GenerateRequest
 
         st = self.state
         sample = self.mode_combo.currentData() == "sample"
@@ -96,35 +91,34 @@ class GenerateControl(QtWidgets.QWidget):
         if self.worker is None or self.state.model_info is None or not self.state.prompt:
             self.info.setText("type a prompt first")
             return
-        self.request_sent = self.worker.submit(self.request())
         self.button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.info.setText("generating…")
+        self.handle = self.worker.submit(self.request(), on_result=self._on_result, on_failure=self._on_failed,
+                                         on_progress=self._on_progress)
 
     def stop(self) -> None:
-        if self.worker is not None:
-            self.worker.cancel("generate")
+        if self.handle is not None:
+            self.handle.cancel()
 
-    def _mine(self, answer) -> bool:
-        return self.request_sent is not None and answer.request.rid == self.request_sent.rid
+    @property
+    def running(self) -> bool:
+        return self.handle is not None
 
     def _done(self) -> None:
-        self.request_sent = None
+        self.handle = None
         self.button.setEnabled(True)
         self.stop_button.setEnabled(False)
 
     def _on_progress(self, p) -> None:
-        if self._mine(p) and p.total:
+        if p.total:
             self.info.setText(f"generating {int(p.done)}/{int(p.total)}…")
 
     def _on_failed(self, failure) -> None:
-        if self._mine(failure):
-            self._done()
-            self.info.setText("stopped" if failure.cancelled else failure.message)
+        self._done()
+        self.info.setText("stopped" if failure.cancelled else failure.message)
 
     def _on_result(self, answer) -> None:
-        if not self._mine(answer):
-            return
         self._done()
         gen = answer.value
         self.generated.emit(gen)
@@ -132,4 +126,4 @@ class GenerateControl(QtWidgets.QWidget):
         masked = " with the mask" if gen.mask.any() else ""
         self.info.setText(f"+{len(gen.new_ids)} tokens ({how}{masked})" + (" — stopped" if gen.cancelled else ""))
         if len(gen.new_ids):
-            self.run_prompt(answer.request.text + gen.new_text)
+            self.state.set_prompt(answer.request.text + gen.new_text)

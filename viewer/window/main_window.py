@@ -1,15 +1,16 @@
-"""The main window: one ViewerState, one worker thread, and the views wired between them.
+"""The main window: one ViewerState, one worker thread, and the views of the registry between them.
 
 Data flow: the prompt editor, mask grid and token strip change `state`; every change that
 needs the model becomes a `TraceRequest` for the worker (newest wins, stale answers dropped);
-the answer is installed with `state.set_traces`, and every view redraws from its signals.
-
-Issue-5 views: build a widget that takes `window.state` (and `window.worker` to submit its own
-requests), then `window.add_view_dock("Residual stream", widget)` (listed in the View menu) or,
-for a view that needs room, `window.add_view_tab("Residual stream", widget)` beside the heatmap.
+its answer comes back to this window's callback, which installs it with `state.set_traces`,
+and every view redraws from the state's signals. Views are built and placed from
+`views/registry.py`: a view that asks the worker for its own computation gets its answers
+through the handle its `submit` returns, not through the window.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
@@ -23,28 +24,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from transformer_viewer.viewer import preview, window_actions
-from transformer_viewer.viewer.gc_guard import collect_on_gui_thread
-from transformer_viewer.viewer.requests import (
+from transformer_viewer.viewer.state import ViewerState
+from transformer_viewer.viewer.views.prompt_editor import PromptEditor
+from transformer_viewer.viewer.views.registry import VIEWS
+from transformer_viewer.viewer.window import actions as window_actions
+from transformer_viewer.viewer.window import prediction_preview as preview
+from transformer_viewer.viewer.window.gc_guard import collect_on_gui_thread
+from transformer_viewer.viewer.window.status_bar import StatusBar
+from transformer_viewer.viewer.worker.client import RequestHandle, WorkerClient
+from transformer_viewer.viewer.worker.requests import (
     DeviceRequest,
     LoadRequest,
-    LoadResult,
     PredictRequest,
-    PredictResult,
     ProbeRequest,
-    ProbeResult,
     TraceRequest,
-    TraceResult,
 )
-from transformer_viewer.viewer.state import ViewerState
-from transformer_viewer.viewer.status import StatusBar
-from transformer_viewer.viewer.widgets.attention_panel import AttentionPanel
-from transformer_viewer.viewer.widgets.head_grid import HeadGridView
-from transformer_viewer.viewer.widgets.logits_panel import LogitsPanel
-from transformer_viewer.viewer.widgets.mask_grid import MaskGrid
-from transformer_viewer.viewer.widgets.prompt_editor import PromptEditor
-from transformer_viewer.viewer.widgets.token_strip import TokenStrip
-from transformer_viewer.viewer.worker import WorkerClient
 
 DEFAULT_SIZE = (1440, 900)
 TOP_K = 10
@@ -56,8 +50,9 @@ class MainWindow(QMainWindow):
     idle = Signal()
 
     def __init__(self, settings: QSettings | None = None, debounce_ms: int | None = None,
-                 worker: WorkerClient | None = None):
-        """`worker`: a client already started (and asked to probe/load) to save startup time."""
+                 worker: WorkerClient | None = None, pending: Iterable[RequestHandle] = ()):
+        """`worker`: a client already started to save startup time; `pending`: the handles of
+        what it was asked before the window existed (probe, load), whose answers come here."""
         super().__init__()
         collect_on_gui_thread()  # before the worker thread exists: it must never run the collector
         self.setWindowTitle("transformer-viewer")
@@ -72,8 +67,6 @@ class MainWindow(QMainWindow):
         self.device_choice = "auto"
         self.cuda_available = False
         self._error_box: QMessageBox | None = None
-        self._shown_head = (0, 0)
-        self._shown_attention = None  # the attention array the heatmap and grid were drawn from
         self._requested_position: int | None = None
         self._build_views(debounce_ms)
         self.status = StatusBar(self)
@@ -82,45 +75,74 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.resize(*DEFAULT_SIZE)
         self._connect()
+        for handle in pending:
+            self._watch(handle)
         if own_worker:
-            self.worker.submit(ProbeRequest())
+            self._watch(self.worker.submit(ProbeRequest()))
 
     # -- layout ---------------------------------------------------------------------------
     def _build_views(self, debounce_ms) -> None:
         st = self.state
         self.prompt_editor = PromptEditor(debounce_ms=debounce_ms) if debounce_ms is not None else PromptEditor()
-        self.token_strip = TokenStrip(st)
-        self.attention = AttentionPanel()
-        self.head_grid = HeadGridView()
-        self.logits = LogitsPanel(st)
-        self.mask_grid = MaskGrid(st)
-        top = QSplitter(Qt.Vertical)
-        top.setChildrenCollapsible(False)
-        top.addWidget(self.prompt_editor)
-        top.addWidget(self.token_strip)
-        top.setSizes([80, 190])
         self.docks: dict[str, QDockWidget] = {}
-        self.add_view_dock("Prompt and tokens", top, Qt.TopDockWidgetArea)
-        self.add_view_dock("All heads", self.head_grid, Qt.LeftDockWidgetArea)
-        self.add_view_dock("Head mask", self.mask_grid, Qt.LeftDockWidgetArea)
-        self.add_view_dock("Next token", self.logits, Qt.RightDockWidgetArea)
-        # The middle is a tab widget: big views can live beside the attention heatmap
-        # (`add_view_tab`); its tab bar shows only once there is a second tab.
+        # The middle is a tab widget: the big views live beside the attention heatmap; its tab
+        # bar shows only once there is a second tab.
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.setTabBarAutoHide(True)
-        page = QWidget()
-        lay = QVBoxLayout(page)
-        lay.setContentsMargins(2, 2, 2, 2)
-        lay.addWidget(self.attention)
-        self.tabs.addTab(page, "Attention")
         self.setCentralWidget(self.tabs)
+        top = QSplitter(Qt.Vertical)
+        top.setChildrenCollapsible(False)
+        top.addWidget(self.prompt_editor)
+        self.views: dict[str, QWidget] = {}
+        for entry in VIEWS:
+            view = self.views[entry.title] = entry.build(st, self.worker)
+            self._place(entry, view, top)
+        top.setSizes([80, 190])
+        self.add_view_dock("Prompt and tokens", top, Qt.TopDockWidgetArea)
+        self.token_strip = self.views["Tokens"]
+        self.attention = self.views["Attention"]
+        self.head_grid = self.views["All heads"]
+        self.mask_grid = self.views["Head mask"]
+        self.logits = self.views["Next token"]
         # Side columns run the full height; a bottom dock sits under the middle only.
         self.setCorner(Qt.BottomLeftCorner, Qt.LeftDockWidgetArea)
         self.setCorner(Qt.BottomRightCorner, Qt.RightDockWidgetArea)
         self._sized = False
         self.apply_default_sizes()
         self.prompt_editor.edit.setFocus()
+
+    def _place(self, entry, view: QWidget, top: QSplitter) -> None:
+        if entry.place == "top":
+            top.addWidget(view)
+        elif entry.place == "center":
+            page = QWidget()
+            lay = QVBoxLayout(page)
+            lay.setContentsMargins(2, 2, 2, 2)
+            lay.addWidget(view)
+            self.tabs.insertTab(0, page, entry.title)
+            self.tabs.setCurrentIndex(0)
+        elif entry.place == "tab":
+            self.tabs.addTab(view, entry.title)
+        elif entry.place in ("left", "right"):
+            self.add_view_dock(entry.title, view, Qt.LeftDockWidgetArea if entry.place == "left" else Qt.RightDockWidgetArea)
+        elif entry.place == "right-below":
+            # Under the right column's first view (Continue sits under Next token).
+            above = next(d for d in self.docks.values() if self.dockWidgetArea(d) == Qt.RightDockWidgetArea)
+            dock = self.add_view_dock(entry.title, view, Qt.RightDockWidgetArea)
+            self.splitDockWidget(above, dock, Qt.Vertical)
+            QTimer.singleShot(0, lambda: self.resizeDocks([dock], [dock.minimumSizeHint().height()], Qt.Vertical))
+        else:
+            raise ValueError(f"view {entry.title!r}: unknown place {entry.place!r}")
+
+    def show_view(self, title: str) -> None:
+        """Bring the view `title` to the front (its tab, or its dock)."""
+        view = self.views[title]
+        if self.tabs.indexOf(view) >= 0:
+            self.tabs.setCurrentWidget(view)
+        elif title in self.docks:
+            self.docks[title].show()
+            self.docks[title].raise_()
 
     def add_view_dock(self, title: str, widget: QWidget, area=Qt.BottomDockWidgetArea,
                       tabify_with: str | None = None) -> QDockWidget:
@@ -148,25 +170,17 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt name
         super().showEvent(event)
-        if not self._sized:  # docks added after __init__ (extensions) re-flow the layout once
+        if not self._sized:  # the docks' final sizes need the shown window
             self._sized = True
             QTimer.singleShot(0, self.apply_default_sizes)
-
-    def add_view_tab(self, title: str, widget: QWidget) -> int:
-        """Put a large view in a tab beside the attention heatmap; returns the tab's index."""
-        return self.tabs.addTab(widget, title)
 
     def _connect(self) -> None:
         st, w = self.state, self.worker
         self.prompt_editor.run_requested.connect(self.run_prompt)
-        st.prompt_changed.connect(lambda text: self.prompt_editor.set_text(text, run=False))
+        st.prompt_changed.connect(self._on_prompt)
         st.mask_changed.connect(self._on_mask)
         st.selection_changed.connect(self._on_selection)
         st.trace_changed.connect(self._on_trace)
-        self.attention.cell_clicked.connect(lambda row, _col: st.set_selection(query=row))
-        self.head_grid.head_activated.connect(lambda layer, head: st.set_selection(layer=layer, head=head))
-        w.result.connect(self._on_result)
-        w.failed.connect(self._on_failure)
         w.progress.connect(self.status.show_progress)
         w.busy_changed.connect(self._on_busy)
 
@@ -175,18 +189,19 @@ class MainWindow(QMainWindow):
         """Load a checkpoint on the worker (None: the bundled model); the old one stays until it works."""
         if device is not None:
             self.device_choice = device
-        self.worker.submit(LoadRequest(path=path, device=self.device_choice, n_head=n_head))
+        self._watch(self.worker.submit(LoadRequest(path=path, device=self.device_choice, n_head=n_head)))
 
     def set_device(self, device: str) -> None:
         self.device_choice = device
         if self.state.model_info is not None:
-            self.worker.submit(DeviceRequest(device=device))
+            self._watch(self.worker.submit(DeviceRequest(device=device)))
 
     def run_prompt(self, text: str) -> None:
         """Run `text` now (the editor calls this debounced; Ctrl+Enter at once)."""
-        self.state.set_prompt(text)
-        self.prompt_editor.set_text(text, run=False)
-        self.request_trace()
+        if text != self.state.prompt:
+            self.state.set_prompt(text)  # runs it: see _on_prompt
+        else:
+            self.request_trace()
 
     def request_trace(self) -> None:
         st = self.state
@@ -196,7 +211,7 @@ class MainWindow(QMainWindow):
             self.prompt_editor.show_notice("Type a prompt to run the model.", warning=False)
             return
         self._requested_position = st.query
-        self.worker.submit(self._run_request(TraceRequest))
+        self.worker.submit(self._run_request(TraceRequest), on_result=self._on_traced, on_failure=self._on_trace_failed)
 
     def _run_request(self, request_type: type[TraceRequest]) -> TraceRequest:
         """A run of the prompt, mask and position as they are now (a trace, or a prediction)."""
@@ -204,75 +219,57 @@ class MainWindow(QMainWindow):
         return request_type(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation, position=st.query,
                             top_k=TOP_K)
 
-    # -- state -> worker / views ----------------------------------------------------------
-    def _on_mask(self, mask) -> None:
-        if self.head_grid.mask().shape == mask.shape:
-            self.head_grid.set_mask(mask)
+    # -- state -> worker ------------------------------------------------------------------
+    def _on_prompt(self, text: str) -> None:
+        self.prompt_editor.set_text(text, run=False)
+        self.request_trace()
+
+    def _on_mask(self, _mask) -> None:
         if preview.worth_asking(self.state):
-            self.worker.submit(self._run_request(PredictRequest))
+            self.worker.submit(self._run_request(PredictRequest),
+                               on_result=lambda answer: preview.show_if_current(self, answer.request, answer.value),
+                               on_failure=self._on_trace_failed)
         self.request_trace()
 
     def _on_selection(self) -> None:
         st = self.state
-        self.head_grid.set_selected(st.layer, st.head)
-        if (st.layer, st.head) != self._shown_head:
-            self._shown_head = (st.layer, st.head)
-            self.attention.set_trace(st.trace, st.layer, st.head, st.query_index)
-        else:
-            self.attention.set_query(st.query_index)
         if st.trace is not None and st.query != self._requested_position:
             self.request_trace()  # the prediction follows the selected token
 
     def _on_trace(self, trace) -> None:
-        st = self.state
-        if trace is None:
-            return
-        if trace.attention is self._shown_attention and (st.layer, st.head) == self._shown_head:
-            # Only the prediction position moved (the handler shares the arrays): no redraw.
-            self.attention.set_query(st.query_index)
-        else:
-            self._shown_head = (st.layer, st.head)
-            self._shown_attention = trace.attention
-            self.attention.set_trace(trace, st.layer, st.head, st.query_index)
-            # The trace's own mask always matches its patterns, even when a newly loaded model
-            # has already reshaped the state's mask.
-            self.head_grid.set_patterns(trace.attention, trace.mask)
-            self.head_grid.set_selected(st.layer, st.head)
-        self.prompt_editor.show_trace(trace, st.model_info.block_size if st.model_info else 0)
+        if trace is not None:
+            self.prompt_editor.show_trace(trace, self.state.model_info.block_size if self.state.model_info else 0)
 
     # -- worker answers -------------------------------------------------------------------
-    def _on_result(self, result) -> None:
-        request, value = result.request, result.value
-        if isinstance(value, ProbeResult):
-            self.cuda_available = value.cuda_available
-            self.actions_.set_cuda(value.cuda_available, value.cuda_name)
-        elif isinstance(value, LoadResult):
-            self.state.set_model(value.info)
-            self.status.clearMessage()
-            self.status.show_model(value.info)
-            self.actions_.set_device_checked(value.info.device)
-            if isinstance(request, LoadRequest) and request.path is not None:
-                self.actions_.add_recent(request.path)
-            if value.warning:
-                self.status.showMessage(value.warning, 10000)
-            self.setWindowTitle(f"{value.info.name} \u2014 transformer-viewer")
-            self.request_trace()
-        elif isinstance(value, PredictResult):
-            preview.show_if_current(self, request, value)
-        elif isinstance(value, TraceResult):
-            self.state.set_traces(value.trace, value.clean)
-            info = self.state.model_info
-            self.status.show_forward(value.forward_ms, value.trace.first_layer_run, info.n_layer if info else 0)
+    def _watch(self, handle: RequestHandle) -> None:
+        """Route the answers of a probe, load or device request to this window."""
+        if isinstance(handle.request, ProbeRequest):
+            handle.then(on_result=self._on_probed, on_failure=self._on_load_failed)
+        else:
+            handle.then(on_result=self._on_loaded, on_failure=self._on_load_failed)
 
-    def _on_failure(self, failure) -> None:
+    def _on_probed(self, answer) -> None:
+        self.cuda_available = answer.value.cuda_available
+        self.actions_.set_cuda(answer.value.cuda_available, answer.value.cuda_name)
+
+    def _on_loaded(self, answer) -> None:
+        """A load or a device move finished: the worker holds this model now."""
+        request, info = answer.request, answer.value.info
+        self.state.set_model(info)
+        self.status.clearMessage()
+        self.status.show_model(info)
+        self.actions_.set_device_checked(info.device)
+        if isinstance(request, LoadRequest) and request.path is not None:
+            self.actions_.add_recent(request.path)
+        if answer.value.warning:
+            self.status.showMessage(answer.value.warning, 10000)
+        self.setWindowTitle(f"{info.name} \u2014 transformer-viewer")
+        self.request_trace()
+
+    def _on_load_failed(self, failure) -> None:
+        request = failure.request
         if failure.cancelled:
             self.status.showMessage("cancelled", 3000)
-            return
-        request = failure.request
-        if isinstance(request, TraceRequest):
-            self.prompt_editor.show_notice(failure.message)
-            self.status.showMessage(failure.message, 8000)
-            self.last_error = failure.message
         elif isinstance(request, LoadRequest) and request.path is None and self.state.model_info is None:
             self.status.showMessage(failure.message)  # no bundled model yet: not worth a dialog
             self.prompt_editor.show_notice(failure.message)
@@ -281,6 +278,20 @@ class MainWindow(QMainWindow):
             if isinstance(request, DeviceRequest) and self.state.model_info is not None:
                 self.actions_.set_device_checked(self.state.model_info.device)
             self.show_error(failure.message)
+
+    def _on_traced(self, answer) -> None:
+        value = answer.value
+        self.state.set_traces(value.trace, value.clean)
+        info = self.state.model_info
+        self.status.show_forward(value.forward_ms, value.trace.first_layer_run, info.n_layer if info else 0)
+
+    def _on_trace_failed(self, failure) -> None:
+        if failure.cancelled:
+            self.status.showMessage("cancelled", 3000)
+            return
+        self.prompt_editor.show_notice(failure.message)
+        self.status.showMessage(failure.message, 8000)
+        self.last_error = failure.message
 
     def _on_busy(self, busy: bool) -> None:
         self.status.set_busy(busy)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.widgets.analysis_common import (
+from transformer_viewer.viewer.views.heatmap import HeatmapView
+from transformer_viewer.viewer.views.parts import (
     CLEAN_PEN,
     MAIN_PEN,
     AdaptiveSplitter,
@@ -23,7 +24,6 @@ from transformer_viewer.viewer.widgets.analysis_common import (
     set_depth_ticks,
     shrinkable_title,
 )
-from transformer_viewer.viewer.widgets.heatmap import HeatmapView
 
 NORM_COLORMAP = "viridis"
 
@@ -83,7 +83,6 @@ class ResidualView(QtWidgets.QWidget):
         self.heads.cell_clicked.connect(lambda row, col: state.set_selection(head=row, query=col))
         state.trace_changed.connect(self.refresh)
         state.selection_changed.connect(self.refresh)
-        state.mask_changed.connect(lambda _m: self.refresh())
         self.refresh()
 
     # -- export protocol ------------------------------------------------------------------

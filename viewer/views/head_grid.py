@@ -13,7 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from transformer_viewer.viewer.widgets.heatmap import LOG_FLOOR, get_colormap
+from transformer_viewer.viewer.views.heatmap import LOG_FLOOR, get_colormap
 
 THUMB = 64  # pixels per thumbnail side, at most
 GAP = 0.12  # space between tiles, as a fraction of a tile
@@ -59,13 +59,16 @@ def tile(thumbs: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 class HeadGridView(QtWidgets.QWidget):
-    """`set_patterns(attention (L, nh, T, T), mask (L, nh))`; emits `head_activated(layer, head)` on click."""
+    """`set_patterns(attention (L, nh, T, T), mask (L, nh))`; emits `head_activated(layer, head)` on
+    click. With a `ViewerState` it follows the state's trace, mask and selection, and a click
+    selects the head."""
 
     head_activated = QtCore.Signal(int, int)
     hover_text_changed = QtCore.Signal(str)
 
-    def __init__(self, parent=None):
+    def __init__(self, state=None, parent=None):
         super().__init__(parent)
+        self.state = state
         self._shape = (0, 0)  # (L, nh)
         self._mask = np.zeros((0, 0), dtype=bool)
         self._selected: tuple[int, int] | None = None
@@ -118,6 +121,23 @@ class HeadGridView(QtWidgets.QWidget):
         scene = self.graphics.scene()
         scene.sigMouseClicked.connect(self._on_mouse_clicked)
         scene.sigMouseMoved.connect(self._on_mouse_moved)
+        if state is not None:
+            self.head_activated.connect(lambda layer, head: state.set_selection(layer=layer, head=head))
+            state.trace_changed.connect(self._on_trace)
+            state.mask_changed.connect(self._on_mask)
+            state.selection_changed.connect(lambda: self.set_selected(state.layer, state.head))
+            self.set_selected(state.layer, state.head)
+            self._on_trace(state.trace)
+
+    def _on_trace(self, trace) -> None:
+        if trace is not None and trace.attention is not self._patterns:
+            # The trace's own mask always matches its patterns, even when a newly loaded model
+            # has already reshaped the state's mask.
+            self.set_patterns(trace.attention, trace.mask)
+
+    def _on_mask(self, mask) -> None:
+        if mask.shape == self._shape:  # crosses at once; the patterns follow with the trace
+            self.set_mask(mask)
 
     # -- data -----------------------------------------------------------------------------
     def set_patterns(self, attention, mask=None) -> None:
@@ -133,7 +153,9 @@ class HeadGridView(QtWidgets.QWidget):
         if (self._shape, self._cell) != old_layout:  # tiles moved: a new model or a new thumbnail size
             self._set_ticks()
             self.view.autoRange(padding=0.01)
-        self.set_mask(np.zeros((L, nh), dtype=bool) if mask is None else mask)
+        mask = np.zeros((L, nh), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        if not np.array_equal(mask, self._mask):  # a head toggle has drawn its cross already
+            self.set_mask(mask)
         if self._selected is not None:
             self.set_selected(*self._selected)
 

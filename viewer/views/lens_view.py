@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.widgets.analysis_common import (
+from transformer_viewer.viewer.views.heatmap import HeatmapExport, format_value
+from transformer_viewer.viewer.views.logits_panel import token_label
+from transformer_viewer.viewer.views.parts import (
     CLEAN_PEN,
     MAIN_PEN,
     AdaptiveSplitter,
@@ -25,7 +27,6 @@ from transformer_viewer.viewer.widgets.analysis_common import (
     set_depth_ticks,
     shrinkable_title,
 )
-from transformer_viewer.viewer.widgets.heatmap import HeatmapExport, format_value
 
 
 class LensView(HeatmapExport, QtWidgets.QWidget):
@@ -35,7 +36,6 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         super().__init__(parent)
         self.state, self.worker = state, worker
         self.result = None
-        self._label = lambda i: str(i)
         self.heatmap = TextHeatmap()
         self.rank_plot = depth_plot(left="rank (log)", bottom="depth")
         self.rank_plot.getPlotItem().setLogMode(y=True)
@@ -70,18 +70,9 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         self.heatmap.cell_clicked.connect(lambda _r, col: state.set_selection(query=col))
         state.trace_changed.connect(self._on_trace)
         state.selection_changed.connect(self.refresh)
-        state.mask_changed.connect(lambda _m: self.refresh())
-        if worker is not None:
-            from transformer_viewer.viewer.analysis_requests import LensResult
-
-            self._result_type = LensResult
-            worker.result.connect(self._on_result)
+        state.mask_changed.connect(lambda _m: self.refresh())  # "computing…" until the new lens comes
         self._pending = False
-
-    # -- export protocol ------------------------------------------------------------------
-    def set_label_function(self, fn) -> None:
-        """token id -> visible label (the GUI passes the GPT-2 tokenizer's)."""
-        self._label = fn
+        self._on_trace(state.trace)  # built after a run (an export): ask once shown
 
     # -- worker ---------------------------------------------------------------------------
     def _on_trace(self, trace) -> None:
@@ -100,17 +91,14 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
             self.request()
 
     def request(self) -> None:
-        from transformer_viewer.viewer.analysis_requests import LensRequest
+        from transformer_viewer.viewer.worker.lens import LensRequest
 
         st = self.state
         self._pending = False
         if st.trace is None or not st.prompt:
             return
-        self.worker.submit(LensRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation))
-
-    def _on_result(self, result) -> None:
-        if isinstance(result.value, self._result_type):
-            self.set_result(result.value)
+        self.worker.submit(LensRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation),
+                           on_result=lambda answer: self.set_result(answer.value))
 
     def set_result(self, result) -> None:
         self.result = result
@@ -134,9 +122,9 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
             return
         lens, q = r.lens, st.query_index
         diff = self.diff.active
-        tokens = [[self._label(i) for i in row] for row in lens.top_ids.tolist()]
+        tokens = [[token_label(i) for i in row] for row in lens.top_ids.tolist()]
         if diff:
-            clean_tokens = [[self._label(i) for i in row] for row in r.clean.top_ids.tolist()]
+            clean_tokens = [[token_label(i) for i in row] for row in r.clean.top_ids.tolist()]
             self.heatmap.hover_prefix = "clean top token"
             self.heatmap.set_data(r.diff, lens.row_labels, trace.labels, levels=None, diverging=True,
                                   title="masked − clean probability of the clean model's top token",
@@ -153,7 +141,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         compact_axes(self.heatmap)
         self._draw_ranks(r, q)
         self._fill_table(r, q, tokens)
-        final = self._label(int(lens.final_ids[q]))
+        final = token_label(int(lens.final_ids[q]))
         first = int(np.argmax(lens.final_ranks[:, q] == 0))
         self.info.setText(f"position {q} ({trace.labels[q]!r}): final top token {final!r}, "
                           f"top from {lens.row_labels[first]} on")
@@ -170,7 +158,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         plot.plot(x, r.lens.final_ranks[:, q] + 1.0, pen=MAIN_PEN, symbol="o", symbolSize=5,
                   symbolBrush=(30, 100, 200), name="masked" if r.clean is not r.lens else None)
         set_depth_ticks(self.rank_plot, r.lens.row_labels)
-        final = self._label(int(r.lens.final_ids[q]))
+        final = token_label(int(r.lens.final_ids[q]))
         plot.setTitle(f"rank + 1 of the final top token {final!r}", size="9pt")
         shrinkable_title(plot)
 

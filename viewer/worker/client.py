@@ -1,14 +1,18 @@
 """One worker thread owns the model; the GUI talks to it only through `WorkerClient`.
 
-`WorkerClient.submit(request)` stamps the request with a fresh id and queues it. The queue holds
-at most one waiting request per kind: a newer one replaces the waiting one and cancels a running
-one of the same kind (its `is_cancelled()` turns True). Answers come back on the GUI thread as
-`result(Result)`, `failed(Failure)` and `progress(Progress)`; anything answering a request older
-than the newest of its kind is dropped there (`dropped` counts them), so a view never sees a
-stale trace. The one exception is a result saying the worker's model changed (a load or device
-move that finished before a newer request of its kind could stop it): the worker now holds that
-model, so the GUI must hear of it, stale or not. `close()` cancels everything, stops the thread
-and waits for it.
+`WorkerClient.submit(request, on_result=..., on_failure=..., on_progress=...)` stamps the
+request with a fresh id, queues it and returns its `RequestHandle`: that request's result,
+failure (a cancelled one too), and progress come back to those callbacks, on the GUI thread,
+and to no one else. The queue holds at most one waiting request per kind: a newer one replaces
+the waiting one and cancels a running one of the same kind (its `is_cancelled()` turns True).
+An answer to a request older than the newest of its kind is dropped (`dropped` counts them), so
+a view never sees a stale trace. The one exception is a result saying the worker's model
+changed (a load or device move that finished before a newer request of its kind could stop
+it): the worker now holds that model, so its handle hears of it, stale or not.
+
+The client's own `result`, `failed` and `progress` signals repeat every delivered answer for
+observers that are not views (the status bar, logs, tests). `close()` cancels everything,
+stops the thread and waits for it.
 """
 
 from __future__ import annotations
@@ -18,11 +22,12 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from transformer_viewer.viewer.requests import (
+from transformer_viewer.viewer.worker.requests import (
     Cancelled,
     Failure,
     LoadResult,
@@ -146,11 +151,49 @@ def _one_line(text: str) -> str:
     return line if len(line) <= 400 else line[:399] + "…"
 
 
+class RequestHandle:
+    """One submitted request: where its answer goes. Callbacks run on the GUI thread; set them
+    at `submit` or later with `then` (before control returns to the event loop)."""
+
+    def __init__(self, client: WorkerClient, request: Request):
+        self._client = client
+        self.request = request
+        self.done = False  # answered, dropped as stale, or cancelled before it ran
+        self._on_result: Callable[[Result], None] | None = None
+        self._on_failure: Callable[[Failure], None] | None = None
+        self._on_progress: Callable[[Progress], None] | None = None
+
+    @property
+    def rid(self) -> int:
+        return self.request.rid
+
+    def then(self, on_result=None, on_failure=None, on_progress=None) -> RequestHandle:
+        self._on_result = on_result or self._on_result
+        self._on_failure = on_failure or self._on_failure
+        self._on_progress = on_progress or self._on_progress
+        return self
+
+    def cancel(self) -> None:
+        """Stop this request (if it is still the newest of its kind); its failure says cancelled."""
+        if not self.done and self._client.is_latest(self.request):
+            self._client.cancel(self.request.kind)
+
+    def _deliver(self, answer) -> None:
+        self.done = True
+        callback = self._on_result if isinstance(answer, Result) else self._on_failure
+        if callback is not None:
+            callback(answer)
+
+    def _report(self, progress: Progress) -> None:
+        if self._on_progress is not None:
+            self._on_progress(progress)
+
+
 class WorkerClient(QObject):
     """The GUI thread's handle on the worker thread."""
 
-    result = Signal(object)  # Result
-    failed = Signal(object)  # Failure
+    result = Signal(object)  # Result, after its handle got it
+    failed = Signal(object)  # Failure, after its handle got it
     progress = Signal(object)  # Progress
     busy_changed = Signal(bool)
     _wake = Signal()
@@ -159,7 +202,7 @@ class WorkerClient(QObject):
         super().__init__(parent)
         self._ids = itertools.count(1)
         self._latest: dict[str, int] = {}
-        self._outstanding: dict[int, Request] = {}
+        self._handles: dict[int, RequestHandle] = {}  # outstanding requests by id
         self.dropped = 0  # stale answers thrown away (tests look at it)
         self._queue = _Queue()
         self.thread = QThread()
@@ -175,29 +218,35 @@ class WorkerClient(QObject):
 
     @property
     def busy(self) -> bool:
-        return bool(self._outstanding)
+        return bool(self._handles)
 
-    def submit(self, request: Request) -> Request:
-        """Queue `request` (stamped with a new id, returned) for the worker."""
+    def submit(self, request: Request, on_result=None, on_failure=None, on_progress=None) -> RequestHandle:
+        """Queue `request` (stamped with a new id) for the worker; its answer goes to the callbacks."""
         if self._closed:
             raise RuntimeError("the worker is closed")
         request = replace(request, rid=next(self._ids))
+        handle = RequestHandle(self, request).then(on_result, on_failure, on_progress)
         was_busy = self.busy
         self._latest[request.kind] = request.rid
         replaced = self._queue.put(request)
         if replaced is not None:
-            self._outstanding.pop(replaced.rid, None)
-        self._outstanding[request.rid] = request
+            self._retire(replaced.rid)
+        self._handles[request.rid] = handle
         self._wake.emit()
         if not was_busy:
             self.busy_changed.emit(True)
-        return request
+        return handle
 
     def cancel(self, kind: str | None = None) -> None:
         for request in self._queue.cancel(kind):
-            self._outstanding.pop(request.rid, None)
+            self._retire(request.rid)
         if not self.busy:
             self.busy_changed.emit(False)
+
+    def _retire(self, rid: int) -> None:
+        handle = self._handles.pop(rid, None)
+        if handle is not None:
+            handle.done = True
 
     def is_latest(self, request: Request) -> bool:
         return request.rid >= self._latest.get(request.kind, 0)
@@ -205,11 +254,15 @@ class WorkerClient(QObject):
     @Slot(object)
     def _on_answer(self, answer) -> None:
         was_busy = self.busy
-        self._outstanding.pop(answer.request.rid, None)
+        handle = self._handles.pop(answer.request.rid, None)
         model_changed = isinstance(answer, Result) and isinstance(answer.value, LoadResult)
         if self.is_latest(answer.request) or model_changed:
+            if handle is not None:
+                handle._deliver(answer)
             (self.result if isinstance(answer, Result) else self.failed).emit(answer)
         else:
+            if handle is not None:
+                handle.done = True
             self.dropped += 1
         if was_busy and not self.busy:
             self.busy_changed.emit(False)
@@ -217,6 +270,9 @@ class WorkerClient(QObject):
     @Slot(object)
     def _on_progress(self, progress: Progress) -> None:
         if self.is_latest(progress.request):
+            handle = self._handles.get(progress.request.rid)
+            if handle is not None:
+                handle._report(progress)
             self.progress.emit(progress)
 
     def close(self, timeout_ms: int | None = None) -> bool:
@@ -226,7 +282,8 @@ class WorkerClient(QObject):
             return self.thread.isFinished()
         self._closed = True
         self._queue.cancel()
-        self._outstanding.clear()
+        for rid in list(self._handles):
+            self._retire(rid)
         self.thread.quit()
         finished = self.thread.wait() if timeout_ms is None else self.thread.wait(timeout_ms)
         if finished:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.widgets.heatmap import COLORMAPS, HeatmapExport, HeatmapView
+from transformer_viewer.viewer.views.heatmap import COLORMAPS, HeatmapExport, HeatmapView
 
 MODES = {
     "head": "single head",
@@ -44,14 +44,17 @@ def attention_matrix(attention: np.ndarray, layer: int, head: int, mode: str = "
 
 
 class AttentionPanel(HeatmapExport, QtWidgets.QWidget):
-    """A HeatmapView plus controls. `set_trace(trace, layer, head, query)` redraws."""
+    """A HeatmapView plus controls. With a `ViewerState` it follows the state's trace and
+    selection (a click selects the query); without one, `set_trace(trace, layer, head, query)`
+    draws."""
 
     cell_clicked = QtCore.Signal(int, int)
     hover_text_changed = QtCore.Signal(str)
     mode_changed = QtCore.Signal(str)
 
-    def __init__(self, parent=None):
+    def __init__(self, state=None, parent=None):
         super().__init__(parent)
+        self.state = state
         self._trace = None
         self._layer, self._head, self._query = 0, 0, None
         self.heatmap = HeatmapView()
@@ -84,6 +87,30 @@ class AttentionPanel(HeatmapExport, QtWidgets.QWidget):
         self.mode_combo.currentIndexChanged.connect(self._on_mode)
         self.heatmap.cell_clicked.connect(self.cell_clicked)
         self.heatmap.hover_text_changed.connect(self.hover_text_changed)
+        if state is not None:
+            self.cell_clicked.connect(lambda row, _col: state.set_selection(query=row))
+            state.trace_changed.connect(self._on_trace)
+            state.selection_changed.connect(self._on_selection)
+            self._on_trace(state.trace)
+
+    def _on_trace(self, trace) -> None:
+        st = self.state
+        if trace is None:
+            return
+        shown = self._trace
+        if shown is not None and trace.attention is shown.attention and (st.layer, st.head) == (self._layer, self._head):
+            # Only the prediction position moved (the handler shares the arrays): no redraw.
+            self._trace = trace
+            self.set_query(st.query_index)
+        else:
+            self.set_trace(trace, st.layer, st.head, st.query_index)
+
+    def _on_selection(self) -> None:
+        st = self.state
+        if (st.layer, st.head) != (self._layer, self._head):
+            self.set_trace(st.trace, st.layer, st.head, st.query_index)
+        else:
+            self.set_query(st.query_index)
 
     # -- state ----------------------------------------------------------------------------
     def set_trace(self, trace, layer: int | None = None, head: int | None = None, query: int | None = None) -> None:

@@ -13,8 +13,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from transformer_viewer.viewer.widgets.heatmap import HeatmapView
-from transformer_viewer.viewer.widgets.token_axis import short_label
+from transformer_viewer.viewer.views.heatmap import HeatmapView
+from transformer_viewer.viewer.views.token_axis import short_label
 
 MAX_TEXT_CELLS = 600  # beyond this many cells, values and tokens are only in the hover readout
 TEXT_CHARS = 7
