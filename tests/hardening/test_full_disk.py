@@ -191,7 +191,7 @@ def test_resume_sets_a_damaged_optimizer_file_aside(tmp_path, capsys, damage):
     moments, said in the record, never a traceback."""
     data = write_text(tmp_path / "text.txt")
     out = str(tmp_path / "m.safetensors")
-    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS]) == 0
+    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS, "--keep-optimizer"]) == 0  # keep .optim to damage it
     optim = out + ".optim"
     if damage == "garbage":
         with open(optim, "wb") as f:
