@@ -136,7 +136,7 @@ def test_save_checkpoint_on_a_full_disk_keeps_the_previous_checkpoint(folder, mo
 
 TRAIN_FLAGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
                "--steps", "4", "--warmup", "1", "--eval-every", "2", "--eval-batches", "2", "--val-fraction", "0.2",
-               "--device", "cpu", "--seed", "5"]
+               "--device", "cpu", "--seed", "5", "--keep-optimizer"]  # the .optim file stays for --resume
 
 
 @pytest.mark.parametrize("fail_on", ["checkpoint", "optimizer"])
