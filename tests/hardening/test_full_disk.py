@@ -146,8 +146,7 @@ def test_train_snapshot_on_a_full_disk_is_one_line_and_keeps_the_last_snapshot(t
     folder = tmp_path / "run"
     folder.mkdir()
     out = str(folder / "m.safetensors")
-    # --keep-optimizer: the resume below must find the optimizer state a finished run removes.
-    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS, "--keep-optimizer"]) == 0
+    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS]) == 0
     capsys.readouterr()
     saved = {name: open(folder / name, "rb").read() for name in os.listdir(folder)}
     assert set(saved) == {"m.safetensors", "m.safetensors.optim"}
@@ -191,7 +190,7 @@ def test_resume_sets_a_damaged_optimizer_file_aside(tmp_path, capsys, damage):
     moments, said in the record, never a traceback."""
     data = write_text(tmp_path / "text.txt")
     out = str(tmp_path / "m.safetensors")
-    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS, "--keep-optimizer"]) == 0  # keep .optim to damage it
+    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS]) == 0
     optim = out + ".optim"
     if damage == "garbage":
         with open(optim, "wb") as f:
