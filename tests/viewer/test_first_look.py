@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.viewer.shell_common import PROMPT, new_window, wait_idle
+from tests.helpers.window import PROMPT, new_window, wait_idle
 from transformer_viewer.viewer.window import empty_states as es
 from transformer_viewer.viewer.window.status_bar import StatusBar
 
