@@ -227,9 +227,11 @@ def detect_heads(model, texts: list[str] | None = None, text_ids: list[list[int]
     """Score every head of `model` (a GPT or a LoadedModel).
 
     Text scores use `text_ids` if given, else `texts` (default: NATURAL_TEXT) tokenized with
-    GPT-2; each text is cut to the model's context and positions are pooled over all texts.
-    The random sequences start with `prefix` (default: <|endoftext|> where the vocabulary has it).
+    `tokenizer` (default: a LoadedModel's own, else GPT-2's); each text is cut to the model's
+    context and positions are pooled over all texts. The random sequences start with `prefix`
+    (default: what the tokenizer starts a document with, e.g. <|endoftext|> or a BOS).
     """
+    tokenizer = tokenizer or getattr(model, "tokenizer", None)
     model = getattr(model, "model", model)
     cfg = model.config
     was_training = model.training
@@ -260,7 +262,10 @@ def detect_heads(model, texts: list[str] | None = None, text_ids: list[list[int]
             sums["entropy"] += attention_entropy(pat) * weight
             positions += weight
 
-        prefix = default_prefix(model) if prefix is None else list(prefix)
+        if prefix is None:
+            prefix = default_prefix(model) if tokenizer is None else \
+                [i for i in tokenizer.document_prefix() if i < cfg.vocab_size]
+        prefix = list(prefix)
         offset = len(prefix)
         n = default_induction_length(model, offset) if induction_length is None else int(induction_length)
         ids = repeated_random_tokens(model, n, induction_batch, seed, prefix)

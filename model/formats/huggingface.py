@@ -18,6 +18,7 @@ from safetensors import SafetensorError, safe_open
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import gpt2_layout, pickle_safe
+from transformer_viewer.model.tokenizer_files import folder_tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 # HF activation_function -> ours. "gelu_new" and "gelu_pytorch_tanh" are the same tanh curve.
@@ -52,7 +53,7 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
                               "lm_head.weight; the head is missing")
     info = {
         "name": name or os.path.basename(os.path.normpath(folder)),
-        "tokenizer": "gpt2",
+        "tokenizer": folder_tokenizer(folder, hf),  # "gpt2", or this folder (its tokenizer.json)
         "training": {"source_format": "huggingface", "architectures": list(hf.get("architectures") or [])},
         "key_name": gpt2_layout.file_namer(names, raw.keys()),
     }

@@ -59,7 +59,7 @@ def test_native_round_trip(tmp_path):
     path = tmp_path / "m.safetensors"
     model = save_tiny(path)
     loaded = load_checkpoint(str(path))
-    assert loaded.format == "native" and loaded.config == TINY and loaded.tokenizer == "gpt2"
+    assert loaded.format == "native" and loaded.config == TINY and loaded.tokenizer.spec == "gpt2"
     x = ids(TINY.vocab_size)
     torch.testing.assert_close(our_logits(loaded, x), model(x)[0].detach(), rtol=0, atol=0)
     assert loaded.model.lm_head.weight is loaded.model.wte.weight  # tied again after loading

@@ -125,7 +125,7 @@ def build_scan(trace, args, session=None):
     from tqdm import tqdm
 
     from transformer_viewer.model.scan import head_scan
-    from transformer_viewer.viewer.cli.scan import parse_token
+    from transformer_viewer.model.tokenizer import parse_token
     from transformer_viewer.viewer.widgets.scan_view import ScanView
 
     session = _session(trace, args, session)

@@ -22,7 +22,7 @@ def describe(loaded) -> dict:
         "format": loaded.format,
         "config": loaded.config.to_dict(),
         "n_params": int(loaded.n_params),
-        "tokenizer": loaded.tokenizer,
+        "tokenizer": loaded.tokenizer.describe(),
         "device": str(loaded.device),
         "training": loaded.training,
     }
