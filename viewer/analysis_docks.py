@@ -34,7 +34,6 @@ class AnalysisViews:
 
 def install_analysis_docks(window, state=None, worker=None) -> AnalysisViews:
     import transformer_viewer.viewer.analysis_requests  # noqa: F401 - registers the handlers
-    from transformer_viewer.model.tokenizer import Tokenizer
     from transformer_viewer.viewer.widgets.diff_view import AttentionDiffView
     from transformer_viewer.viewer.widgets.generate_control import GenerateControl
     from transformer_viewer.viewer.widgets.lens_view import LensView
@@ -44,7 +43,6 @@ def install_analysis_docks(window, state=None, worker=None) -> AnalysisViews:
 
     state = state if state is not None else window.state
     worker = worker if worker is not None else window.worker
-    tokenizer = Tokenizer()
     views = AnalysisViews(
         residual=ResidualView(state),
         mlp=MLPView(state),
@@ -53,8 +51,7 @@ def install_analysis_docks(window, state=None, worker=None) -> AnalysisViews:
         diff=AttentionDiffView(state),
         generate=GenerateControl(state, worker, run_prompt=getattr(window, "run_prompt", None)),
     )
-    views.lens.set_label_function(tokenizer.label)
-    views.scan._tokenizer = tokenizer
+    views.lens.set_label_function(lambda i: state.tokenizer().label(i))  # the loaded model's, whichever it is
     big = dict(zip(VIEWS, (views.residual, views.mlp, views.lens, views.scan, views.diff), strict=True))
     if hasattr(window, "add_view_tab"):
         # Tabs beside the attention heatmap: these views need the room of the middle.

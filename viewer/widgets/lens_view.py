@@ -80,7 +80,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
 
     # -- export protocol ------------------------------------------------------------------
     def set_label_function(self, fn) -> None:
-        """token id -> visible label (the GUI passes the GPT-2 tokenizer's)."""
+        """token id -> visible label (the GUI passes the loaded model's tokenizer's)."""
         self._label = fn
 
     # -- worker ---------------------------------------------------------------------------

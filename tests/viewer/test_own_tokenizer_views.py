@@ -1,0 +1,76 @@
+"""The window with a model that brings its own tokenizer.json: the token strip, the next-token
+table, the lens and the scan fields label tokens with that tokenizer, and special tokens are
+drawn apart from the prompt's text."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.model.test_own_tokenizer_model import own_tokenizer_folder
+from tests.viewer.shell_common import new_window, wait_idle
+from transformer_viewer.model.tokenizer import load_tokenizer
+
+PROMPT = "Hello world, the capital of France"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return own_tokenizer_folder(str(tmp_path_factory.mktemp("own-gui") / "model"))
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, folder):
+    w = new_window(qtbot, tmp_path, folder, prompt=PROMPT)
+    yield w
+    w.close()
+
+
+def test_strip_and_tables_use_the_models_tokenizer(qtbot, window, folder):
+    tok = load_tokenizer(folder)
+    expected = tok.tokenize(PROMPT)
+    wait_idle(qtbot, window, lambda: window.state.trace is not None and window.state.trace.labels == expected.labels)
+    st = window.state
+    assert st.model_info.tokenizer == tok.spec and st.tokenizer() is tok
+    canvas = window.token_strip.canvas
+    assert canvas.labels == expected.labels and canvas.labels[0] == "<s>"
+    assert canvas.special == (True,) + (False,) * (len(expected.ids) - 1)
+    assert "special token" in window.token_strip.tooltip_text(0)
+    assert "special token" not in window.token_strip.tooltip_text(1)
+    # The next-token table names ids in this vocabulary, not GPT-2's.
+    top = [int(i) for i in st.trace.next.top_ids[:3]]
+    shown = [window.logits.table.item(r, 1).text() for r in range(3)]
+    assert shown == [tok.label(i) for i in top]
+
+
+def test_special_chips_are_drawn_differently(qtbot, window, folder):
+    wait_idle(qtbot, window, lambda: window.state.trace is not None)
+    canvas = window.token_strip.canvas
+    window.state.set_selection(query=len(canvas.labels) - 1)  # neither chip compared below is selected
+    window.token_strip.set_mode("none")  # every chip on the same background: only the style differs
+    canvas.resize(600, 200)
+    image = canvas.grab().toImage()
+
+    def border_colors(i):
+        r = canvas.rects[i]
+        return {image.pixelColor(x, r.top() + 1).name() for x in range(r.left() + 5, r.right() - 5)}
+
+    special, plain = border_colors(0), border_colors(1)
+    assert special != plain and len(plain) == 1
+    rgb = [(int(c[1:3], 16), int(c[3:5], 16), int(c[5:7], 16)) for c in special]
+    assert any(b > g + 40 and r > g for r, g, b in rgb)  # the dashed purple border, where it is drawn
+
+
+def test_lens_and_scan_use_the_models_tokenizer(qtbot, tmp_path, folder):
+    from tests.viewer.test_analysis_views import open_window
+
+    w = open_window(qtbot, tmp_path, folder, PROMPT)
+    try:
+        tok = load_tokenizer(folder)
+        scan, lens = w.analysis.scan, w.analysis.lens
+        scan.target_edit.setText(" the")
+        scan.distractor_edit.setText("")
+        target, distractor = scan.parse_inputs()
+        assert target == tok.encode(" the", add_special_tokens=False)[0] and distractor is None
+        assert lens._label(5) == tok.label(5) and lens._label(1) == "<s>"
+    finally:
+        w.close()
