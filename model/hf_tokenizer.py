@@ -73,12 +73,9 @@ class HFTokenizer:
         # A prompt is never cut or padded behind our back: truncation is ours (tokenize_last).
         self._tk.no_truncation()
         self._tk.no_padding()
-        try:
-            self._byte_level = _has_type(spec.get("pre_tokenizer"), "ByteLevel") or _has_type(spec.get("decoder"), "ByteLevel")
-            self._space = _metaspace_char(spec)
-        except RecursionError:
-            raise CheckpointError(f"{path}: its pre-tokenizer or decoder is nested too deeply; restore the model's "
-                                  "own tokenizer.json") from None
+        # The library has read these parts, so their nesting is within its parser's depth limit (128).
+        self._byte_level = _has_type(spec.get("pre_tokenizer"), "ByteLevel") or _has_type(spec.get("decoder"), "ByteLevel")
+        self._space = _metaspace_char(spec)
         self._byte_fallback = bool(spec["model"].get("byte_fallback"))
         self._kind = str(spec["model"].get("type", "BPE"))[:20]
         self._special = frozenset(i for i, t in self._tk.get_added_tokens_decoder().items() if t.special)

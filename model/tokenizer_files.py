@@ -105,8 +105,8 @@ def read_special_tokens(folder: str) -> SpecialTokens:
             continue
         data = read_json_object(path, MAX_SIDE_FILE, name)
         for key in ("bos", "eos"):
-            if key not in found and f"{key}_token" in data:
-                found[key] = _token_text(data[f"{key}_token"], path, f"{key}_token")
+            if f"{key}_token" in data:  # checked in every file, used from the first that names it
+                found.setdefault(key, _token_text(data[f"{key}_token"], path, f"{key}_token"))
         if path == config_path and "add_bos_token" in data:
             if not isinstance(data["add_bos_token"], bool):
                 raise CheckpointError(f"{path}: add_bos_token is {data['add_bos_token']!r}, not true or false; "
