@@ -162,14 +162,21 @@ class HFTokenizer:
         """The text's tokens, keeping the last `n` (the BOS stays first: the model expects it) and
         how many were dropped; the kept text starts where the first kept token does."""
         enc = self._tk.encode(text, add_special_tokens=False)
-        ids = list(enc.ids)
-        spans = _spans(enc.offsets, len(text))
+        ids = enc.ids
         prefix = list(self.prefix)
         keep = len(ids) if n is None else max(0, min(len(ids), n - len(prefix)))
         if n is not None and n < len(prefix):
             prefix = prefix[len(prefix) - n:]
         dropped = len(ids) - keep
-        ids, spans = ids[dropped:], spans[dropped:]
+        if dropped:
+            # Spans of the kept tokens only (and the one before, where the first kept span starts):
+            # a 1 MB paste costs its encoding, not a Python pass over every token.
+            first = dropped - 1
+            offsets = [enc.token_to_chars(i) or (0, 0) for i in range(first, len(ids))]
+            spans = _spans(offsets, len(text))[1:]
+        else:
+            spans = _spans(enc.offsets, len(text))
+        ids = ids[dropped:]
         start = spans[0][0] if dropped and spans else (len(text) if dropped else 0)
         tail = text[start:]
         spans = [(a - start, b - start) for a, b in spans]
