@@ -40,11 +40,13 @@ def folders(tmp_path_factory):
         # No word on BOS in the config: the tokenizer.json's own post-processor decides.
         "metaspace_template": tc.metaspace(str(root / "ms_tpl"), config={"bos_token": "<s>"}),
         "nfc": tc.nfc_byte_level(str(root / "nfc")),
+        "llama3": tc.llama3_style(str(root / "llama3")),
+        "gemma": tc.gemma_style(str(root / "gemma")),
     }
 
 
 @pytest.mark.parametrize("kind", ["byte_level", "metaspace", "metaspace_no_bos", "metaspace_config_bos",
-                                  "metaspace_template", "nfc"])
+                                  "metaspace_template", "nfc", "llama3", "gemma"])
 @pytest.mark.parametrize("text", TEXTS)
 def test_ids_match_transformers(folders, kind, text):
     ours, ref = load_tokenizer(folders[kind]), tc.reference(folders[kind])
@@ -60,6 +62,9 @@ def test_bos_as_configured(folders):
     assert starts["metaspace"] == starts["metaspace_config_bos"] == starts["metaspace_template"] == bos
     assert starts["metaspace_no_bos"] != bos and starts["byte_level"] != 0
     assert tc.reference(folders["metaspace_template"])("hello")["input_ids"][0] == bos
+    for kind, name in (("llama3", "<|begin_of_text|>"), ("gemma", "<bos>")):
+        tok = load_tokenizer(folders[kind]).tokenize("hello")
+        assert tok.labels[0] == name and tok.special[0] and not any(tok.special[1:])
 
 
 def test_special_tokens_are_kept_and_flagged(folders):
@@ -74,7 +79,7 @@ def test_special_tokens_are_kept_and_flagged(folders):
 
 def _piece_bytes(piece: str, kind: str) -> bytes:
     """A vocabulary entry's bytes by the style's definition, spelled out independently of ours."""
-    if kind == "byte_level":
+    if kind in ("byte_level", "llama3"):
         # GPT-2's table: printable bytes map to themselves, the others to chr(256 + n) in order.
         keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
         table = {chr(b): b for b in keep}
@@ -85,7 +90,7 @@ def _piece_bytes(piece: str, kind: str) -> bytes:
     return piece.replace("▁", " ").encode()
 
 
-@pytest.mark.parametrize("kind", ["byte_level", "metaspace"])
+@pytest.mark.parametrize("kind", ["byte_level", "metaspace", "llama3", "gemma"])
 def test_labels_follow_the_vocabulary_entry(folders, kind):
     ours, ref = load_tokenizer(folders[kind]), tc.reference(folders[kind])
     text = "Hello world,\n" + tc.UNSEEN + "\tthe end"
@@ -98,7 +103,7 @@ def test_labels_follow_the_vocabulary_entry(folders, kind):
     assert "⏎" in tok.labels
     # Every byte of the text is some ordinary token's (SentencePiece adds one space in front).
     spelled = b"".join(ours.token_bytes(i) for i, s in zip(tok.ids, tok.special, strict=True) if not s)
-    assert spelled == (b" " if kind == "metaspace" else b"") + text.encode()
+    assert spelled == (b" " if kind == "metaspace" else b"") + text.encode()  # Gemma's normalizer adds none
 
 
 def test_byte_fallback_pieces(folders):
@@ -111,7 +116,7 @@ def test_byte_fallback_pieces(folders):
     assert ours.label(ours._tk.token_to_id("<0x41>")) == "A"
 
 
-@pytest.mark.parametrize("kind", ["byte_level", "metaspace", "nfc"])
+@pytest.mark.parametrize("kind", ["byte_level", "metaspace", "nfc", "llama3", "gemma"])
 @pytest.mark.parametrize("text", TEXTS)
 def test_spans_partition_the_text(folders, kind, text):
     ours = load_tokenizer(folders[kind])

@@ -94,3 +94,27 @@ def test_byte_level_model_without_bos(tmp_path):
     s = Session(load_checkpoint(folder))
     s.set_prompt("a\nb")
     assert s.tokens.labels == ("a", "⏎", "b") and not any(s.tokens.special)
+
+
+def test_from_the_cache_by_name(tmp_path, monkeypatch):
+    """A cached snapshot whose files are links into blobs/ (as huggingface_hub stores them)."""
+    import os
+    import shutil
+
+    built = own_tokenizer_folder(str(tmp_path / "built"), seed=3)
+    repo = tmp_path / "hub" / "models--org--own-tok"
+    snap = repo / "snapshots" / "0123abcd"
+    (repo / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    for name in os.listdir(built):
+        blob = repo / "blobs" / ("blob-" + name)
+        shutil.copy(os.path.join(built, name), blob)
+        os.symlink(os.path.relpath(blob, snap), snap / name)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    loaded = load_checkpoint("org/own-tok")
+    assert loaded.name == "org/own-tok" and isinstance(loaded.tokenizer, HFTokenizer)
+    s = Session(loaded)
+    s.set_prompt(PROMPT)
+    assert list(s.tokens.ids) == tc.reference(built)(PROMPT)["input_ids"]

@@ -57,6 +57,45 @@ def metaspace(folder: str, vocab_size: int = 200, config: dict | None = None, te
                  {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True, "add_eos_token": False})
 
 
+def llama3_style(folder: str) -> str:
+    """Byte-level BPE behind a regex Split, in a Sequence (Llama 3's arrangement), whose template
+    starts every text with <|begin_of_text|>; tokenizer_config.json says nothing of adding it."""
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                             r"|\s*[\r\n]+|\s+(?!\S)|\s+", behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=330, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+                                  show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tk.train_from_iterator(CORPUS, trainer)
+    tk.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+                                      special_tokens=[("<|begin_of_text|>", tk.token_to_id("<|begin_of_text|>"))])])
+    return _save(tk, folder, {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"})
+
+
+def gemma_style(folder: str) -> str:
+    """Spaces replaced by ▁ in a normalizer, no pre-tokenizer, byte fallback (Gemma's arrangement),
+    <bos> added by the template and by tokenizer_config.json."""
+    tk = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    tk.normalizer = normalizers.Replace(" ", "▁")
+    tk.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    trainer = trainers.BpeTrainer(vocab_size=200, special_tokens=["<pad>", "<eos>", "<bos>", "<unk>"],
+                                  show_progress=False, limit_alphabet=60)
+    tk.train_from_iterator(CORPUS, trainer)
+    spec = json.loads(tk.to_str())
+    vocab = spec["model"]["vocab"]
+    for b in range(256):
+        vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    tk = Tokenizer.from_str(json.dumps(spec))
+    tk.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
+                                                      special_tokens=[("<bos>", tk.token_to_id("<bos>"))])
+    return _save(tk, folder, {"bos_token": "<bos>", "eos_token": "<eos>", "add_bos_token": True,
+                              "add_eos_token": False})
+
+
 def nfc_byte_level(folder: str) -> str:
     """Byte-level BPE behind an NFC normalizer (Qwen2's arrangement): offsets map back through it."""
     byte_level(folder)

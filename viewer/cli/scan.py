@@ -92,7 +92,9 @@ def _as_json(result, order, session, name) -> dict:
     tok = session.tokenizer
 
     def token(i):
-        return None if i is None else {"id": int(i), "token": tok.decode([i]), "label": tok.label(i)}
+        if i is None:
+            return None
+        return {"id": int(i), "token": tok.token_bytes(i).decode("utf-8", errors="replace"), "label": tok.label(i)}
     return {
         "model": name,
         "prompt": session.tokens.text,
