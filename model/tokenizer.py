@@ -183,7 +183,7 @@ def load_tokenizer(spec: str = "gpt2", vocab_size: int | None = None):
     return _load_folder(HFTokenizer, folder, tuple(stamp))
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)  # the model in use and the one before: a 256k vocabulary is ~100 MB
 def _load_folder(cls, folder: str, _stamp: tuple):
     return cls(folder)
 

@@ -118,3 +118,15 @@ def test_from_the_cache_by_name(tmp_path, monkeypatch):
     s = Session(loaded)
     s.set_prompt(PROMPT)
     assert list(s.tokens.ids) == tc.reference(built)(PROMPT)["input_ids"]
+
+
+def test_head_detection_tokenizes_with_the_model_and_starts_with_its_bos(folder, monkeypatch):
+    from transformer_viewer.model import heads
+
+    loaded = load_checkpoint(folder)
+    seen = []
+    real = heads._patterns
+    monkeypatch.setattr(heads, "_patterns", lambda model, ids: seen.append(ids[0].tolist()) or real(model, ids))
+    heads.detect_heads(loaded, texts=["Hello world, the capital of France"], induction_length=8, induction_batch=1)
+    assert seen[0] == loaded.tokenizer.encode("Hello world, the capital of France")[:64]
+    assert seen[0][0] == seen[1][0] == loaded.tokenizer.bos_id == 1  # natural text and random sequences
