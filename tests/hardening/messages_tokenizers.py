@@ -94,7 +94,17 @@ def vocabulary_larger_than_embedding(ctx):
     return raised(lambda: load_checkpoint(folder))
 
 
+def cli_with_broken_tokenizer(ctx):
+    from tests.model.checkpoint_common import hf_config, hf_model
+
+    folder = _folder(ctx, "model")
+    hf_model(hf_config(vocab_size=456, n_layer=1, n_head=2, n_embd=8, n_positions=16)).save_pretrained(folder)
+    _write(folder, "tokenizer.json", '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [[')
+    return ctx.cli("predict", "--checkpoint", folder, "--prompt", "hello", "--device", "cpu")
+
+
 CASES = [
+    Case("CLI predict, broken tokenizer.json", cli_with_broken_tokenizer, "tokenizer.json: not valid JSON"),
     Case("tokenizer.json missing", missing, "tokenizer.json is missing, and the model's vocabulary (32000 tokens) "
          "is its own, so GPT-2's tokenizer would feed it the wrong ids"),
     Case("only tokenizer.model", lambda ctx: missing(ctx, sentencepiece=True), "has tokenizer.model but no tokenizer.json"),

@@ -213,3 +213,21 @@ def test_truncation_and_padding_in_the_file_are_ignored(tmp_path):
         json.dump(spec, f)
     tok = load_tokenizer(folder).tokenize("the quick brown fox jumps over the lazy dog")
     assert 4 < len(tok.ids) < 64 and "".join(tok.text[a:b] for a, b in tok.spans) == tok.text
+
+
+def test_which_tokenizer_a_folder_gets(tmp_path):
+    from transformer_viewer.model.tokenizer_files import folder_tokenizer
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    own = tc.byte_level(str(tmp_path / "own"))
+    # GPT-2's vocabulary (padded or not): GPT-2's tokenizer offline, whatever files sit beside it.
+    for vocab in (50257, 50304):
+        assert folder_tokenizer(own, {"model_type": "gpt2", "vocab_size": vocab}) == "gpt2"
+    # A GPT-2-family model with another vocabulary brings its tokenizer.json, or has only GPT-2's.
+    assert folder_tokenizer(own, {"model_type": "gpt2", "vocab_size": 320}) == os.path.abspath(own)
+    assert folder_tokenizer(str(bare), {"model_type": "gpt2", "vocab_size": 320}) == "gpt2"
+    # Any other family: its folder, whose missing tokenizer.json is then refused with one line.
+    assert folder_tokenizer(str(bare), {"model_type": "llama", "vocab_size": 50257}) == os.path.abspath(bare)
+    with pytest.raises(Exception, match="tokenizer.json is missing"):
+        load_tokenizer(str(bare))
