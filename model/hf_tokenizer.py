@@ -58,9 +58,12 @@ class HFTokenizer:
         path = tokenizer_json_path(folder)
         text = read_text(path, MAX_TOKENIZER_JSON, "tokenizer.json")
         try:
+            # Larger than other checkpoint JSON may be, so parsed here; json's own limits (nesting
+            # depth, integer digits) raise ValueError or RecursionError, never run away.
             spec = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as e:
-            raise CheckpointError(f"{path}: not valid JSON ({e}); restore the model's own tokenizer.json") from None
+        except (ValueError, RecursionError) as e:
+            line = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise CheckpointError(f"{path}: not valid JSON ({line}); restore the model's own tokenizer.json") from None
         if not isinstance(spec, dict) or not isinstance(spec.get("model"), dict):
             raise CheckpointError(f"{path}: not a tokenizer (no \"model\" object); restore the model's own tokenizer.json")
         try:

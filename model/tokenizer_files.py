@@ -8,11 +8,11 @@ read, and each malformed file gives one line naming it.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
 from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import untrusted_json
 from transformer_viewer.model.tokenizer import GPT2_PADDED_VOCAB, GPT2_VOCAB
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -69,15 +69,18 @@ def read_text(path: str, limit: int, what: str) -> str:
         raise CheckpointError(f"{path}: not UTF-8 text; restore the model's own {os.path.basename(path)}") from None
 
 
-def read_json_object(path: str, limit: int, what: str) -> dict:
-    text = read_text(path, limit, what)
+def read_json_object(path: str, what: str) -> dict:
+    """A side file's JSON object, parsed with the bounds every checkpoint JSON gets (size, nesting,
+    numbers)."""
+    fix = f"restore the model's own {what}"
     try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e}); restore the model's own "
-                              f"{os.path.basename(path)}") from None
+        obj = untrusted_json.read_file(path, fix, max_bytes=MAX_SIDE_FILE)
+    except PermissionError:
+        raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
     if not isinstance(obj, dict):
-        raise CheckpointError(f"{path}: not a JSON object; restore the model's own {os.path.basename(path)}")
+        raise CheckpointError(f"{path}: not a JSON object; {fix}")
     return obj
 
 
@@ -103,7 +106,7 @@ def read_special_tokens(folder: str) -> SpecialTokens:
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
             continue
-        data = read_json_object(path, MAX_SIDE_FILE, name)
+        data = read_json_object(path, name)
         for key in ("bos", "eos"):
             if f"{key}_token" in data:  # checked in every file, used from the first that names it
                 found.setdefault(key, _token_text(data[f"{key}_token"], path, f"{key}_token"))
@@ -114,7 +117,7 @@ def read_special_tokens(folder: str) -> SpecialTokens:
             found["add_bos"] = data["add_bos_token"]
     path = os.path.join(folder, GENERATION_CONFIG)
     if os.path.isfile(path):
-        data = read_json_object(path, MAX_SIDE_FILE, GENERATION_CONFIG)
+        data = read_json_object(path, GENERATION_CONFIG)
         for key in ("bos", "eos"):
             value = data.get(f"{key}_token_id")
             if isinstance(value, list):  # several EOS ids: the first is the one a text ends with

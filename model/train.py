@@ -15,13 +15,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.data import Corpus, unigram_loss
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.formats import native
 from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.train_batches import repeat_passages
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class TrainConfig:
     pos_init_std: float = 0.1  # std of that table (pos_init="sinusoidal" only)
     embed_init_std: float = 0.02  # std of the token embedding at the start (GPT-2: 0.02)
     freeze_unseen: bool = False  # the first active-vocab version: unseen rows pinned at zero
+    repeat_fraction: float = 0.0  # training windows that repeat a passage of themselves (train_batches.py)
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -191,9 +194,7 @@ def save_state(model, opt, out, record, tc: TrainConfig, final_dtype=None) -> No
             tensors[f"{i}.exp_avg"] = st["exp_avg"].contiguous()
             tensors[f"{i}.exp_avg_sq"] = st["exp_avg_sq"].contiguous()
             meta[f"{i}.step"] = str(float(st["step"]))
-    tmp = _optim_path(out) + ".tmp"
-    save_file(tensors, tmp, metadata=meta)
-    os.replace(tmp, _optim_path(out))
+    native.write_checkpoint_bytes(_optim_path(out), save(tensors, metadata=meta))
 
 
 def restore_optimizer(opt, out: str, step: int) -> bool:
@@ -279,7 +280,7 @@ def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="
     try:
         while step < tc.steps:
             gen = torch.Generator().manual_seed(tc.seed * 1_000_003 + step)
-            x, y = batch(corpus.train, block, tc.batch_size, gen)
+            x, y = repeat_passages(*batch(corpus.train, block, tc.batch_size, gen), tc.repeat_fraction, gen)
             lr = lr_at(step, tc)
             for g in opt.param_groups:
                 g["lr"] = lr

@@ -12,7 +12,7 @@ import numpy as np
 from transformer_viewer.model.diff import lens_diff
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.generate import generate
-from transformer_viewer.model.lens import logit_lens, masked_residuals
+from transformer_viewer.model.lens import logit_lens
 from transformer_viewer.model.scan import head_scan
 from transformer_viewer.viewer.analysis_requests import GenerateRequest, LensRequest, LensResult, ScanRequest
 from transformer_viewer.viewer.requests import Cancelled
@@ -38,7 +38,7 @@ def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensRe
     mask = _mask(session, request.mask)
     clean = session.scratch.get("lens:clean")
     if clean is None:
-        clean = logit_lens(session, masked_residuals(session, None, "zero"))
+        clean = logit_lens(session, session.masked_residuals())
         session.scratch["lens:clean"] = clean
     if is_cancelled():
         raise Cancelled
@@ -49,7 +49,7 @@ def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensRe
     if cached is not None and cached[0] == key:
         lens = cached[1]
     else:
-        lens = logit_lens(session, masked_residuals(session, mask, request.ablation), reference_ids=clean.top_ids)
+        lens = logit_lens(session, session.masked_residuals(mask, request.ablation), reference_ids=clean.top_ids)
         session.scratch["lens:masked"] = (key, lens)
     return LensResult(lens=lens, clean=clean, diff=lens_diff(clean, lens), mask=mask, text=request.text)
 

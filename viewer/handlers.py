@@ -13,10 +13,11 @@ import time
 import numpy as np
 import torch
 
-from transformer_viewer.model.capture import DEFAULT_MEMORY_BUDGET, Session, Trace
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
+from transformer_viewer.model.trace import Trace
 from transformer_viewer.viewer.requests import (
     DeviceRequest,
     LoadRequest,

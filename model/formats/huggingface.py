@@ -9,7 +9,6 @@ is refused: its weights would load into the wrong computation.
 
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -17,7 +16,7 @@ from safetensors import SafetensorError, safe_open
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import gpt2_layout, pickle_safe
+from transformer_viewer.model.formats import gpt2_layout, pickle_safe, schema, shard_index, untrusted_json
 from transformer_viewer.model.tokenizer_files import folder_tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -61,14 +60,15 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
 
 
 def read_config_json(folder: str) -> dict:
+    """config.json, parsed with bounds (size, nesting, numbers): it is as untrusted as the weights."""
     path = os.path.join(folder, "config.json")
+    fix = "restore the model's config.json"
     try:
-        with open(path, encoding="utf-8") as f:
-            hf = json.load(f)
+        hf = untrusted_json.read_file(path, fix)
     except PermissionError:
         raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e}); restore the model's config.json") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
     if not isinstance(hf, dict):
         raise CheckpointError(f"{path}: not a JSON object; restore the model's config.json")
     return hf
@@ -128,6 +128,7 @@ def _load_pickled(path: str) -> dict[str, torch.Tensor]:
         obj = obj["state_dict"]
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state dict of tensors")
+    schema.check_state_names(path, obj)
     return obj
 
 
@@ -143,17 +144,4 @@ def load_safetensors(path: str) -> dict[str, torch.Tensor]:
 
 
 def _load_sharded(index_path: str) -> dict[str, torch.Tensor]:
-    try:
-        with open(index_path, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
-        shards = sorted(set(weight_map.values()))
-    except (OSError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{index_path}: not a valid shard index ({e}); restore it") from None
-    folder = os.path.dirname(index_path)
-    state: dict[str, torch.Tensor] = {}
-    for shard in shards:
-        path = os.path.join(folder, os.path.basename(str(shard)))  # never leave the folder
-        if not os.path.isfile(path):
-            raise CheckpointError(f"{index_path}: shard {shard} is missing; download every shard")
-        state.update(load_safetensors(path) if path.endswith(".safetensors") else _load_pickled(path))
-    return state
+    return shard_index.load_shards(index_path, load_safetensors, _load_pickled)

@@ -9,6 +9,7 @@ scanned with `pickletools`, which executes nothing, to say what code it would ne
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import pickletools
 import re
@@ -17,8 +18,10 @@ import zipfile
 import torch
 
 from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import tensor_bounds
 
 ZIP_MAGIC = b"PK\x03\x04"
+ZIP_EXPANSION = 2  # unpacked/packed size a torch zip may have (its entries are stored, not deflated)
 PICKLE_PROTO = 0x80
 # torch's pre-1.6 format begins with a pickled LONG1 magic number; a bare pickle does not.
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
@@ -39,7 +42,7 @@ def load(path: str) -> object:
     if head.startswith(ZIP_MAGIC):
         _check_zip(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         message = str(e)
         if "GLOBAL" in message or "global" in message:
@@ -50,6 +53,8 @@ def load(path: str) -> object:
         raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
     except (EOFError, RuntimeError, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as e:
         raise CheckpointError(f"{path}: truncated or corrupt torch checkpoint ({_first_line(e)}); re-save or re-download it") from None
+    tensor_bounds.check_stored(path, obj)  # before anything materialises a view
+    return obj
 
 
 def _head(path: str, n: int = 16) -> bytes:
@@ -66,7 +71,9 @@ def _check_zip(path: str) -> None:
     """Catch a truncated or foreign zip before torch does, with a plainer message."""
     try:
         with zipfile.ZipFile(path) as z:
-            names = z.namelist()
+            infos = z.infolist()
+            names = [i.filename for i in infos]
+            unpacked, packed = sum(i.file_size for i in infos), os.path.getsize(path)
     except zipfile.BadZipFile:
         raise CheckpointError(f"{path}: truncated or corrupt zip archive (its central directory is missing); "
                               "re-save or re-download it") from None
@@ -76,6 +83,9 @@ def _check_zip(path: str) -> None:
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         raise CheckpointError(f"{path}: a zip archive that is not a torch checkpoint (it holds {shown or 'nothing'}); "
                               "give a checkpoint file instead")
+    if unpacked > ZIP_EXPANSION * packed + (1 << 20):  # torch.save stores entries uncompressed
+        raise CheckpointError(f"{path}: its zip entries unpack to {unpacked:,} bytes from {packed:,}; torch never "
+                              "compresses a checkpoint, so this is not one saved by torch.save")
 
 
 def _refused(path: str, message: str) -> CheckpointError:

@@ -223,7 +223,7 @@ def build(root: str) -> tuple[list[Bad], str]:
     add("cfg_missing", p("cfg_missing.safetensors"), "no valid 'config'", "config")
     meta = {"format": native.FORMAT_TAG, "config": "{not json", "tokenizer": "gpt2"}
     save_file(_state(model), p("cfg_garbage.safetensors"), metadata=meta)
-    add("cfg_garbage", p("cfg_garbage.safetensors"), "no valid 'config'", "config")
+    add("cfg_garbage", p("cfg_garbage.safetensors"), "'config' metadata: not valid json", "config")
     meta = {"format": native.FORMAT_TAG, "config": json.dumps(good_cfg), "tokenizer": "llama"}
     save_file(_state(model), p("cfg_tokenizer.safetensors"), metadata=meta)
     add("cfg_tokenizer", p("cfg_tokenizer.safetensors"), "needs the 'llama' tokenizer", "config")

@@ -115,6 +115,9 @@ CASES = [
          "cannot be read (Input/output error)"),
     Case("tokenizer.json not UTF-8", _with_file("tokenizer.json", b"\xff\xfe{}"), "not UTF-8 text"),
     Case("tokenizer.json not JSON", _with_file("tokenizer.json", '{"model": {'), "tokenizer.json: not valid JSON"),
+    Case("tokenizer.json with a 5000-digit number", _with_file("tokenizer.json", '{"model": {"vocab": {"a": 1'
+                                                                  + "0" * 5000 + "}}}"),
+         "tokenizer.json: not valid JSON (Exceeds the limit"),
     Case("tokenizer.json without a model", _with_file("tokenizer.json", '{"version": "1.0"}'),
          "not a tokenizer (no \"model\" object)"),
     Case("tokenizer.json the library refuses",

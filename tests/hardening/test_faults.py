@@ -13,10 +13,10 @@ import torch
 
 from tests.hardening.common import new_window, one_line, wait_idle
 from transformer_viewer.model import device as device_module
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CaptureTooLargeError, DeviceError
 from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.session import Session
 from transformer_viewer.viewer import export as export_module
 from transformer_viewer.viewer import handlers
 from transformer_viewer.viewer.cli.main import main

@@ -20,11 +20,11 @@ import torch
 from tests.hardening.common import TINY, one_line
 from tests.hardening.message_case import Case, Ctx, area_cases, raised
 from transformer_viewer.model import device as device_module
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.session import Session
 from transformer_viewer.viewer import export as ex
 from transformer_viewer.viewer import handlers, worker
 
@@ -275,7 +275,7 @@ def gen(ctx, text=None, **kw):
 def heads_error(ctx, **kw):
     from transformer_viewer.model.heads import detect_heads
 
-    return raised(lambda: detect_heads(ctx.session().loaded, **kw))
+    return raised(lambda: detect_heads(ctx.session(), **kw))
 
 
 def too_few_tokens(ctx):
@@ -285,7 +285,7 @@ def too_few_tokens(ctx):
 
 
 def lens_error(ctx, kind):
-    from transformer_viewer.model.lens import logit_lens, masked_residuals
+    from transformer_viewer.model.lens import logit_lens
 
     s = session_with(ctx, PROMPT)
     s.run()
@@ -294,8 +294,8 @@ def lens_error(ctx, kind):
     if kind == "reference":
         return raised(lambda: logit_lens(s, reference_ids=np.zeros((1, 1))))
     if kind == "mask":
-        return raised(lambda: masked_residuals(s, mask=np.zeros((5, 5))))
-    return raised(lambda: masked_residuals(s, ablation="half"))
+        return raised(lambda: s.masked_residuals(mask=np.zeros((5, 5))))
+    return raised(lambda: s.masked_residuals(ablation="half"))
 
 
 def scan_error(ctx, kind):
@@ -504,7 +504,7 @@ CASES = [
          "repeated twice needs 81 positions; the model's context is 64"),
     Case("head detection beyond the vocabulary", lambda c: raised(lambda: __import__(
         "transformer_viewer.model.heads", fromlist=["detect_heads"]).detect_heads(
-        load_checkpoint(small_vocab_ckpt(c)).model, texts=["hello world"])), "outside this model's vocabulary of 100"),
+        Session(load_checkpoint(small_vocab_ckpt(c))), texts=["hello world"])), "outside this model's vocabulary of 100"),
     Case("too few distinct tokens", too_few_tokens, "usable tokens; use a repeated sequence of at most that length"),
     Case("logit lens with missing streams", lambda c: lens_error(c, "streams"), "the logit lens needs 3 residual streams"),
     Case("logit lens with bad reference ids", lambda c: lens_error(c, "reference"), "reference_ids has shape (1, 1)"),

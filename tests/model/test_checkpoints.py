@@ -23,11 +23,11 @@ from tests.model.checkpoint_common import (
     save_tiny,
     tiny_gpt,
 )
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import native
+from transformer_viewer.model.session import Session
 
 SMALL_VOCAB = 300
 

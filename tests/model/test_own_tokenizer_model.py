@@ -12,9 +12,9 @@ import torch
 
 from tests.model import tokenizer_common as tc
 from tests.model.checkpoint_common import hf_config, hf_model
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.hf_tokenizer import HFTokenizer
+from transformer_viewer.model.session import Session
 from transformer_viewer.viewer.cli.main import main
 
 PROMPT = "Hello world, the capital of France"
@@ -127,6 +127,6 @@ def test_head_detection_tokenizes_with_the_model_and_starts_with_its_bos(folder,
     seen = []
     real = heads._patterns
     monkeypatch.setattr(heads, "_patterns", lambda model, ids: seen.append(ids[0].tolist()) or real(model, ids))
-    heads.detect_heads(loaded, texts=["Hello world, the capital of France"], induction_length=8, induction_batch=1)
+    heads.detect_heads(Session(loaded), texts=["Hello world, the capital of France"], induction_length=8, induction_batch=1)
     assert seen[0] == loaded.tokenizer.encode("Hello world, the capital of France")[:64]
     assert seen[0][0] == seen[1][0] == loaded.tokenizer.bos_id == 1  # natural text and random sequences

@@ -69,8 +69,8 @@ def window(qtbot, tmp_path, tiny_ckpt):
 
 
 def reference_session(ckpt: str, prompt: str = PROMPT):
-    from transformer_viewer.model.capture import Session
     from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.session import Session
 
     session = Session(load_checkpoint(ckpt, device="cpu"))
     session.set_prompt(prompt)

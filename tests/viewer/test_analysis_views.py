@@ -10,13 +10,13 @@ import torch
 from PySide6.QtCore import QSettings, Qt
 
 from tests.model.analysis_common import tiny_loaded
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.generate import generate
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.lens import logit_lens
 from transformer_viewer.model.scan import head_scan
+from transformer_viewer.model.session import Session
 from transformer_viewer.model.tokenizer import Tokenizer
 from transformer_viewer.viewer.analysis_docks import show_view
 

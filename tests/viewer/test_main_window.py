@@ -135,7 +135,7 @@ def test_masked_panel_equals_the_predict_command(qtbot, window, capsys):
 
 
 def test_kl_and_rank_of_the_comparison():
-    from transformer_viewer.model.capture import NextToken
+    from transformer_viewer.model.trace import NextToken
 
     p = np.array([0.5, 0.3, 0.2], dtype=np.float32)
     q = np.array([0.2, 0.5, 0.3], dtype=np.float32)

@@ -52,7 +52,7 @@ def _session(trace, args, session):
     """The export command's session, or a new one on the same prompt."""
     if session is not None:
         return session
-    from transformer_viewer.model.capture import Session
+    from transformer_viewer.model.session import Session
     from transformer_viewer.viewer.cli.common import load_from_args
 
     session = Session(load_from_args(args))
@@ -101,15 +101,15 @@ def build_mlp(trace, args, session=None):
 
 def build_lens(trace, args, session=None):
     from transformer_viewer.model.diff import lens_diff
-    from transformer_viewer.model.lens import logit_lens, masked_residuals
+    from transformer_viewer.model.lens import logit_lens
     from transformer_viewer.viewer.analysis_requests import LensResult
     from transformer_viewer.viewer.widgets.lens_view import LensView
 
     session = _session(trace, args, session)
     _needs_mask_for_diff(trace, args)
-    clean_lens = logit_lens(session, masked_residuals(session, None, "zero"))
+    clean_lens = logit_lens(session, session.masked_residuals())
     if trace.mask.any():
-        lens = logit_lens(session, masked_residuals(session, trace.mask, trace.ablation),
+        lens = logit_lens(session, session.masked_residuals(trace.mask, trace.ablation),
                           reference_ids=clean_lens.top_ids)
         result = LensResult(lens, clean_lens, lens_diff(clean_lens, lens), trace.mask.copy(), args.prompt)
     else:

@@ -118,7 +118,7 @@ def run(args) -> int:
     import torch
 
     torch.set_num_threads(min(4, torch.get_num_threads()))
-    from transformer_viewer.model.capture import Session
+    from transformer_viewer.model.session import Session
 
     loaded = load_from_args(args)
     c = loaded.config

@@ -1,4 +1,4 @@
-"""`transformer-viewer [CHECKPOINT] [--prompt TEXT] [--device ...] [--screenshot FILE.png]`: the window.
+"""`transformer-viewer [CHECKPOINT] [--prompt TEXT] [--head L.H] [--device ...] [--screenshot FILE.png]`: the window.
 
 Qt is imported only inside `run`, torch only on the worker thread, so the window shows while
 torch is still loading. `--screenshot` renders the whole window offscreen once the prompt has
@@ -22,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", default=None, help="text to run at start (default: an example prompt)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default: auto)")
     parser.add_argument("--n-head", type=int, default=None, help="head count, for state dicts that cannot say")
+    parser.add_argument("--head", metavar="LAYER.HEAD", default=None,
+                        help="the head to show once the model has loaded, e.g. 0.3 (default: 0.0)")
     parser.add_argument("--screenshot", metavar="FILE.png", default=None,
                         help="render the window offscreen once the prompt has run, save it as PNG, and exit")
 
@@ -29,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from transformer_viewer.model.errors import ModelError
 
+    head = parse_head(args.head) if args.head is not None else None
     if args.screenshot:
         if not args.screenshot.lower().endswith(".png"):
             raise ModelError(f"--screenshot {args.screenshot}: the screenshot is a PNG; give a name ending in .png")
@@ -36,6 +39,9 @@ def run(args) -> int:
 
         check_writable(args.screenshot)
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before the QApplication exists
+    from transformer_viewer.viewer.platform_check import check_qt_platform
+
+    check_qt_platform()  # one line naming the packages, instead of Qt aborting the process
     t0 = time.perf_counter()
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
@@ -63,6 +69,9 @@ def run(args) -> int:
     window.device_choice = args.device
     install_extensions(window)
     window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
+    head_error: list[str] = []
+    if head is not None:
+        select_head_when_loaded(window, *head, head_error)
     if args.screenshot:
         window.resize(*DEFAULT_SIZE)
     else:
@@ -79,11 +88,40 @@ def run(args) -> int:
     loop = QEventLoop()  # a local loop: an application that outlives us (tests) is left usable
     shot.done = loop.quit
     loop.exec()
-    if shot.error:
-        print(f"error: {shot.error}", file=sys.stderr)
+    if shot.error or head_error:
+        print(f"error: {shot.error or head_error[0]}", file=sys.stderr)
         return 2
     print(f"wrote {os.path.abspath(args.screenshot)} ({shot.size[0]}x{shot.size[1]})")
     return 0
+
+
+def parse_head(text: str) -> tuple[int, int]:
+    import re
+
+    from transformer_viewer.model.errors import ModelError
+
+    match = re.fullmatch(r"\s*(\d{1,6})\.(\d{1,6})\s*", text)
+    if match is None:
+        raise ModelError(f"--head {text}: give a head as LAYER.HEAD, counting from 0, e.g. 0.3")
+    return int(match[1]), int(match[2])
+
+
+def select_head_when_loaded(window, layer: int, head: int, errors: list[str]) -> None:
+    """Select (layer, head) when the first model arrives; a head the model lacks is an error
+    (shown, and appended to `errors`), the selection left where it was."""
+    st = window.state
+
+    def on_model(info) -> None:
+        if info is None:
+            return
+        st.model_changed.disconnect(on_model)
+        if layer < info.n_layer and head < info.n_head:
+            st.set_selection(layer=layer, head=head)
+            return
+        errors.append(f"--head {layer}.{head}: this model's heads run from 0.0 to {info.n_layer - 1}.{info.n_head - 1}")
+        window.show_error(errors[0])
+
+    st.model_changed.connect(on_model)
 
 
 EXTENSIONS = ("transformer_viewer.viewer.analysis_docks:install_analysis_docks",)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
 
@@ -33,10 +34,26 @@ def run(args) -> int:
 
     facts = describe(load_from_args(args))
     if args.json:
-        print(json.dumps(facts, sort_keys=True, default=str))
+        print(json.dumps(json_safe(facts), sort_keys=True, allow_nan=False))
     else:
         print(format_text(facts))
     return 0
+
+
+def json_safe(value, depth: int = 0):
+    """`value` as strict JSON allows: NaN and infinities (a loss before the first step, a
+    record from a damaged file) become null, anything else unknown its str()."""
+    if depth > 32:
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v, depth + 1) for v in value]
+    return str(value)
 
 
 def format_text(facts: dict) -> str:

@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--freeze-unseen-rows", action="store_true",
                    help="the first active-vocabulary loss: rows of tokens the data lacks stay at zero for good "
                         "(same loss value, constrained training; only to reproduce runs made with it)")
+    p.add_argument("--repeat-fraction", type=float, default=0.0,
+                   help="fraction of training windows in which a passage of the window is repeated later in it, "
+                        "for in-context copying (induction) to pay; validation stays natural text (default 0)")
     p.add_argument("--resume", action="store_true", help="continue from --out")
 
 
@@ -67,7 +70,8 @@ def run(args) -> int:
                      eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed,
                      save_dtype=args.save_dtype, active_vocab=not args.full_vocab_loss,
                      freeze_unseen=args.freeze_unseen_rows, pos_init=args.pos_init,
-                     pos_init_std=args.pos_init_std, embed_init_std=args.embed_init_std)
+                     pos_init_std=args.pos_init_std, embed_init_std=args.embed_init_std,
+                     repeat_fraction=args.repeat_fraction)
     corpus = load_corpus(args.data, val_fraction=args.val_fraction)
     print(f"data: {len(corpus.train):,} training tokens, {len(corpus.val):,} validation tokens", file=sys.stderr)
     done, last_val = 0, [float("nan")]
@@ -119,6 +123,8 @@ def _check_numbers(args) -> None:
             raise ModelError(f"{flag} must be a positive standard deviation (at most 10), got {value}")
     if args.warmup < 0 or args.threads < 0:
         raise ModelError("--warmup and --threads cannot be negative")
+    if not 0.0 <= args.repeat_fraction <= 1.0:
+        raise ModelError(f"--repeat-fraction must be between 0 and 1, got {args.repeat_fraction}")
     if not 0.0 < args.val_fraction < 1.0:
         raise ModelError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}")
 
@@ -148,13 +154,11 @@ def _interrupt_on_signals() -> None:
 
 def _saved_record(path: str) -> dict:
     """The training record in a checkpoint's metadata, without loading its tensors ({} if none)."""
-    import json
-
-    from transformer_viewer.model.formats.native import read_metadata
+    from transformer_viewer.model.errors import CheckpointError
+    from transformer_viewer.model.formats.native import read_metadata, read_training
 
     meta = read_metadata(path) or {}
     try:
-        record = json.loads(meta.get("training", "{}"))
-    except json.JSONDecodeError:
+        return read_training(path, meta)
+    except CheckpointError:
         return {}
-    return record if isinstance(record, dict) else {}

@@ -1,11 +1,13 @@
-"""Capture: one forward pass that records what the viewer draws, as numpy arrays.
+"""The session: a loaded model, its tokenizer and the current prompt, with the caches that make
+head toggles cheap.
 
-`Session` owns a loaded model and the current prompt. `Session.run(mask)` returns a frozen
-`Trace`; it caches every layer's resid_pre, so a run whose head mask first differs from the
-cached one at layer l recomputes only layers l.. and reuses everything before. `Session.predict`
-is the same without capture: just the next-token distribution, for toggles and scans.
+`Session.run(mask)` returns a frozen `Trace` (model/trace.py); it caches every layer's
+resid_pre, so a run whose head mask first differs from the cached one at layer l recomputes only
+layers l.. and reuses everything before. `Session.predict` is the same without capture: just
+the next-token distribution, for toggles and scans. `Session.masked_residuals` gives the
+residual streams under another mask without touching the cache (the lens of a masked run).
 
-Hooks are registered for each forward inside `hooks(...)` and always removed afterwards.
+Hooks are registered for each forward (model/hooks.py) and always removed afterwards.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -22,58 +24,14 @@ from torch.nn.modules import module as _torch_module
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
 from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace
-from transformer_viewer.model.hooks import hooks
-from transformer_viewer.model.interventions import ABLATIONS, first_changed_layer, head_mask_hooks
+from transformer_viewer.model.hooks import caching, hooks, reading
+from transformer_viewer.model.interventions import check_intervention, first_changed_layer, head_mask_hooks
 from transformer_viewer.model.linear import linear
 from transformer_viewer.model.tokenizer import Tokenized
+from transformer_viewer.model.trace import NextToken, Trace, resid_labels
 
 DEFAULT_MEMORY_BUDGET = 4 << 30  # bytes of captured arrays one trace may hold
 VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once
-
-
-@dataclass(frozen=True)
-class NextToken:
-    """The next-token distribution at one position."""
-
-    position: int
-    probs: np.ndarray  # (V,) float32, over the tokenizer's vocabulary
-    top_ids: np.ndarray  # (k,) int64, most likely first
-    top_probs: np.ndarray  # (k,) float32
-    top_logits: np.ndarray  # (k,) float32
-
-
-@dataclass(frozen=True)
-class Trace:
-    """Everything one capture recorded. Arrays only: this crosses to the GUI thread."""
-
-    token_ids: np.ndarray  # (T,) int64
-    labels: tuple[str, ...]  # visible label of each token
-    spans: tuple[tuple[int, int], ...]  # character span of each token in `text`
-    text: str  # the text that was run (after truncation to the context)
-    dropped_tokens: int  # tokens cut from the front to fit block_size
-    attention: np.ndarray  # (L, nh, T, T), rows are queries, float16 unless asked otherwise
-    resid_norms: np.ndarray  # (2L + 2, T) float32, rows named by resid_labels
-    resid_labels: tuple[str, ...]  # "embed", "0.pre", "0.mid", ..., "final"
-    mlp_post: np.ndarray  # (L, T, n_mlp), post-activation
-    head_norms: np.ndarray  # (L, nh, T) float32, L2 norm of each head's write to the residual
-    token_logprobs: np.ndarray  # (T,) float32, log p(token t | tokens < t); NaN at t = 0
-    next: NextToken
-    mask: np.ndarray  # (L, nh) bool, the heads that were ablated
-    ablation: str  # "zero" or "mean"
-    forward_ms: float
-    first_layer_run: int  # 0 for a full run; l when layers < l were reused from the cache
-    special: tuple[bool, ...] = ()  # per token: a special token (BOS, <|endoftext|>), shown apart
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.token_ids.shape[0])
-
-
-def resid_labels(n_layer: int) -> tuple[str, ...]:
-    rows = ["embed"]
-    for layer in range(n_layer):
-        rows += [f"{layer}.pre", f"{layer}.mid"]
-    return tuple(rows + ["final"])
 
 
 class Session:
@@ -133,14 +91,8 @@ class Session:
             raise ModelError("the prompt is empty; type some text first")
         return self._ids
 
-    def _normal_mask(self, mask) -> np.ndarray:
-        L, nh = self.config.n_layer, self.config.n_head
-        if mask is None:
-            return np.zeros((L, nh), dtype=bool)
-        mask = np.asarray(mask, dtype=bool)
-        if mask.shape != (L, nh):
-            raise ModelError(f"head mask has shape {mask.shape}; this model needs ({L}, {nh})")
-        return mask
+    def _check(self, mask, ablation: str) -> np.ndarray:
+        return check_intervention(self.config, mask, ablation)
 
     def _position(self, position: int | None, T: int) -> int:
         p = T - 1 if position is None else int(position)
@@ -171,87 +123,29 @@ class Session:
     def run(self, mask=None, ablation: str = "zero", position: int | None = None, top_k: int = 10) -> Trace:
         """Full capture under `mask`, reusing cached layers before the first changed one."""
         ids = self._require_prompt()
-        mask = self._normal_mask(mask)
-        if ablation not in ABLATIONS:
-            raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+        mask = self._check(mask, ablation)
         T = ids.shape[1]
-        if self.estimate_bytes(T) > self.memory_budget:
-            fits = self.max_tokens_within_budget()
-            advice = (f"shorten the prompt to {fits} tokens or fewer" if fits else
-                      "not even one token fits; raise the memory budget")
-            raise CaptureTooLargeError(f"capturing {T} tokens needs about {_size(self.estimate_bytes(T))}, over the "
-                                       f"{_size(self.memory_budget)} budget; {advice}")
+        self._check_budget(T)
         p = self._position(position, T)
         start = self._start_layer(mask, ablation, self._cached_trace is not None)
         t0 = time.perf_counter()
-        c = self.config
-        L, nh = c.n_layer, c.n_head
-        prev = self._cached_trace
-        attention = np.empty((L, nh, T, T), dtype=self.pattern_dtype)
-        mlp_post = np.empty((L, T, c.n_mlp), dtype=self.pattern_dtype)
-        head_norms = np.empty((L, nh, T), dtype=np.float32)
-        norms = np.empty((2 * L + 2, T), dtype=np.float32)
-        if start > 0 and prev is not None:
-            # Layers >= start are rewritten below; copy only what is reused (the previous
-            # trace's arrays are never shared: it may still be on screen).
-            rows = 2 * L + 2 if start >= L else 1 + 2 * start
-            attention[:start] = prev.attention[:start]
-            mlp_post[:start] = prev.mlp_post[:start]
-            head_norms[:start] = prev.head_norms[:start]
-            norms[:rows] = prev.resid_norms[:rows]
-        model = self.model
-        new_resid: list[torch.Tensor] = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
-
-        def store(dest, index):
-            def hook(_m, _inp, out):
-                # One pass: converted straight into the trace's array, no temporary.
-                torch.from_numpy(dest[index]).copy_(out[0])
-            return hook
-
-        def store_norm(row):
-            def hook(_m, _inp, out):
-                torch.from_numpy(norms[row]).copy_(torch.linalg.vector_norm(out[0].float(), dim=-1))
-            return hook
-
-        def keep_resid(layer):
-            def hook(_m, _inp, out):
-                new_resid[layer] = out
-            return hook
-
-        def head_norm_hook(layer):
-            gram = self._head_gram(layer)  # (nh, hs, hs)
-
-            def hook(_m, _inp, z):
-                # ||z_h W_h||^2 = z_h G_h z_h^T: T*nh*hs^2 work instead of T*nh*hs*C, and no
-                # (nh, T, C) temporary.
-                zt = z[0].to(gram.dtype)  # (T, nh, hs)
-                sq = (torch.einsum("tni,nij->tnj", zt, gram) * zt).sum(-1)  # (T, nh)
-                torch.from_numpy(head_norms[layer]).copy_(sq.clamp_min_(0).sqrt_().T)
-            return hook
-
-        named = head_mask_hooks(mask, ablation, start)
-        if start == 0:
-            named.append(("hook_embed", store_norm(0)))
+        L = self.config.n_layer
+        arrays = self._trace_arrays(T, start)
+        resid_names = [f"blocks.{layer}.hook_resid_pre" for layer in range(start, L)]
+        with (self._scratch_attention(), hooks(self.model, head_mask_hooks(mask, ablation, start)),
+              reading(self.model, self._readers(arrays, start)), caching(self.model, resid_names) as kept):
+            x = self.model.embed(ids) if start == 0 else self._resid[start]
+            final = self.model.run_blocks(x, start)
+        new_resid = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
         for layer in range(start, L):
-            b = f"blocks.{layer}"
-            named += [
-                (f"{b}.hook_resid_pre", keep_resid(layer)),
-                (f"{b}.hook_resid_pre", store_norm(1 + 2 * layer)),
-                (f"{b}.hook_resid_mid", store_norm(2 + 2 * layer)),
-                (f"{b}.attn.hook_pattern", store(attention, layer)),
-                (f"{b}.attn.hook_z", head_norm_hook(layer)),
-                (f"{b}.mlp.hook_post", store(mlp_post, layer)),
-            ]
-        named.append((f"blocks.{L - 1}.hook_resid_post", store_norm(2 * L + 1)))
-        with self._scratch_attention(), hooks(model, named):
-            x = model.embed(ids) if start == 0 else self._resid[start]
-            final = model.run_blocks(x, start)
+            new_resid[layer] = kept[f"blocks.{layer}.hook_resid_pre"]
         new_resid[L] = final
         token_lp, logits_p, logprobs_p = self._token_logprobs(final[0], ids[0], p)
         nxt = _next_token(logits_p, logprobs_p, p, top_k)
         elapsed = (time.perf_counter() - t0) * 1000.0
         self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
         tok = self.tokens
+        attention, mlp_post, head_norms, norms = arrays
         trace = Trace(
             token_ids=np.asarray(tok.ids, dtype=np.int64), labels=tok.labels, spans=tok.spans, text=tok.text,
             dropped_tokens=self.dropped, attention=attention, resid_norms=norms, resid_labels=resid_labels(L),
@@ -260,6 +154,51 @@ class Session:
         )
         self._cached_trace = trace
         return trace
+
+    def _check_budget(self, T: int) -> None:
+        if self.estimate_bytes(T) <= self.memory_budget:
+            return
+        fits = self.max_tokens_within_budget()
+        advice = (f"shorten the prompt to {fits} tokens or fewer" if fits else
+                  "not even one token fits; raise the memory budget")
+        raise CaptureTooLargeError(f"capturing {T} tokens needs about {_size(self.estimate_bytes(T))}, over the "
+                                   f"{_size(self.memory_budget)} budget; {advice}")
+
+    def _trace_arrays(self, T: int, start: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(attention, mlp_post, head_norms, resid_norms) for a new trace, holding the cached
+        trace's values for the layers before `start` (the rest are written by the run)."""
+        c = self.config
+        L, nh = c.n_layer, c.n_head
+        attention = np.empty((L, nh, T, T), dtype=self.pattern_dtype)
+        mlp_post = np.empty((L, T, c.n_mlp), dtype=self.pattern_dtype)
+        head_norms = np.empty((L, nh, T), dtype=np.float32)
+        norms = np.empty((2 * L + 2, T), dtype=np.float32)
+        prev = self._cached_trace
+        if start > 0 and prev is not None:
+            # Copies, never shared: the previous trace may still be on screen.
+            rows = 2 * L + 2 if start >= L else 1 + 2 * start
+            attention[:start] = prev.attention[:start]
+            mlp_post[:start] = prev.mlp_post[:start]
+            head_norms[:start] = prev.head_norms[:start]
+            norms[:rows] = prev.resid_norms[:rows]
+        return attention, mlp_post, head_norms, norms
+
+    def _readers(self, arrays, start: int) -> list[tuple[str, object]]:
+        """(hook point, reader) pairs that write layers start.. of a run into the trace's arrays."""
+        attention, mlp_post, head_norms, norms = arrays
+        L = self.config.n_layer
+        readers = [("hook_embed", partial(_store_norm, norms[0]))] if start == 0 else []
+        for layer in range(start, L):
+            b = f"blocks.{layer}"
+            readers += [
+                (f"{b}.hook_resid_pre", partial(_store_norm, norms[1 + 2 * layer])),
+                (f"{b}.hook_resid_mid", partial(_store_norm, norms[2 + 2 * layer])),
+                (f"{b}.attn.hook_pattern", partial(_store, attention[layer])),
+                (f"{b}.attn.hook_z", partial(_store_head_norms, self._head_gram(layer), head_norms[layer])),
+                (f"{b}.mlp.hook_post", partial(_store, mlp_post[layer])),
+            ]
+        readers.append((f"blocks.{L - 1}.hook_resid_post", partial(_store_norm, norms[2 * L + 1])))
+        return readers
 
     def _scratch_attention(self):
         """Attention in the session's reusable workspace, unless a hook from outside the session
@@ -326,9 +265,7 @@ class Session:
         from the first changed one, positions up to `position` (zero ablation is causal), and
         the head at one position. `update_cache=False` leaves the cache as it was (scans)."""
         ids = self._require_prompt()
-        mask = self._normal_mask(mask)
-        if ablation not in ABLATIONS:
-            raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+        mask = self._check(mask, ablation)
         T = ids.shape[1]
         p = self._position(position, T)
         model, L = self.model, self.config.n_layer
@@ -341,20 +278,37 @@ class Session:
             # Under zero ablation nothing after `position` can reach it; mean ablation
             # averages over every position, so it needs them all.
             keep = p + 1 if ablation == "zero" else T
-            x = self._resid[start][:, :keep]
-            new_resid = list(self._resid)
-            named = head_mask_hooks(mask, ablation, start)
             if update_cache and keep == T:
-                for layer in range(start + 1, L):
-                    named.append((f"blocks.{layer}.hook_resid_pre", _setter(new_resid, layer)))
-            with self._scratch_attention(), hooks(model, named):
-                final = model.run_blocks(x, start)
-            if update_cache and keep == T:
-                new_resid[L] = final
+                new_resid = self._rerun(mask, ablation, start)
+                final = new_resid[L]
                 self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
                 self._cached_trace = None  # its arrays no longer match the cache: the next run() is a full one
+            else:
+                with self._scratch_attention(), hooks(model, head_mask_hooks(mask, ablation, start)):
+                    final = model.run_blocks(self._resid[start][:, :keep], start)
         logits = model.unembed(final[0, p]).float()[: self.n_vocab]  # (V,)
         return _next_token(logits, torch.log_softmax(logits, dim=-1), p, top_k)
+
+    @torch.inference_mode()
+    def masked_residuals(self, mask=None, ablation: str = "zero") -> list[torch.Tensor]:
+        """resid_pre of every layer and the final resid_post under `mask`, each (1, T, C),
+        leaving the cache untouched; layers before the first one that differs from the cached
+        run are reused."""
+        mask = self._check(mask, ablation)
+        cached = self.residuals()
+        start = self._start_layer(mask, ablation, True)
+        if start >= self.config.n_layer:
+            return cached
+        return self._rerun(mask, ablation, start)
+
+    def _rerun(self, mask: np.ndarray, ablation: str, start: int) -> list[torch.Tensor]:
+        """The residual streams of a run under `mask` from the cached resid_pre of `start` on."""
+        L = self.config.n_layer
+        names = [f"blocks.{layer}.hook_resid_pre" for layer in range(start + 1, L)]
+        with (self._scratch_attention(), hooks(self.model, head_mask_hooks(mask, ablation, start)),
+              caching(self.model, names) as kept):
+            final = self.model.run_blocks(self._resid[start], start)
+        return [*self._resid[: start + 1], *(kept[n] for n in names), final]
 
     def residuals(self) -> list[torch.Tensor]:
         """resid_pre of every layer, then the final resid_post, for the cached run (1, T, C)."""
@@ -371,10 +325,21 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def _setter(dest: list, index: int):
-    def hook(_m, _inp, out):
-        dest[index] = out
-    return hook
+def _store(dest: np.ndarray, activation: torch.Tensor) -> None:
+    """Batch row 0 straight into the trace's array, converted in one pass with no temporary."""
+    torch.from_numpy(dest).copy_(activation[0])
+
+
+def _store_norm(dest: np.ndarray, resid: torch.Tensor) -> None:
+    torch.from_numpy(dest).copy_(torch.linalg.vector_norm(resid[0].float(), dim=-1))
+
+
+def _store_head_norms(gram: torch.Tensor, dest: np.ndarray, z: torch.Tensor) -> None:
+    """The L2 norm of each head's write to the residual: ||z_h W_h||^2 = z_h G_h z_h^T, T*nh*hs^2
+    work instead of T*nh*hs*C and no (nh, T, C) temporary. gram (nh, hs, hs), dest (nh, T)."""
+    zt = z[0].to(gram.dtype)  # (T, nh, hs)
+    sq = (torch.einsum("tni,nij->tnj", zt, gram) * zt).sum(-1)  # (T, nh)
+    torch.from_numpy(dest).copy_(sq.clamp_min_(0).sqrt_().T)
 
 
 def _next_token(logits: torch.Tensor, logprobs: torch.Tensor, position: int, top_k: int) -> NextToken:
