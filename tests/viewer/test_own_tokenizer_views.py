@@ -4,6 +4,7 @@ drawn apart from the prompt's text."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.model.test_own_tokenizer_model import own_tokenizer_folder
@@ -74,3 +75,19 @@ def test_lens_and_scan_use_the_models_tokenizer(qtbot, tmp_path, folder):
         assert lens._label(5) == tok.label(5) and lens._label(1) == "<s>"
     finally:
         w.close()
+
+
+def test_special_tokens_in_the_next_token_table_are_italic(qtbot, window, folder):
+    wait_idle(qtbot, window, lambda: window.state.trace is not None)
+    from transformer_viewer.model.trace import NextToken
+
+    tok = load_tokenizer(folder)
+    panel, st = window.logits, window.state
+    nxt = st.trace.next
+    ids = [1, int(nxt.top_ids[0])] if int(nxt.top_ids[0]) != 1 else [1, 5]  # <s> first, then an ordinary token
+    fake = NextToken(position=nxt.position, probs=nxt.probs, top_ids=np.array(ids), top_probs=np.array([0.6, 0.4],
+                     dtype=np.float32), top_logits=np.zeros(2, dtype=np.float32))
+    panel._fill(fake, fake)
+    first, second = panel.table.item(0, 1), panel.table.item(1, 1)
+    assert first.text() == "<s>" and first.font().italic() and "special" in first.toolTip()
+    assert second.text() == tok.label(ids[1]) and not second.font().italic()

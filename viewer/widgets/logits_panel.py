@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 BAR_ROLE = Qt.UserRole + 1
 _BASE_BAR, _MASK_BAR = QColor(90, 140, 220, 110), QColor(220, 90, 70, 110)
+_SPECIAL = QColor(110, 60, 170)  # special tokens (BOS, <|endoftext|>), as the token strip draws them
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,13 @@ def token_label(token_id: int, tokenizer=None) -> str:
         return tokenizer.label(int(token_id))
     except Exception:  # noqa: BLE001 - an id past the tokenizer (padded vocab) still needs a name
         return f"<{int(token_id)}>"
+
+
+def _is_special(tokenizer, token_id: int) -> bool:
+    try:
+        return bool(tokenizer.is_special(int(token_id)))
+    except Exception:  # noqa: BLE001 - an id past the tokenizer (padded vocab) is no special token
+        return False
 
 
 def format_prob(p: float) -> str:
@@ -163,11 +171,15 @@ class LogitsPanel(QWidget):
                     continue
                 tid, prob = int(nt.top_ids[row]), float(nt.top_probs[row])
                 item = self._set(row, col, token_label(tid, tok))
-                item.setToolTip(f"id {tid}, p = {prob:.5g}, logit {float(nt.top_logits[row]):.3f}")
-                if col == 3 and tid == top:
-                    font = item.font()
-                    font.setBold(True)
-                    item.setFont(font)
+                special = _is_special(tok, tid)
+                item.setToolTip(f"id {tid}, p = {prob:.5g}, logit {float(nt.top_logits[row]):.3f}"
+                                + (", a special token" if special else ""))
+                font = item.font()
+                font.setBold(col == 3 and tid == top)
+                font.setItalic(special)  # not text: drawn like the token strip's special chips
+                item.setFont(font)
+                if special:
+                    item.setForeground(_SPECIAL)
                 p_item = self._set(row, col + 1, format_prob(prob), align=Qt.AlignRight)
                 p_item.setData(BAR_ROLE, prob)
                 p_item.setData(Qt.UserRole + 2, color)
