@@ -19,7 +19,13 @@ from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import native, tensor_bounds
 from transformer_viewer.model.gpt import GPT
-from transformer_viewer.model.tokenizer import GPT2_PADDED_VOCAB, GPT2_VOCAB, Tokenizer, load_tokenizer
+from transformer_viewer.model.tokenizer import (
+    GPT2_PADDED_VOCAB,
+    GPT2_VOCAB,
+    TextTokenizer,
+    Tokenizer,
+    load_tokenizer,
+)
 
 BUNDLED_NAME = "bundled.safetensors"
 
@@ -35,7 +41,7 @@ class LoadedModel:
     format: str  # "native", "nanogpt", "huggingface", "tutorial"
     source: str  # the path or name it came from
     name: str  # short display name
-    tokenizer: Tokenizer = field(default_factory=Tokenizer)  # or an HFTokenizer: the same interface
+    tokenizer: TextTokenizer = field(default_factory=Tokenizer)  # GPT-2's unless the model brought its own
     training: dict = field(default_factory=dict)
 
     @property

@@ -15,6 +15,7 @@ import functools
 import os
 from dataclasses import dataclass
 from importlib import resources
+from typing import Protocol
 
 import tiktoken
 import tiktoken.load
@@ -73,6 +74,26 @@ class Tokenized:
     spans: tuple[tuple[int, int], ...]  # character span [start, end) of each token in the text
     text: str
     special: tuple[bool, ...] = ()  # per token: a special token (BOS, <|endoftext|>), shown apart
+
+
+class TextTokenizer(Protocol):
+    """What the session, the CLI and the views need of a tokenizer, whatever its backend."""
+
+    spec: str  # "gpt2", or the folder holding the tokenizer.json
+    n_vocab: int  # one past the largest id it makes
+    prefix: tuple[int, ...]  # ids it starts every text with (a BOS), possibly none
+    bos_id: int | None
+    eos_id: int | None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+    def decode(self, ids) -> str: ...
+    def tokenize(self, text: str) -> Tokenized: ...
+    def tokenize_last(self, text: str, n: int) -> tuple[Tokenized, int]: ...
+    def label(self, i: int) -> str: ...
+    def is_special(self, i: int) -> bool: ...
+    def token_bytes(self, i: int) -> bytes: ...
+    def document_prefix(self) -> list[int]: ...
+    def describe(self) -> str: ...
 
 
 class Tokenizer:
