@@ -30,6 +30,7 @@ from transformer_viewer.model.tokenizer_files import (
     tokenizer_json_path,
 )
 
+MAX_INSERT = 16  # characters a normalizer may put in at once (Llama's "▁" is one)
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 METASPACE = "▁"
 
@@ -79,6 +80,12 @@ class HFTokenizer:
         # The library has read these parts, so their nesting is within its parser's depth limit (128).
         self._byte_level = _has_type(spec.get("pre_tokenizer"), "ByteLevel") or _has_type(spec.get("decoder"), "ByteLevel")
         self._space = _metaspace_char(spec)
+        longest = _longest_insert(spec.get("normalizer"))
+        if longest > MAX_INSERT:
+            # Each space of a prompt would grow by that much: a pasted page could take gigabytes.
+            raise CheckpointError(f"{path}: its normalizer inserts {longest} characters at a time, where a real "
+                                  f"tokenizer inserts one or two (at most {MAX_INSERT}); restore the model's own "
+                                  "tokenizer.json")
         self._byte_fallback = bool(spec["model"].get("byte_fallback"))
         self._kind = str(spec["model"].get("type", "BPE"))[:20]
         self._special = frozenset(i for i, t in self._tk.get_added_tokens_decoder().items() if t.special)
@@ -225,6 +232,16 @@ def _has_type(node, kind: str) -> bool:
     if isinstance(node, list):
         return any(_has_type(v, kind) for v in node)
     return False
+
+
+def _longest_insert(node) -> int:
+    """The longest text a normalizer spec inserts (a Replace's content, a Prepend's prefix)."""
+    if isinstance(node, dict):
+        own = [len(node[k]) for k in ("content", "prepend") if isinstance(node.get(k), str)]
+        return max([*own, *(_longest_insert(v) for v in node.values() if isinstance(v, (dict, list)))], default=0)
+    if isinstance(node, list):
+        return max((_longest_insert(v) for v in node), default=0)
+    return 0
 
 
 def _metaspace_char(spec: dict) -> str:

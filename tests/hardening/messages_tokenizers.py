@@ -118,6 +118,10 @@ CASES = [
     Case("tokenizer.json with a 5000-digit number", _with_file("tokenizer.json", '{"model": {"vocab": {"a": 1'
                                                                   + "0" * 5000 + "}}}"),
          "tokenizer.json: not valid JSON (Exceeds the limit"),
+    Case("normalizer that inflates the text",
+         edited_tokenizer_json(lambda s: s.__setitem__("normalizer", {"type": "Sequence", "normalizers": [
+             {"type": "Replace", "pattern": {"String": " "}, "content": "x" * 100000}]})),
+         "its normalizer inserts 100000 characters at a time"),
     Case("tokenizer.json without a model", _with_file("tokenizer.json", '{"version": "1.0"}'),
          "not a tokenizer (no \"model\" object)"),
     Case("tokenizer.json the library refuses",
