@@ -32,7 +32,7 @@ from transformer_viewer.model.formats import (
 
 Reader = Callable[..., tuple]
 MAX_SAFETENSORS_HEADER = 100 << 20  # the format's own limit: larger is not a safetensors file
-MAX_TENSORS = 100_000  # entries in one safetensors header; GPT-2 XL has 580
+MAX_TENSORS = 20_000  # entries in one safetensors header; GPT-2 XL has 580
 HEAD_BYTES = 64
 
 
@@ -59,7 +59,7 @@ def _broken_link(path: str) -> CheckpointError:
         os.stat(path)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            return CheckpointError(f"{path}: a symbolic link loop (the link leads back to itself); point it at a "
+            return CheckpointError(f"{path}: a symbolic link loop (following it never reaches a file); point it at a "
                                    "checkpoint file")
     try:
         target = os.readlink(path)

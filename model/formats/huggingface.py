@@ -1,10 +1,12 @@
-"""A Hugging Face GPT-2-family folder: `config.json` plus `model.safetensors` or
-`pytorch_model.bin` (or their sharded `*.index.json` forms).
+"""A Hugging Face folder: `config.json` plus `model.safetensors` or `pytorch_model.bin` (or
+their sharded `*.index.json` forms).
 
-Keys come with the `transformer.` prefix (GPT2LMHeadModel) or without it (GPT2Model); the
-four Conv1D projections are transposed into Linear layout; a missing `lm_head.weight` is the
-tied embedding; `attn.bias` / `attn.masked_bias` buffers are ignored. Any other architecture
-is refused: its weights would load into the wrong computation.
+GPT-2 is read here: keys come with the `transformer.` prefix (GPT2LMHeadModel) or without it
+(GPT2Model); the four Conv1D projections are transposed into Linear layout; a missing
+`lm_head.weight` is the tied embedding; `attn.bias` / `attn.masked_bias` buffers are ignored.
+The other decoder families (Llama, Qwen, Mistral, Gemma, Phi-3, OLMo, GPT-NeoX, GPT-J) map in
+`hf_families/`. Any other architecture is refused: its weights would load into the wrong
+computation.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from safetensors import SafetensorError, safe_open
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import gpt2_layout, pickle_safe, schema, shard_index, untrusted_json
+from transformer_viewer.model.formats import (
+    gpt2_layout,
+    hf_families,
+    pickle_safe,
+    schema,
+    shard_index,
+    untrusted_json,
+)
 from transformer_viewer.model.tokenizer_files import folder_tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -40,21 +49,29 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
     """`weights` names the file to use when the user gave one (else the folder's first of
     WEIGHT_FILES); `raw` is its state dict when the caller has loaded it already."""
     hf = read_config_json(folder)
-    config = config_from_hf(hf, folder)
+    found = hf_families.family_of(hf, folder)  # None: GPT-2
+    config = config_from_hf(hf, folder) if found is None else hf_families.config_for(hf, folder, *found)
     weights = weights or weights_file(folder)
     if weights is None:
         raise CheckpointError(f"{folder}: has config.json but no weights (neither model.safetensors nor "
                               "pytorch_model.bin); copy or download the weights into the folder")
     raw = load_weights(weights) if raw is None else raw
-    state, names = gpt2_layout.to_ours(raw, conv1d=True)
-    if not config.tie_embeddings and "lm_head.weight" not in state:
-        raise CheckpointError(f"{folder}: config.json says tie_word_embeddings=false but the weights have no "
-                              "lm_head.weight; the head is missing")
+    if found is None:
+        state, names = gpt2_layout.to_ours(raw, conv1d=True)
+        if not config.tie_embeddings and "lm_head.weight" not in state:
+            raise CheckpointError(f"{folder}: config.json says tie_word_embeddings=false but the weights have no "
+                                  "lm_head.weight; the head is missing")
+        key_name = gpt2_layout.file_namer(names, raw.keys())
+    else:
+        state, names = hf_families.state_for(raw, config, folder, found[1])
+        key_name = lambda k: names.get(k, k)  # noqa: E731
     info = {
         "name": name or os.path.basename(os.path.normpath(folder)),
-        "tokenizer": folder_tokenizer(folder, hf),  # "gpt2", or this folder (its tokenizer.json)
-        "training": {"source_format": "huggingface", "architectures": list(hf.get("architectures") or [])},
-        "key_name": gpt2_layout.file_namer(names, raw.keys()),
+        # "gpt2" (GPT-2's built-in tokenizer), or this folder, whose tokenizer.json is loaded with the model.
+        "tokenizer": folder_tokenizer(folder, hf),
+        "training": {"source_format": "huggingface", "architectures": list(hf.get("architectures") or []),
+                     "family": "GPT-2" if found is None else found[1].name},
+        "key_name": key_name,
     }
     return config, state, info
 

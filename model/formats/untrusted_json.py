@@ -5,7 +5,9 @@ Python's `json` trusts its input in ways a hostile file can exploit: it recurses
 nesting level (about 1,000 deep is a RecursionError), converts integers of any length (over
 4,300 digits is a ValueError, and long before that a slow one), turns `1e400` into infinity,
 and accepts `NaN`/`Infinity`. Here the size is checked before anything is read, the nesting
-depth before anything is parsed, and every number as it is parsed; each failure is one
+depth and the length of every number before anything is parsed (on the text with its strings
+removed, so a bracket or digit inside a string counts for nothing), and each float as it is
+parsed; each failure is one
 CheckpointError line naming the file and what to do.
 """
 
@@ -23,8 +25,9 @@ from transformer_viewer.model.errors import CheckpointError
 MAX_JSON_BYTES = 16 << 20  # GPT-2 XL's safetensors header is 60 KB; a config.json a few KB
 MAX_TEXT_BYTES = 4096  # refs/main holds one 40-character revision hash
 MAX_DEPTH = 64  # real files nest 2-5 levels
-MAX_INT_DIGITS = 100  # a 64-bit offset has 20; Python refuses past 4,300, slowly
+MAX_INT_DIGITS = 100  # digits in one number; a 64-bit offset has 20, Python refuses ints past 4,300
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # one JSON string, escapes included
+_LONG_DIGITS = re.compile(r"\d{" + str(MAX_INT_DIGITS + 1) + ",}")
 _CHUNK = 1 << 20
 
 
@@ -46,13 +49,17 @@ def parse(data: str | bytes, where: str, fix: str, allow_non_finite: bool = Fals
             raise CheckpointError(f"{where}: not valid JSON (not UTF-8 text); {fix}") from None
     if len(data) > MAX_JSON_BYTES:
         raise _too_large(where, len(data), MAX_JSON_BYTES, fix)
-    depth = nesting_depth(data)
+    skeleton = _STRING.sub("", data)  # what remains outside strings: brackets, numbers, literals
+    depth = nesting_depth(skeleton)
     if depth > MAX_DEPTH:
         raise CheckpointError(f"{where}: JSON nested {depth} levels deep, more than the {MAX_DEPTH} a real file has; "
                               f"{fix}")
+    digits = max((len(m.group()) for m in _LONG_DIGITS.finditer(skeleton)), default=0)
+    if digits:
+        raise CheckpointError(f"{where}: a JSON number of {digits} digits, more than any real value has "
+                              f"({MAX_INT_DIGITS}); {fix}")
     try:
-        return json.loads(data, parse_int=_int, parse_float=_float,
-                          parse_constant=float if allow_non_finite else _constant)
+        return json.loads(data, parse_float=_float, parse_constant=float if allow_non_finite else _constant)
     except _Refused as e:
         raise CheckpointError(f"{where}: {e}; {fix}") from None
     except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
@@ -92,10 +99,9 @@ def read_small_text(path: str, max_bytes: int = MAX_TEXT_BYTES) -> str | None:
         return None
 
 
-def nesting_depth(text: str) -> int:
-    """The deepest bracket nesting outside strings, counted without recursion."""
-    skeleton = _STRING.sub("", text).encode("ascii", "ignore")
-    codes = np.frombuffer(skeleton, dtype=np.uint8)
+def nesting_depth(skeleton: str) -> int:
+    """The deepest bracket nesting of JSON text whose strings are removed, counted without recursion."""
+    codes = np.frombuffer(skeleton.encode("ascii", "ignore"), dtype=np.uint8)
     depth = peak = 0
     for start in range(0, len(codes), _CHUNK):  # chunks keep the running sum's memory small
         c = codes[start:start + _CHUNK]
@@ -106,13 +112,6 @@ def nesting_depth(text: str) -> int:
         peak = max(peak, int(running.max()))
         depth = int(running[-1])
     return peak
-
-
-def _int(text: str) -> int:
-    digits = len(text.lstrip("-"))
-    if digits > MAX_INT_DIGITS:
-        raise _Refused(f"a JSON integer of {digits} digits, more than any real value has ({MAX_INT_DIGITS})")
-    return int(text)
 
 
 def _float(text: str) -> float:

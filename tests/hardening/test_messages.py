@@ -26,7 +26,8 @@ from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.session import Session
 from transformer_viewer.viewer import export as ex
-from transformer_viewer.viewer import handlers, worker
+from transformer_viewer.viewer.worker import client as worker
+from transformer_viewer.viewer.worker import handlers
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_ERRORS = {"ModelError", "CheckpointError", "DeviceError", "CaptureTooLargeError", "ExportError", "_UserError"}
@@ -70,7 +71,7 @@ def bundled_missing(ctx):
 
 
 def handler_bundled_missing(ctx):
-    from transformer_viewer.viewer.requests import LoadRequest
+    from transformer_viewer.viewer.worker.requests import LoadRequest
 
     ctx.mp.setattr(handlers, "bundled_checkpoint_path", lambda: str(ctx.tmp / "no-bundled.safetensors"))
     return raised(lambda: handlers.handle_load(None, LoadRequest(path=None), lambda *a: None, lambda: False))
@@ -187,14 +188,14 @@ def window_export_without_trace(ctx, what, path):
         def show_error(self, message):
             shown.shown.append(message)
 
-    from transformer_viewer.viewer.window_actions import export
+    from transformer_viewer.viewer.window.actions import export
 
     assert export(FakeWindow(), what, path) is None
     return shown.last
 
 
 def window_export_grid_as_npy(ctx):
-    from transformer_viewer.viewer.window_actions import export
+    from transformer_viewer.viewer.window.actions import export
 
     messages = []
 
@@ -386,7 +387,7 @@ def text_file(ctx, content):
 
 def export_button_without_data(ctx):
     qt_widget()
-    from transformer_viewer.viewer.widgets.analysis_common import ExportButton
+    from transformer_viewer.viewer.views.parts import ExportButton
 
     class EmptyView:
         def matrix(self):
@@ -573,7 +574,7 @@ CASES = [
          "out of memory; use a shorter prompt"),
     Case("bad memory budget variable", budget_env, "TV_MEMORY_BUDGET_MB='a lot' is not a positive number of MiB"),
     Case("empty prompt in the app", lambda c: raised(lambda: handlers.handle_trace(
-        handlers.WorkerSession(load_checkpoint(c.ckpt)), __import__("transformer_viewer.viewer.requests",
+        handlers.WorkerSession(load_checkpoint(c.ckpt)), __import__("transformer_viewer.viewer.worker.requests",
                                                                     fromlist=["TraceRequest"]).TraceRequest(text=""),
         None, None)), "the prompt is empty"),
 ] + area_cases()
@@ -614,7 +615,6 @@ NOT_TRIGGERED = {
         "safetensors validates every tensor when the file is opened; reading one can fail only if the file "
         "changes between the open and the read",
     "--mode {}: use one of {}": "argparse's choices refuse any other --mode first (exit 2 with usage)",
-    "--layer/--head: {}": "--layer and --head are range-checked against the model before the view is built",
 }
 
 

@@ -130,3 +130,43 @@ def test_head_detection_tokenizes_with_the_model_and_starts_with_its_bos(folder,
     heads.detect_heads(Session(loaded), texts=["Hello world, the capital of France"], induction_length=8, induction_batch=1)
     assert seen[0] == loaded.tokenizer.encode("Hello world, the capital of France")[:64]
     assert seen[0][0] == seen[1][0] == loaded.tokenizer.bos_id == 1  # natural text and random sequences
+
+
+def _family_folder(folder: str, family: str, tokenizer_kind: str | None) -> tuple[str, int]:
+    """A tiny random model of `family` sized to a tokenizer trained into the same folder (with
+    None: sized like the Metaspace one, which is then left out of the folder), and that size."""
+    import transformers
+
+    from tests.model.hf_family_models import FAMILIES
+
+    tokenizer_folder = folder if tokenizer_kind else folder + "-tokenizer"
+    getattr(tc, tokenizer_kind or "metaspace")(tokenizer_folder)
+    n_vocab = HFTokenizer(tokenizer_folder).n_vocab
+    config_cls, model_cls, kwargs, _ = FAMILIES[family]
+    torch.manual_seed(4)
+    config = getattr(transformers, config_cls)(**dict(kwargs, vocab_size=n_vocab))
+    getattr(transformers, model_cls)(config).save_pretrained(folder)
+    return folder, n_vocab
+
+
+@pytest.mark.parametrize("family,kind", [("llama", "metaspace"), ("gemma", "gemma_style"), ("qwen2", "byte_level")])
+def test_a_family_model_runs_with_its_tokenizer(tmp_path, family, kind):
+    folder, _ = _family_folder(str(tmp_path / family), family, kind)
+    loaded = load_checkpoint(folder)
+    assert isinstance(loaded.tokenizer, HFTokenizer)
+    s = Session(loaded)
+    s.set_prompt(PROMPT)
+    assert list(s.tokens.ids) == tc.reference(folder)(PROMPT)["input_ids"]
+    trace = s.run()
+    assert trace.labels == loaded.tokenizer.tokenize(PROMPT).labels
+    assert trace.special[0] == (kind != "byte_level")  # Llama's <s> and Gemma's <bos>; Qwen starts with none
+
+
+def test_a_family_model_without_tokenizer_json_is_one_line(tmp_path):
+    folder, n_vocab = _family_folder(str(tmp_path / "llama"), "llama", None)
+    with pytest.raises(Exception) as e:
+        load_checkpoint(folder)
+    message = str(e.value)
+    assert "tokenizer.json is missing" in message and f"({n_vocab} tokens)" in message
+    assert "GPT-2's tokenizer would feed it the wrong ids" in message
+    assert "\n" not in message

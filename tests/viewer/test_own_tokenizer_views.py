@@ -62,17 +62,23 @@ def test_special_chips_are_drawn_differently(qtbot, window, folder):
 
 
 def test_lens_and_scan_use_the_models_tokenizer(qtbot, tmp_path, folder):
-    from tests.viewer.test_analysis_views import open_window
+    from tests.viewer.test_analysis_views import analysis_views, idle_and, open_window
 
     w = open_window(qtbot, tmp_path, folder, PROMPT)
     try:
         tok = load_tokenizer(folder)
-        scan, lens = w.analysis.scan, w.analysis.lens
-        scan.target_edit.setText(" the")
-        scan.distractor_edit.setText("")
-        target, distractor = scan.parse_inputs()
+        a = analysis_views(w)
+        a.scan.target_edit.setText(" the")
+        a.scan.distractor_edit.setText("")
+        target, distractor = a.scan.parse_inputs()
         assert target == tok.encode(" the", add_special_tokens=False)[0] and distractor is None
-        assert lens._label(5) == tok.label(5) and lens._label(1) == "<s>"
+        w.show_view("Logit lens")
+        qtbot.waitUntil(idle_and(w, lambda: a.lens._current() is not None), timeout=30000)
+        r = a.lens._current()
+        w.state.set_selection(query=3)
+        assert a.lens.table.item(0, 1).text() == tok.label(int(r.lens.top_ids[0, 3]))
+        final = tok.label(int(r.lens.final_ids[3]))
+        assert f"final top token {final!r}" in a.lens.info.text()
     finally:
         w.close()
 

@@ -60,7 +60,7 @@ def test_window_launch_exits_2_with_one_line(monkeypatch, capsys):
 
     monkeypatch.setattr(platform_check.ctypes, "CDLL", cdll)
     monkeypatch.setattr("sys.platform", "linux")
-    from transformer_viewer.viewer import worker
+    from transformer_viewer.viewer.worker import client as worker
 
     monkeypatch.setattr(worker, "WorkerClient", lambda *a: created.append(a))  # would start loading the model
     assert main(["--prompt", "hi"]) == 2

@@ -17,10 +17,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def describe(loaded) -> dict:
     """The JSON-ready facts `info` prints."""
+    from transformer_viewer.model.families import family_name, switches
+
     return {
         "checkpoint": loaded.source,
         "name": loaded.name,
         "format": loaded.format,
+        "family": family_name(loaded.config, loaded.training),
+        "switches": switches(loaded.config),
         "config": loaded.config.to_dict(),
         "n_params": int(loaded.n_params),
         "tokenizer": loaded.tokenizer.describe(),
@@ -63,6 +67,7 @@ def format_text(facts: dict) -> str:
         f"checkpoint  {facts['checkpoint']}",
         f"name        {facts['name']}",
         f"format      {facts['format']}",
+        f"family      {facts['family']}" + (f": {', '.join(facts['switches'])}" if facts.get("switches") else ""),
         f"model       {c['n_layer']} layers, {c['n_head']} heads, n_embd {c['n_embd']}, n_mlp {c['n_mlp']}, "
         f"context {c['block_size']}, vocab {c['vocab_size']}",
         f"details     activation {c['activation']}, positions {c['positional']}, bias {yes[bool(c['bias'])]}, "
