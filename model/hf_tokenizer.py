@@ -59,15 +59,7 @@ class HFTokenizer:
         path = tokenizer_json_path(folder)
         text = read_text(path, MAX_TOKENIZER_JSON, "tokenizer.json")
         try:
-            # Larger than other checkpoint JSON may be, so parsed here; json's own limits (nesting
-            # depth, integer digits) raise ValueError or RecursionError, never run away.
-            spec = json.loads(text)
-        except (ValueError, RecursionError) as e:
-            line = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-            raise CheckpointError(f"{path}: not valid JSON ({line}); restore the model's own tokenizer.json") from None
-        if not isinstance(spec, dict) or not isinstance(spec.get("model"), dict):
-            raise CheckpointError(f"{path}: not a tokenizer (no \"model\" object); restore the model's own tokenizer.json")
-        try:
+            # The library's parser bounds nesting (128 levels) and numbers; what it refuses is one line.
             self._tk = BackendTokenizer.from_str(text)
         except Exception as e:  # noqa: BLE001 - the library raises plain Exception for every malformed file
             line = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -77,26 +69,29 @@ class HFTokenizer:
         # A prompt is never cut or padded behind our back: truncation is ours (tokenize_last).
         self._tk.no_truncation()
         self._tk.no_padding()
-        # The library has read these parts, so their nesting is within its parser's depth limit (128).
-        self._byte_level = _has_type(spec.get("pre_tokenizer"), "ByteLevel") or _has_type(spec.get("decoder"), "ByteLevel")
+        # The style, from the pieces as the library read them (small JSON, not the whole vocabulary).
+        spec = {part: _state(getattr(self._tk, part)) for part in ("normalizer", "pre_tokenizer", "decoder")}
+        self._byte_level = _has_type(spec["pre_tokenizer"], "ByteLevel") or _has_type(spec["decoder"], "ByteLevel")
         self._space = _metaspace_char(spec)
-        longest = _longest_insert(spec.get("normalizer"))
+        longest = _longest_insert(spec["normalizer"])
         if longest > MAX_INSERT:
             # Each space of a prompt would grow by that much: a pasted page could take gigabytes.
             raise CheckpointError(f"{path}: its normalizer inserts {longest} characters at a time, where a real "
                                   f"tokenizer inserts one or two (at most {MAX_INSERT}); restore the model's own "
                                   "tokenizer.json")
-        self._byte_fallback = bool(spec["model"].get("byte_fallback"))
-        self._kind = str(spec["model"].get("type", "BPE"))[:20]
-        self._special = frozenset(i for i, t in self._tk.get_added_tokens_decoder().items() if t.special)
-        vocab = self._tk.get_vocab(with_added_tokens=True)
-        self.n_vocab = max(vocab.values(), default=-1) + 1
-        self._setup_special(read_special_tokens(folder), vocab)
+        self._byte_fallback = bool(getattr(self._tk.model, "byte_fallback", False))
+        self._kind = type(self._tk.model).__name__  # BPE, Unigram, WordPiece, WordLevel
+        added = self._tk.get_added_tokens_decoder()
+        self._special = frozenset(i for i, t in added.items() if t.special)
+        # Ids run from 0; added tokens may sit past the model's own (get_vocab would build a
+        # dict of every token: a second for a 250k vocabulary).
+        self.n_vocab = max(self._tk.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1)
+        self._setup_special(read_special_tokens(folder))
 
-    def _setup_special(self, st: SpecialTokens, vocab: dict[str, int]) -> None:
+    def _setup_special(self, st: SpecialTokens) -> None:
         config = os.path.join(self.spec, "tokenizer_config.json")
-        self.bos_id = vocab.get(st.bos) if st.bos is not None else st.bos_id
-        self.eos_id = vocab.get(st.eos) if st.eos is not None else st.eos_id
+        self.bos_id = self._tk.token_to_id(st.bos) if st.bos is not None else st.bos_id
+        self.eos_id = self._tk.token_to_id(st.eos) if st.eos is not None else st.eos_id
         if st.add_bos is None:
             self.prefix = tuple(self._post_processor_prefix())
         elif st.add_bos:
@@ -223,6 +218,11 @@ def _spans(offsets, n_chars: int) -> list[tuple[int, int]]:
         spans.append((done, end))
         done = end
     return spans
+
+
+def _state(part) -> dict | None:
+    """A normalizer's, pre-tokenizer's or decoder's own spec, as JSON the library writes."""
+    return None if part is None else json.loads(part.__getstate__())
 
 
 def _has_type(node, kind: str) -> bool:

@@ -104,7 +104,8 @@ def cli_with_broken_tokenizer(ctx):
 
 
 CASES = [
-    Case("CLI predict, broken tokenizer.json", cli_with_broken_tokenizer, "tokenizer.json: not valid JSON"),
+    Case("CLI predict, broken tokenizer.json", cli_with_broken_tokenizer,
+         "tokenizer.json: not a tokenizer the tokenizers library can read"),
     Case("tokenizer.json missing", missing, "tokenizer.json is missing, and the model's vocabulary (32000 tokens) "
          "is its own, so GPT-2's tokenizer would feed it the wrong ids"),
     Case("only tokenizer.model", lambda ctx: missing(ctx, sentencepiece=True), "has tokenizer.model but no tokenizer.json"),
@@ -114,16 +115,17 @@ CASES = [
     Case("tokenizer.json read error", lambda ctx: unreadable(ctx, OSError(5, "Input/output error")),
          "cannot be read (Input/output error)"),
     Case("tokenizer.json not UTF-8", _with_file("tokenizer.json", b"\xff\xfe{}"), "not UTF-8 text"),
-    Case("tokenizer.json not JSON", _with_file("tokenizer.json", '{"model": {'), "tokenizer.json: not valid JSON"),
+    Case("tokenizer.json not JSON", _with_file("tokenizer.json", '{"model": {'),
+         "tokenizer.json: not a tokenizer the tokenizers library can read (EOF while parsing"),
     Case("tokenizer.json with a 5000-digit number", _with_file("tokenizer.json", '{"model": {"vocab": {"a": 1'
                                                                   + "0" * 5000 + "}}}"),
-         "tokenizer.json: not valid JSON (Exceeds the limit"),
+         "tokenizer.json: not a tokenizer the tokenizers library can read"),
     Case("normalizer that inflates the text",
          edited_tokenizer_json(lambda s: s.__setitem__("normalizer", {"type": "Sequence", "normalizers": [
              {"type": "Replace", "pattern": {"String": " "}, "content": "x" * 100000}]})),
          "its normalizer inserts 100000 characters at a time"),
     Case("tokenizer.json without a model", _with_file("tokenizer.json", '{"version": "1.0"}'),
-         "not a tokenizer (no \"model\" object)"),
+         "not a tokenizer the tokenizers library can read (Model missing"),
     Case("tokenizer.json the library refuses",
          edited_tokenizer_json(lambda s: s["model"].__setitem__("type", "Telepathy")),
          "not a tokenizer the tokenizers library can read"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -62,8 +62,8 @@ def llama3_style(folder: str) -> str:
     starts every text with <|begin_of_text|>; tokenizer_config.json says nothing of adding it."""
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                             r"|\s*[\r\n]+|\s+(?!\S)|\s+", behavior="isolated"),
+        pre_tokenizers.Split(Regex(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                                   r"|\s*[\r\n]+|\s+(?!\S)|\s+"), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=330, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
