@@ -97,3 +97,25 @@ def test_special_tokens_in_the_next_token_table_are_italic(qtbot, window, folder
     first, second = panel.table.item(0, 1), panel.table.item(1, 1)
     assert first.text() == "<s>" and first.font().italic() and "special" in first.toolTip()
     assert second.text() == tok.label(ids[1]) and not second.font().italic()
+
+
+def test_a_folder_with_a_broken_tokenizer_is_one_line_and_keeps_the_model(qtbot, window, folder, tmp_path):
+    import shutil
+
+    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.errors import CheckpointError
+
+    wait_idle(qtbot, window, lambda: window.state.trace is not None)
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    (broken / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": {')
+    with pytest.raises(CheckpointError) as loader_error:
+        load_checkpoint(str(broken))
+    info, trace = window.state.model_info, window.state.trace
+    window.load(str(broken))
+    wait_idle(qtbot, window, lambda: window.last_error is not None)
+    assert window.last_error == str(loader_error.value) and "tokenizer.json" in window.last_error
+    assert "\n" not in window.last_error
+    assert window.state.model_info is info and window.state.trace is trace
+    window._error_box.close()
+    assert window.state.tokenizer() is load_tokenizer(folder)  # the labels still come from the model in use
