@@ -104,6 +104,8 @@ class HFTokenizer:
             self.prefix = ()
         if self.bos_id is None and self.prefix:
             self.bos_id = self.prefix[0]
+        # BOS and EOS are shown as special even where the file forgot to mark them so.
+        self._special |= {i for i in (self.bos_id, self.eos_id, *self.prefix) if i is not None}
 
     def _post_processor_prefix(self) -> list[int]:
         """The ids tokenizer.json's post-processor puts before a text (its template's BOS)."""

@@ -231,3 +231,17 @@ def test_which_tokenizer_a_folder_gets(tmp_path):
     assert folder_tokenizer(str(bare), {"model_type": "llama", "vocab_size": 50257}) == os.path.abspath(bare)
     with pytest.raises(Exception, match="tokenizer.json is missing"):
         load_tokenizer(str(bare))
+
+
+def test_bos_and_eos_are_special_even_when_unmarked(tmp_path):
+    folder = tc.metaspace(str(tmp_path / "unmarked"))
+    path = os.path.join(folder, "tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        spec = json.load(f)
+    for token in spec["added_tokens"]:
+        token["special"] = False
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(spec, f)
+    tok = load_tokenizer(folder)
+    assert tok.is_special(tok.bos_id) and tok.is_special(tok.eos_id) and not tok.is_special(tok.prefix[0] + 10)
+    assert tok.tokenize("hi").special[0]
