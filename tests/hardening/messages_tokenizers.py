@@ -86,7 +86,7 @@ def bos_not_named(ctx):
 
 
 def vocabulary_larger_than_embedding(ctx):
-    from tests.model.checkpoint_common import hf_config, hf_model
+    from tests.helpers.models import hf_config, hf_model
     from transformer_viewer.model.checkpoint import load_checkpoint
 
     folder = _folder(ctx, "model")
@@ -95,7 +95,7 @@ def vocabulary_larger_than_embedding(ctx):
 
 
 def cli_with_broken_tokenizer(ctx):
-    from tests.model.checkpoint_common import hf_config, hf_model
+    from tests.helpers.models import hf_config, hf_model
 
     folder = _folder(ctx, "model")
     hf_model(hf_config(vocab_size=456, n_layer=1, n_head=2, n_embd=8, n_positions=16)).save_pretrained(folder)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.models import hf_config, hf_model
 from tests.model import tokenizer_common as tc
-from tests.model.checkpoint_common import hf_config, hf_model
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.hf_tokenizer import HFTokenizer
 from transformer_viewer.model.session import Session

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.viewer.shell_common import other_ckpt, tiny_ckpt, window  # noqa: F401
+from tests.helpers.window import other_ckpt, tiny_ckpt, window  # noqa: F401
 from transformer_viewer.viewer.window.gc_guard import collect_on_gui_thread
 
 
