@@ -136,7 +136,7 @@ def test_save_checkpoint_on_a_full_disk_keeps_the_previous_checkpoint(folder, mo
 
 TRAIN_FLAGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
                "--steps", "4", "--warmup", "1", "--eval-every", "2", "--eval-batches", "2", "--val-fraction", "0.2",
-               "--device", "cpu", "--seed", "5"]
+               "--device", "cpu", "--seed", "5", "--keep-optimizer"]  # the .optim file stays for --resume
 
 
 @pytest.mark.parametrize("fail_on", ["checkpoint", "optimizer"])
@@ -146,7 +146,8 @@ def test_train_snapshot_on_a_full_disk_is_one_line_and_keeps_the_last_snapshot(t
     folder = tmp_path / "run"
     folder.mkdir()
     out = str(folder / "m.safetensors")
-    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS]) == 0
+    # --keep-optimizer: the resume below must find the optimizer state a finished run removes.
+    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS, "--keep-optimizer"]) == 0
     capsys.readouterr()
     saved = {name: open(folder / name, "rb").read() for name in os.listdir(folder)}
     assert set(saved) == {"m.safetensors", "m.safetensors.optim"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.viewer.shell_common import PROMPT, new_window, wait_idle
+from tests.helpers.window import PROMPT, new_window, wait_idle
 from transformer_viewer.viewer.window import empty_states as es
 from transformer_viewer.viewer.window.status_bar import StatusBar
 
@@ -30,10 +30,12 @@ def test_empty_states_from_launch_to_first_trace(qtbot, tmp_path, tiny_ckpt):
     window.load(tiny_ckpt, device="cpu")
     wait_idle(qtbot, window, lambda: window.state.model_info is not None)
     assert covered(window) == {"heatmap": es.TYPE_A_PROMPT, "grid": es.TYPE_A_PROMPT, "mask": None}
+    assert all(window.empty_states.shown(window.views[t]) == es.TYPE_A_PROMPT for t in es.TRACE_TABS)
 
     window.run_prompt(PROMPT)
     wait_idle(qtbot, window, lambda: window.state.trace is not None)
     assert covered(window) == {"heatmap": None, "grid": None, "mask": None}
+    assert all(window.empty_states.shown(window.views[t]) is None for t in es.TRACE_TABS)
     window.close()
 
 
