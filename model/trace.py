@@ -39,6 +39,7 @@ class Trace:
     ablation: str  # "zero" or "mean"
     forward_ms: float
     first_layer_run: int  # 0 for a full run; l when layers < l were reused from the cache
+    special: tuple[bool, ...] = ()  # per token: a special token (BOS, <|endoftext|>), shown apart
 
     @property
     def n_tokens(self) -> int:
