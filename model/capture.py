@@ -284,7 +284,7 @@ class Session:
         lse = torch.empty(len(starts), T, dtype=torch.float32, device=h.device)  # (blocks, T)
         for j, v0 in enumerate(starts):
             v1 = min(v0 + VOCAB_BLOCK, V)
-            block = linear(h, w[v0:v1], None if bias is None else bias[v0:v1]).float()  # (T, v1 - v0)
+            block = model.cap_logits(linear(h, w[v0:v1], None if bias is None else bias[v0:v1])).float()  # (T, v1 - v0)
             # log-sum-exp as x0 - log_softmax(x)0: one fused kernel instead of five passes.
             lse[j] = block[:, 0] - torch.log_softmax(block, dim=-1)[:, 0]
             logits_p[v0:v1] = block[p]
@@ -298,7 +298,7 @@ class Session:
     def _head_gram(self, layer: int) -> torch.Tensor:
         """(nh, hs, hs) W_h W_h^T of each head's slice of c_proj, cached while the weight is unchanged."""
         c = self.config
-        w_o = self.model.blocks[layer].attn.c_proj.weight  # (C, C): out = z_flat @ w_o.T
+        w_o = self.model.blocks[layer].attn.c_proj.weight  # (C, nh * hs): out = z_flat @ w_o.T
         key = (w_o.data_ptr(), w_o._version, w_o.dtype, w_o.device)
         cached = self._grams.get(layer)
         if cached is not None and cached[0] == key:

@@ -1,86 +1,42 @@
-"""A decoder-only transformer written out in full: pre-LayerNorm blocks, explicit causal
-attention, GELU MLP, learned (or sinusoidal) positions. Parameter names follow GPT-2 / nanoGPT
+"""A decoder-only transformer written out in full: pre-norm blocks, explicit causal attention,
+an MLP, positions. GPT-2 by default; the other families (Llama, Qwen, Mistral, Gemma, Phi,
+OLMo, Pythia, GPT-J) are the same decoder with small named pieces swapped in by the config:
+a norm (`norms.py`), a rotary embedding (`rotary.py`), a gated MLP, a parallel block, grouped
+key/value heads, a sliding window, soft-capping. Parameter names follow GPT-2 / nanoGPT
 (`c_attn`, `c_proj`, `c_fc`, `ln_1`, ...) so checkpoints map onto it with few renames.
 
 Every activation passes through a named HookPoint; capture and head masks work by hooking
-those, so this file knows nothing about either.
+those, so this file knows nothing about either. The no-grad attention speed path lives in
+`attention_kernels.py` and gives the same bits as the plain path here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_viewer.model.attention_kernels import (  # noqa: F401 (re-exported for capture and tests)
+    QUERY_BLOCK,
+    AttentionWorkspace,
+    attention_pattern,
+    attention_workspace,
+    blocked_pattern,
+    future_mask,
+)
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.hooks import HookPoint
 from transformer_viewer.model.linear import Linear
-
-# Causal masks by (T, device), shared by every layer: building a (T, T) mask per layer per
-# forward cost more than the masked_fill that uses it at T = 1024.
-_FUTURE_MASKS: dict[tuple[int, str], torch.Tensor] = {}
-
-
-def future_mask(T: int, device) -> torch.Tensor:
-    """(T, T) bool, True above the diagonal (the keys a query may not see)."""
-    key = (T, str(device))
-    mask = _FUTURE_MASKS.get(key)
-    if mask is None:
-        # A normal tensor even when first asked for under inference_mode, so a later training
-        # step can still use it.
-        with torch.inference_mode(False):
-            mask = torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)
-        if len(_FUTURE_MASKS) >= 16:
-            _FUTURE_MASKS.clear()
-        _FUTURE_MASKS[key] = mask
-    return mask
-
-class AttentionWorkspace:
-    """One reusable block of memory for the (B, nh, T, T) attention scores of every layer.
-
-    A fresh 50 MB tensor per layer (T = 1024) costs more in page faults than the product that
-    fills it. Only valid while nothing keeps a layer's pattern past its hook (the session copies
-    it out at once) and nothing records for autograd: `attention_workspace` sets it.
-    """
-
-    def __init__(self):
-        self._flat: torch.Tensor | None = None
-        # The (B, nh, T, T) shape whose view of the buffer is known to hold zeros above the
-        # diagonal (a causal pattern never writes there), so the next layer can skip zeroing.
-        self.zero_above_diagonal: tuple[int, ...] | None = None
-
-    def scores(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
-        n = math.prod(shape)
-        f = self._flat
-        if f is None or f.numel() < n or f.dtype != like.dtype or f.device != like.device:
-            self._flat = f = torch.empty(n, dtype=like.dtype, device=like.device)
-            self.zero_above_diagonal = None
-        return f[:n].view(shape)
-
-
-@contextlib.contextmanager
-def attention_workspace(model: GPT, workspace: AttentionWorkspace) -> Iterator[None]:
-    """Let every attention layer compute its scores and pattern in `workspace` (in place)."""
-    layers = [block.attn for block in model.blocks]
-    for attn in layers:
-        attn.workspace = workspace
-    try:
-        yield
-    finally:
-        for attn in layers:
-            attn.workspace = None
-
-
-QUERY_BLOCK = 64  # query rows per block of the no-grad attention
+from transformer_viewer.model.norms import FlatRMSNorm, RMSNorm, make_norm
+from transformer_viewer.model.rotary import Rotary
 
 _ACTIVATIONS = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
     "gelu": F.gelu,  # exact erf GELU, as nanoGPT
     "relu": F.relu,
+    "silu": F.silu,  # SwiGLU's gate (Llama)
 }
 
 
@@ -95,85 +51,95 @@ def sinusoidal_positions(T: int, C: int, device=None, dtype=torch.float32) -> to
     return table.to(dtype)
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, config: GPTConfig):
+class Softcap(nn.Module):
+    """cap * tanh(x / cap): logits squashed smoothly into (-cap, cap) (Gemma 2)."""
+
+    def __init__(self, cap: float):
         super().__init__()
-        self.n_head = config.n_head
-        self.n_embd = config.n_embd
-        self.head_size = config.head_size
-        self.c_attn = Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
-        self.c_proj = Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.cap = cap
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x / self.cap) * self.cap
+
+
+def qk_norm(config: GPTConfig, heads: int) -> nn.Module:
+    """The norm of queries or keys: none, per head (Qwen3, Gemma 3), or over all heads at once (OLMo 2)."""
+    if config.qk_norm == "head":
+        return make_norm(config, config.head_size)
+    if config.qk_norm == "all":
+        return FlatRMSNorm(heads * config.head_size, config.layer_norm_eps)
+    return nn.Identity()
+
+
+def rotary_for(config: GPTConfig, layer: int) -> nn.Module:
+    """This layer's rotary embedding; sliding layers may have their own unscaled base (Gemma 3)."""
+    if config.positional != "rotary":
+        return nn.Identity()
+    if config.rope_local_base and config.layer_is_sliding(layer):
+        return Rotary(config, config.rope_local_base, "none")
+    return Rotary(config, config.rope_base, config.rope_scaling)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig, layer: int = 0):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_size = config.n_head, config.kv_heads, config.head_size
+        nh, nkv, hs = self.n_head, self.n_kv_head, self.head_size
+        self.c_attn = Linear(config.n_embd, (nh + 2 * nkv) * hs, bias=config.uses_bias("qkv"))  # q, k, v stacked
+        self.c_proj = Linear(nh * hs, config.n_embd, bias=config.uses_bias("proj"))
+        self.q_norm, self.k_norm = qk_norm(config, nh), qk_norm(config, nkv)
+        self.rotary = rotary_for(config, layer)
+        self.scale = config.attn_scale or 1.0 / math.sqrt(hs)
+        self.softcap = config.attn_softcap
+        self.window = config.sliding_window if config.layer_is_sliding(layer) else 0
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.hook_q = HookPoint()  # (B, T, nh, hs)
-        self.hook_k = HookPoint()  # (B, T, nh, hs)
-        self.hook_v = HookPoint()  # (B, T, nh, hs)
+        self.hook_q = HookPoint()  # (B, T, nh, hs), after any QK-norm, before rotary
+        self.hook_k = HookPoint()  # (B, T, nkv, hs)
+        self.hook_v = HookPoint()  # (B, T, nkv, hs)
+        self.hook_rot_q = HookPoint()  # (B, T, nh, hs), after rotary (= hook_q without it)
+        self.hook_rot_k = HookPoint()  # (B, T, nkv, hs)
         self.hook_pattern = HookPoint()  # (B, nh, T, T), rows are queries
         self.hook_z = HookPoint()  # (B, T, nh, hs), per-head outputs before c_proj
         self.workspace: AttentionWorkspace | None = None  # set only by attention_workspace()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        nh, hs = self.n_head, self.head_size
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q = self.hook_q(q.view(B, T, nh, hs))  # (B, T, nh, hs)
-        k = self.hook_k(k.view(B, T, nh, hs))  # (B, T, nh, hs)
-        v = self.hook_v(v.view(B, T, nh, hs))  # (B, T, nh, hs)
+        B, T, _ = x.shape
+        nh, nkv, hs = self.n_head, self.n_kv_head, self.head_size
+        q, k, v = self.c_attn(x).split([nh * hs, nkv * hs, nkv * hs], dim=2)
+        q = self.hook_q(self.q_norm(q.view(B, T, nh, hs)))  # (B, T, nh, hs)
+        k = self.hook_k(self.k_norm(k.view(B, T, nkv, hs)))  # (B, T, nkv, hs)
+        v = self.hook_v(v.view(B, T, nkv, hs))  # (B, T, nkv, hs)
+        q = self.hook_rot_q(self.rotary(q))
+        k = self.hook_rot_k(self.rotary(k))
         # Always the explicit product, even where nobody hooks the pattern: a fused kernel
         # rounds differently, and the session's cache mixes layers computed by capture and by
         # predict, so every path must produce the same numbers.
         # Scaling q before the product touches T*hs numbers instead of T*T.
-        qh = q.transpose(1, 2) * (1.0 / math.sqrt(hs))  # (B, nh, T, hs)
-        kh = k.transpose(1, 2)  # (B, nh, T, hs)
-        vh = v.transpose(1, 2)  # (B, nh, T, hs)
+        qh = q.transpose(1, 2) * self.scale  # (B, nh, T, hs)
+        kh = share_kv_heads(k.transpose(1, 2), nh)  # (B, nh, T, hs)
+        vh = share_kv_heads(v.transpose(1, 2), nh)  # (B, nh, T, hs)
         if torch.is_grad_enabled():
-            scores = qh @ kh.transpose(-2, -1)  # (B, nh, T, T)
-            scores = scores.masked_fill_(future_mask(T, x.device), float("-inf"))
-            pattern = torch.softmax(scores, dim=-1)  # (B, nh, T, T)
+            pattern = attention_pattern(qh, kh, self.window, self.softcap)  # (B, nh, T, T)
         else:
-            pattern = self._causal_pattern(qh, kh)  # (B, nh, T, T), the same numbers
+            pattern = blocked_pattern(qh, kh, self.window, self.softcap, self.workspace)  # the same numbers
         pattern = self.hook_pattern(pattern)
         z = self.attn_dropout(pattern) @ vh  # (B, nh, T, hs)
         z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)
-        return self.resid_dropout(self.c_proj(z.reshape(B, T, C)))  # (B, T, C)
+        return self.resid_dropout(self.c_proj(z.reshape(B, T, nh * hs)))  # (B, T, C)
 
 
-    def _causal_pattern(self, qh: torch.Tensor, kh: torch.Tensor) -> torch.Tensor:
-        """softmax(q k^T, masked) by blocks of queries, skipping the keys a block cannot see.
-
-        Half the (T, T) products and softmax work at long prompts, and bit-for-bit the result
-        of the full masked product: each score is the same 64-term dot product and each row's
-        softmax the same reduction (the skipped keys would only add exact zeros). `out=` makes
-        this no-grad only. Written into the attention workspace when one is set.
-        """
-        B, nh, T, _ = qh.shape
-        shape = (B, nh, T, T)
-        ws = self.workspace
-        pattern = ws.scores(shape, qh) if ws is not None else qh.new_empty(shape)
-        zeroed = ws is not None and ws.zero_above_diagonal == shape
-        if ws is not None:
-            ws.zero_above_diagonal = None  # until this pattern is complete
-        future = future_mask(T, qh.device)
-        starts = list(range(0, T, QUERY_BLOCK))
-        if len(starts) > 1 and T - starts[-1] < QUERY_BLOCK // 2:
-            starts.pop()  # a few-row tail would get a matrix-vector kernel that sums in another order
-        for a, b in zip(starts, starts[1:] + [T], strict=True):
-            scores = qh[:, :, a:b] @ kh[:, :, :b].transpose(-2, -1)  # (B, nh, b - a, b)
-            # Only the diagonal square holds future keys; the columns before a are all visible.
-            scores[..., a:b].masked_fill_(future[a:b, a:b], float("-inf"))
-            torch.softmax(scores, dim=-1, out=pattern[:, :, a:b, :b])
-            if not zeroed:
-                pattern[:, :, a:b, b:].zero_()
-        if ws is not None:
-            ws.zero_above_diagonal = shape
-        return pattern
+def share_kv_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
+    """(B, nkv, T, hs) -> (B, nh, T, hs): each key/value head serves n_head / nkv query heads in a row."""
+    group = n_head // x.shape[1]
+    return x if group == 1 else x.repeat_interleave(group, dim=1)
 
 
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.c_fc = Linear(config.n_embd, config.n_mlp, bias=config.bias)
-        self.c_proj = Linear(config.n_mlp, config.n_embd, bias=config.bias)
+        self.c_fc = Linear(config.n_embd, config.n_mlp, bias=config.uses_bias("mlp"))
+        self.c_proj = Linear(config.n_mlp, config.n_embd, bias=config.uses_bias("mlp"))
         self.act = _ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
         self.hook_pre = HookPoint()  # (B, T, n_mlp)
@@ -185,13 +151,45 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(post))
 
 
-class Block(nn.Module):
+class GatedMLP(nn.Module):
+    """act(x W_gate) * (x W_up), then down (SwiGLU with SiLU, GeGLU with tanh-GELU).
+
+    Gate and up are one stacked matrix, c_fc = [W_gate; W_up]: one GEMM instead of two."""
+
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
-        self.attn = CausalSelfAttention(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
-        self.mlp = MLP(config)
+        self.n_mlp = config.n_mlp
+        self.c_fc = Linear(config.n_embd, 2 * config.n_mlp, bias=config.uses_bias("mlp"))
+        self.c_proj = Linear(config.n_mlp, config.n_embd, bias=config.uses_bias("mlp"))
+        self.act = _ACTIVATIONS[config.activation]
+        self.dropout = nn.Dropout(config.dropout)
+        self.hook_pre = HookPoint()  # (B, T, n_mlp), the gate before its activation
+        self.hook_pre_linear = HookPoint()  # (B, T, n_mlp), the up projection
+        self.hook_post = HookPoint()  # (B, T, n_mlp), act(gate) * up: the neurons c_proj reads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.c_fc(x).split(self.n_mlp, dim=-1)  # (B, T, n_mlp) each
+        post = self.hook_post(self.act(self.hook_pre(gate)) * self.hook_pre_linear(up))
+        return self.dropout(self.c_proj(post))
+
+
+def maybe_norm(config: GPTConfig, placed: bool) -> nn.Module:
+    return make_norm(config) if placed else nn.Identity()
+
+
+class Block(nn.Module):
+    """x + attn(ln_1(x)), then + mlp(ln_2(.)). Norms on the sublayers' outputs as well with
+    norm_placement "sandwich" (Gemma 2/3), instead of their inputs with "post" (OLMo 2)."""
+
+    def __init__(self, config: GPTConfig, layer: int = 0):
+        super().__init__()
+        pre, post = config.norm_placement != "post", config.norm_placement != "pre"
+        self.ln_1 = maybe_norm(config, pre)
+        self.attn = CausalSelfAttention(config, layer)
+        self.ln_post_attn = maybe_norm(config, post)
+        self.ln_2 = maybe_norm(config, pre and config.block != "parallel_shared_norm")
+        self.mlp = GatedMLP(config) if config.mlp == "gated" else MLP(config)
+        self.ln_post_mlp = maybe_norm(config, post)
         self.hook_resid_pre = HookPoint()  # (B, T, C)
         self.hook_attn_out = HookPoint()
         self.hook_resid_mid = HookPoint()
@@ -200,8 +198,20 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln_1(x))))
-        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln_2(x))))
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.ln_post_attn(self.attn(self.ln_1(x)))))
+        return self.hook_resid_post(x + self.hook_mlp_out(self.ln_post_mlp(self.mlp(self.ln_2(x)))))
+
+
+class ParallelBlock(Block):
+    """x + attn(ln_1(x)) + mlp(ln_2(x)): both sublayers read the block's input (GPT-NeoX,
+    GPT-J). With one shared norm (GPT-J) the MLP reads ln_1(x) too. resid_mid is x + attn."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+        h = self.ln_1(x)
+        mlp_in = h if isinstance(self.ln_2, nn.Identity) else self.ln_2(x)
+        mid = self.hook_resid_mid(x + self.hook_attn_out(self.ln_post_attn(self.attn(h))))
+        return self.hook_resid_post(mid + self.hook_mlp_out(self.ln_post_mlp(self.mlp(mlp_in))))
 
 
 class GPT(nn.Module):
@@ -210,27 +220,31 @@ class GPT(nn.Module):
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.positional == "learned" else None
+        self.embed_scale = math.sqrt(config.n_embd) if config.embed_scale else 1.0
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
-        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
+        block = Block if config.block == "sequential" else ParallelBlock
+        self.blocks = nn.ModuleList(block(config, layer) for layer in range(config.n_layer))
+        self.ln_f = make_norm(config)
         self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
+        self.cap_logits = Softcap(config.logit_softcap) if config.logit_softcap else nn.Identity()
         if config.tie_embeddings:
             self.lm_head.weight = self.wte.weight
-        self.hook_embed = HookPoint()  # (B, T, C)
+        self.hook_embed = HookPoint()  # (B, T, C), scaled when embed_scale
         self.hook_pos_embed = HookPoint()  # (B, T, C)
         self.hook_final = HookPoint()  # (B, T, C), after ln_f
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """GPT-2's initialisation, with its 1/sqrt(2 n_layer) scaling of residual projections."""
+        offset_norms = {id(m.weight) for m in self.modules() if isinstance(m, RMSNorm) and m.offset}
         for name, p in self.named_parameters():
             if p.dim() >= 2:
                 std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith("c_proj.weight") else 0.02
                 nn.init.normal_(p, mean=0.0, std=std)
-            elif name.endswith(".bias"):
-                nn.init.zeros_(p)
+            elif name.endswith(".bias") or id(p) in offset_norms:
+                nn.init.zeros_(p)  # an offset norm's gain is 1 + w
             else:
-                nn.init.ones_(p)  # LayerNorm gains
+                nn.init.ones_(p)  # norm gains
 
     @property
     def n_params(self) -> int:
@@ -242,11 +256,16 @@ class GPT(nn.Module):
         B, T = idx.shape
         if T > self.config.block_size:
             raise ValueError(f"sequence of {T} tokens is longer than block_size={self.config.block_size}")
-        tok = self.hook_embed(self.wte(idx))  # (B, T, C)
-        if self.wpe is not None:
+        tok = self.wte(idx)  # (B, T, C)
+        if self.embed_scale != 1.0:
+            tok = tok * torch.tensor(self.embed_scale, dtype=tok.dtype)  # rounded to the weights' dtype, as Gemma
+        tok = self.hook_embed(tok)
+        if self.config.positional == "learned":
             pos = self.wpe(torch.arange(T, device=idx.device))  # (T, C)
-        else:
+        elif self.config.positional == "sinusoidal":
             pos = sinusoidal_positions(T, self.config.n_embd, device=idx.device, dtype=tok.dtype)
+        else:
+            return self.drop(tok)  # rotary positions act inside attention; "none" has none
         pos = self.hook_pos_embed(pos.unsqueeze(0).expand(B, T, -1))  # (B, T, C)
         return self.drop(tok + pos)
 
@@ -258,7 +277,7 @@ class GPT(nn.Module):
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
         """Residual stream (..., C) -> logits (..., vocab_size) through ln_f and the head."""
-        return self.lm_head(self.hook_final(self.ln_f(x)))
+        return self.cap_logits(self.lm_head(self.hook_final(self.ln_f(x))))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """nanoGPT's contract: logits (B, T, V), and the mean cross-entropy when targets are given."""

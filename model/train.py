@@ -252,7 +252,7 @@ def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="
     model.train()
     opt = make_optimizer(model, tc)
     active_loss = (ActiveVocabLoss(model, corpus.train, zero_unseen=not resume, freeze_unseen=tc.freeze_unseen)
-                   if tc.active_vocab and config.tie_embeddings else None)
+                   if tc.active_vocab and config.tie_embeddings and not config.logit_softcap else None)
     restored = restore_optimizer(opt, out, start_step) if resume else False
     # One generator per step index keeps the batch sequence identical across a resume.
     block = config.block_size

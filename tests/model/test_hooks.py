@@ -14,8 +14,8 @@ from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.hooks import count_hooks, hook_points, hooks
 
 BLOCK_HOOKS = [
-    "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.hook_z",
-    "mlp.hook_pre", "mlp.hook_post",
+    "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_pattern",
+    "attn.hook_z", "mlp.hook_pre", "mlp.hook_post",
     "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post",
 ]
 TWO_LAYER_HOOKS = (
@@ -35,7 +35,7 @@ def test_hook_shapes():
     expected = {
         "hook_embed": (B, T, C), "hook_pos_embed": (B, T, C), "hook_final": (B, T, C),
         "attn.hook_q": (B, T, nh, hs), "attn.hook_k": (B, T, nh, hs), "attn.hook_v": (B, T, nh, hs),
-        "attn.hook_pattern": (B, nh, T, T), "attn.hook_z": (B, T, nh, hs),
+        "attn.hook_rot_q": (B, T, nh, hs), "attn.hook_rot_k": (B, T, nh, hs), "attn.hook_pattern": (B, nh, T, T), "attn.hook_z": (B, T, nh, hs),
         "mlp.hook_pre": (B, T, M), "mlp.hook_post": (B, T, M),
         "hook_resid_pre": (B, T, C), "hook_attn_out": (B, T, C), "hook_resid_mid": (B, T, C),
         "hook_mlp_out": (B, T, C), "hook_resid_post": (B, T, C),

@@ -15,9 +15,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-head", type=int, default=8)
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--block-size", type=int, default=256)
-    p.add_argument("--activation", default="gelu_tanh", choices=["gelu_tanh", "gelu", "relu"])
-    p.add_argument("--positional", default="learned", choices=["learned", "sinusoidal"],
-                   help="learned position embeddings, or the fixed sin/cos table (default: learned)")
+    p.add_argument("--arch", default="gpt2", choices=["gpt2", "llama"],
+                   help="gpt2: LayerNorm, learned positions, GELU MLP; llama: RMSNorm, rotary positions, SwiGLU "
+                        "MLP, no biases (the flags below override single switches)")
+    p.add_argument("--activation", default=None, choices=["gelu_tanh", "gelu", "relu", "silu"])
+    p.add_argument("--positional", default=None, choices=["learned", "sinusoidal", "rotary", "none"],
+                   help="learned position embeddings, the fixed sin/cos table, rotary, or none (default: the arch's)")
+    p.add_argument("--norm", default=None, choices=["layernorm", "rmsnorm"])
+    p.add_argument("--mlp", default=None, choices=["plain", "gated"], help="plain MLP or gated (SwiGLU/GeGLU)")
+    p.add_argument("--n-mlp", type=int, default=0,
+                   help="MLP hidden size (default: 4 n_embd plain, 8/3 n_embd gated, up to a multiple of 32)")
+    p.add_argument("--n-kv-head", type=int, default=0, help="key/value heads for grouped-query attention "
+                   "(default: --n-head; must divide it)")
+    p.add_argument("--head-dim", type=int, default=0, help="size of each head (default: n_embd / n_head)")
+    p.add_argument("--rope-base", type=float, default=10000.0, help="rotary base theta (default 10000)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=3e-3)
@@ -51,7 +62,6 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from transformer_viewer.model.config import GPTConfig
     from transformer_viewer.model.data import load_corpus
     from transformer_viewer.model.device import resolve_device
     from transformer_viewer.model.train import TrainConfig, TrainingInterrupted, train
@@ -61,11 +71,7 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    try:
-        config = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
-                           activation=args.activation, positional=args.positional)
-    except ValueError as e:
-        raise ModelError(str(e)) from None
+    config = model_config(args)
     tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
                      eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed,
                      save_dtype=args.save_dtype, active_vocab=not args.full_vocab_loss,
@@ -109,6 +115,23 @@ def run(args) -> int:
     return 0
 
 
+def model_config(args):
+    """The GPTConfig the flags describe: the --arch preset, then each switch given."""
+    from transformer_viewer.model.config import PRESETS, GPTConfig, gated_mlp_width
+
+    fields = dict(PRESETS[args.arch])
+    for name in ("activation", "positional", "norm", "mlp"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    n_mlp = args.n_mlp or (gated_mlp_width(args.n_embd) if fields.get("mlp") == "gated" else 0)
+    try:
+        return GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
+                         n_mlp=n_mlp, n_kv_head=args.n_kv_head, head_dim=args.head_dim, rope_base=args.rope_base,
+                         **fields)
+    except ValueError as e:
+        raise ModelError(str(e)) from None
+
+
 def _check_numbers(args) -> None:
     """Flags argparse accepts but training cannot use, said before any data is read."""
     positive = {"--steps": args.steps, "--batch-size": args.batch_size, "--eval-every": args.eval_every,
@@ -121,6 +144,9 @@ def _check_numbers(args) -> None:
     for flag, value in (("--pos-init-std", args.pos_init_std), ("--embed-init-std", args.embed_init_std)):
         if not 0.0 < value <= 10.0:
             raise ModelError(f"{flag} must be a positive standard deviation (at most 10), got {value}")
+    for flag, value in (("--n-mlp", args.n_mlp), ("--n-kv-head", args.n_kv_head), ("--head-dim", args.head_dim)):
+        if value < 0:
+            raise ModelError(f"{flag} cannot be negative, got {value}")
     if args.warmup < 0 or args.threads < 0:
         raise ModelError("--warmup and --threads cannot be negative")
     if not 0.0 <= args.repeat_fraction <= 1.0:

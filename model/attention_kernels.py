@@ -1,0 +1,128 @@
+"""The speed paths of attention, beside the decoder so `gpt.py` reads as plain attention.
+
+Without autograd, the (T, T) scores are computed by blocks of queries, skipping the keys a
+block can never see, optionally into one reusable workspace. Every path here produces the
+same bits as the plain masked product in `attention_pattern` (tests/model/test_fast_paths.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import torch
+
+QUERY_BLOCK = 64  # query rows per block of the no-grad attention
+
+# Masks by (T, window, device), shared by every layer: building a (T, T) mask per layer per
+# forward cost more than the masked_fill that uses it at T = 1024.
+_MASKS: dict[tuple[int, int, str], torch.Tensor] = {}
+
+
+def blocked_keys(T: int, window: int, device) -> torch.Tensor:
+    """(T, T) bool, True where a query may not see a key: the future, and with a sliding
+    window (0: none) the keys `window` or more positions back."""
+    key = (T, window, str(device))
+    mask = _MASKS.get(key)
+    if mask is None:
+        # A normal tensor even when first asked for under inference_mode, so a later training
+        # step can still use it.
+        with torch.inference_mode(False):
+            mask = torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)
+            if window:
+                mask |= torch.ones(T, T, dtype=torch.bool, device=device).tril_(-window)
+        if len(_MASKS) >= 16:
+            _MASKS.clear()
+        _MASKS[key] = mask
+    return mask
+
+
+def future_mask(T: int, device) -> torch.Tensor:
+    """(T, T) bool, True above the diagonal (the keys a query may not see)."""
+    return blocked_keys(T, 0, device)
+
+
+def softcap_(scores: torch.Tensor, cap: float) -> torch.Tensor:
+    """cap * tanh(scores / cap) in place (Gemma 2's attention-logit soft-capping); 0 is off."""
+    if cap:
+        scores.div_(cap).tanh_().mul_(cap)
+    return scores
+
+
+def attention_pattern(qh: torch.Tensor, kh: torch.Tensor, window: int, cap: float) -> torch.Tensor:
+    """softmax of the masked, capped scores, (B, nh, T, T): the plain path autograd records."""
+    T = qh.shape[2]
+    scores = softcap_(qh @ kh.transpose(-2, -1), cap)  # (B, nh, T, T)
+    scores = scores.masked_fill_(blocked_keys(T, window, qh.device), float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+class AttentionWorkspace:
+    """One reusable block of memory for the (B, nh, T, T) attention scores of every layer.
+
+    A fresh 50 MB tensor per layer (T = 1024) costs more in page faults than the product that
+    fills it. Only valid while nothing keeps a layer's pattern past its hook (the session copies
+    it out at once) and nothing records for autograd: `attention_workspace` sets it.
+    """
+
+    def __init__(self):
+        self._flat: torch.Tensor | None = None
+        # The (B, nh, T, T) shape whose view of the buffer is known to hold zeros above the
+        # diagonal (a causal pattern never writes there), so the next layer can skip zeroing.
+        self.zero_above_diagonal: tuple[int, ...] | None = None
+
+    def scores(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        n = math.prod(shape)
+        f = self._flat
+        if f is None or f.numel() < n or f.dtype != like.dtype or f.device != like.device:
+            self._flat = f = torch.empty(n, dtype=like.dtype, device=like.device)
+            self.zero_above_diagonal = None
+        return f[:n].view(shape)
+
+
+@contextlib.contextmanager
+def attention_workspace(model, workspace: AttentionWorkspace) -> Iterator[None]:
+    """Let every attention layer of `model` compute its scores and pattern in `workspace`."""
+    layers = [block.attn for block in model.blocks]
+    for attn in layers:
+        attn.workspace = workspace
+    try:
+        yield
+    finally:
+        for attn in layers:
+            attn.workspace = None
+
+
+def blocked_pattern(qh: torch.Tensor, kh: torch.Tensor, window: int, cap: float,
+                    ws: AttentionWorkspace | None) -> torch.Tensor:
+    """`attention_pattern` by blocks of queries, skipping the keys a block cannot see.
+
+    Half the (T, T) products and softmax work at long prompts, and bit-for-bit the result of
+    the full masked product: each score is the same dot product and each row's softmax the
+    same reduction (the skipped keys would only add exact zeros at the row's end; a window's
+    old keys stay in the row, masked, so every row keeps its alignment). `out=` makes this
+    no-grad only. Written into the workspace when one is given.
+    """
+    B, nh, T, _ = qh.shape
+    shape = (B, nh, T, T)
+    pattern = ws.scores(shape, qh) if ws is not None else qh.new_empty(shape)
+    zeroed = ws is not None and ws.zero_above_diagonal == shape
+    if ws is not None:
+        ws.zero_above_diagonal = None  # until this pattern is complete
+    blocked = blocked_keys(T, window, qh.device)
+    starts = list(range(0, T, QUERY_BLOCK))
+    if len(starts) > 1 and T - starts[-1] < QUERY_BLOCK // 2:
+        starts.pop()  # a few-row tail would get a matrix-vector kernel that sums in another order
+    for a, b in zip(starts, starts[1:] + [T], strict=True):
+        scores = softcap_(qh[:, :, a:b] @ kh[:, :, :b].transpose(-2, -1), cap)  # (B, nh, b - a, b)
+        if window:
+            scores.masked_fill_(blocked[a:b, :b], float("-inf"))
+        else:  # only the diagonal square holds future keys; the columns before a are all visible
+            scores[..., a:b].masked_fill_(blocked[a:b, a:b], float("-inf"))
+        torch.softmax(scores, dim=-1, out=pattern[:, :, a:b, :b])
+        if not zeroed:
+            pattern[:, :, a:b, b:].zero_()
+    if ws is not None:
+        ws.zero_above_diagonal = shape
+    return pattern

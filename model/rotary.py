@@ -1,0 +1,110 @@
+"""Rotary position embeddings: the frequencies of each scaling and the two pair layouts.
+
+Each head's first `rotary_dim` dimensions rotate by an angle proportional to the position;
+the rest pass through (partial rotary: Pythia, Phi). Pairs are (i, i + d/2) in the NeoX
+layout (Llama and most families) and (2i, 2i + 1) in GPT-J's. The frequencies follow
+Hugging Face's `modeling_rope_utils` operation for operation, so the angles agree to the bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from transformer_viewer.model.config import GPTConfig
+
+
+def inverse_frequencies(config: GPTConfig, base: float, scaling: str) -> tuple[torch.Tensor, float]:
+    """(rotary_dim / 2,) float32 inverse frequencies and the factor cos/sin are multiplied by."""
+    dim = config.rotary_dim
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float) / dim  # (dim/2,)
+    inv_freq = 1.0 / (base ** exponents)
+    if scaling == "linear":
+        return inv_freq / config.rope_factor, 1.0
+    if scaling == "llama3":
+        return _llama3(inv_freq, config), 1.0
+    if scaling == "yarn":
+        return _yarn(base ** exponents, dim, base, config), config.rope_attention_factor
+    return inv_freq, 1.0
+
+
+def _llama3(inv_freq: torch.Tensor, c: GPTConfig) -> torch.Tensor:
+    """Llama 3.1's: long wavelengths slowed by `factor`, short ones kept, a smooth ramp between."""
+    old = c.rope_original_context
+    low_wavelen, high_wavelen = old / c.rope_low_freq_factor, old / c.rope_high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / c.rope_factor, inv_freq)
+    smooth = (old / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor)
+    smoothed = (1 - smooth) * scaled / c.rope_factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def _yarn(pos_freqs: torch.Tensor, dim: int, base: float, c: GPTConfig) -> torch.Tensor:
+    """YaRN: interpolate the slow dimensions, extrapolate the fast ones, a linear ramp between."""
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(c.rope_original_context / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(c.rope_beta_fast), correction_dim(c.rope_beta_slow)
+    if c.rope_truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # a zero-width ramp
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # (dim/2,)
+    extrapolation = 1 - ramp
+    return (1.0 / (c.rope_factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """NeoX layout: (x1, x2) -> (-x2, x1) over the two halves of the last dimension."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
+    """GPT-J layout: each pair (a, b) of neighbours -> (-b, a)."""
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
+class Rotary(nn.Module):
+    """Rotates q and k, (B, T, nh, hs), by position. No parameters and no buffers: the
+    cos/sin table is computed on first use per device and grown as prompts grow."""
+
+    def __init__(self, config: GPTConfig, base: float, scaling: str):
+        super().__init__()
+        self.config = config
+        self.dim = config.rotary_dim
+        self.base, self.scaling = base, scaling
+        self.rotate = rotate_pairs if config.rotary_style == "gptj" else rotate_half
+        self._tables: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def table(self, T: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin, each (T, rotary_dim), float32."""
+        key = str(device)
+        cached = self._tables.get(key)
+        if cached is None or cached[0].shape[0] < T:
+            with torch.inference_mode(False):  # usable by a later training step too
+                inv_freq, factor = inverse_frequencies(self.config, self.base, self.scaling)
+                n = max(T, 256)
+                freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq  # (n, dim/2)
+                if self.config.rotary_style == "gptj":
+                    angles = torch.repeat_interleave(freqs, 2, dim=-1)  # (n, dim), pairs side by side
+                else:
+                    angles = torch.cat((freqs, freqs), dim=-1)  # (n, dim), halves
+                cached = ((angles.cos() * factor).to(device), (angles.sin() * factor).to(device))
+            self._tables[key] = cached
+        return cached[0][:T], cached[1][:T]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        cos, sin = self.table(T, x.device)
+        cos = cos[None, :, None, :].to(x.dtype)  # (1, T, 1, rot)
+        sin = sin[None, :, None, :].to(x.dtype)  # (1, T, 1, rot)
+        if self.dim == x.shape[-1]:
+            return x * cos + self.rotate(x) * sin
+        rot, rest = x[..., : self.dim], x[..., self.dim :]
+        return torch.cat((rot * cos + self.rotate(rot) * sin, rest), dim=-1)

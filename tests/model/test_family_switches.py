@@ -1,0 +1,128 @@
+"""The decoder's family switches: the no-grad blocked attention stays bit-identical to the plain
+product with a sliding window, soft-capping, a custom scale, grouped-query heads and rotary
+positions; each switch computes what its definition says; bad config values are one line."""
+
+import math
+
+import pytest
+import torch
+
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.gpt import GPT, QUERY_BLOCK, AttentionWorkspace, attention_workspace
+from transformer_viewer.model.hooks import hooks
+from transformer_viewer.model.linear import plain_kernels
+from transformer_viewer.model.rotary import Rotary
+
+BASE = dict(n_layer=2, n_head=4, n_embd=32, block_size=3 * QUERY_BLOCK + 16, vocab_size=300)
+VARIANTS = {
+    "llama_gqa": dict(positional="rotary", norm="rmsnorm", mlp="gated", activation="silu", bias=False, n_kv_head=2),
+    "window_softcap": dict(positional="rotary", sliding_window=37, layer_types=("sliding", "full"),
+                           attn_softcap=5.0, attn_scale=0.3, logit_softcap=3.0, norm_placement="sandwich",
+                           norm="rmsnorm", norm_offset=True, embed_scale=True, n_kv_head=1, head_dim=12),
+    "neox_parallel": dict(positional="rotary", rotary_pct=0.25, block="parallel", qkv_bias=True, proj_bias=False),
+    "gptj_shared": dict(positional="rotary", rotary_style="gptj", rotary_pct=0.5, block="parallel_shared_norm"),
+    "olmo2_post": dict(positional="rotary", norm="rmsnorm", norm_placement="post", qk_norm="all", bias=False),
+    "qwen3_headnorm": dict(positional="rotary", norm="rmsnorm", qk_norm="head", head_dim=16, n_kv_head=2,
+                           rope_scaling="llama3", rope_factor=8.0, rope_original_context=64),
+}
+
+
+def _model(name, seed=0):
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**BASE, **VARIANTS[name])).eval()
+    with torch.no_grad():  # random norm gains and biases, so a mixed-up parameter shows
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.2)
+    return model
+
+
+def _patterns(model, ids, grad: bool, workspace=None):
+    kept = {}
+    named = [(f"blocks.{i}.attn.hook_pattern", lambda _m, _i, out, i=i: kept.__setitem__(i, out.detach().clone()))
+             for i in range(model.config.n_layer)]
+    with torch.set_grad_enabled(grad), hooks(model, named), plain_kernels():
+        if workspace is None:
+            logits = model(ids)[0]
+        else:
+            with attention_workspace(model, workspace):
+                logits = model(ids)[0]
+    return kept, logits.detach()
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("T", [7, QUERY_BLOCK + 1, 3 * QUERY_BLOCK + 16])
+def test_blocked_attention_is_bit_identical_for_every_switch(name, T):
+    model = _model(name)
+    ids = torch.randint(0, 300, (2, T), generator=torch.Generator().manual_seed(T))
+    full, logits_full = _patterns(model, ids, grad=True)
+    blocked, logits_blocked = _patterns(model, ids, grad=False)
+    ws_patterns, logits_ws = _patterns(model, ids, grad=False, workspace=AttentionWorkspace())
+    for layer in full:
+        assert torch.equal(full[layer], blocked[layer])
+        assert torch.equal(torch.triu(blocked[layer], 1), torch.zeros_like(blocked[layer]))
+    assert torch.equal(logits_full, logits_blocked) and torch.equal(logits_full, logits_ws)
+
+
+def test_sliding_window_sees_exactly_its_window():
+    model = _model("window_softcap")
+    T, window = 100, 37
+    pats, _ = _patterns(model, torch.randint(0, 300, (1, T)), grad=False)
+    q = torch.arange(T)[:, None]
+    k = torch.arange(T)[None, :]
+    visible = (k <= q) & (k > q - window)
+    assert torch.all(pats[0][0][:, ~visible] == 0) and torch.all(pats[0][0][:, visible] > 0)  # layer 0 slides
+    assert torch.all(pats[1][0][:, (k <= q)] > 0)  # layer 1 is full
+
+
+def test_gqa_key_heads_are_shared_by_query_groups():
+    model = _model("llama_gqa")
+    got = {}
+    with hooks(model, [("blocks.0.attn.hook_rot_k", lambda _m, _i, out: got.__setitem__("k", out)),
+                       ("blocks.0.attn.hook_v", lambda _m, _i, out: got.__setitem__("v", out))]), torch.no_grad():
+        model(torch.randint(0, 300, (1, 9)))
+    assert got["k"].shape == (1, 9, 2, 8) and got["v"].shape == (1, 9, 2, 8)
+
+
+def test_rotary_rotates_pairs_by_position_and_keeps_norms():
+    for style, pair in (("neox", (0, 4)), ("gptj", (0, 1))):
+        config = GPTConfig(**{**BASE, "n_head": 4, "positional": "rotary", "rotary_style": style})  # head size 8
+        x = torch.zeros(1, 3, 1, 8)
+        x[..., pair[0]] = 1.0
+        out = Rotary(config, 10000.0, "none")(x)
+        for t in range(3):  # the first pair turns by t radians (inverse frequency 1)
+            assert out[0, t, 0, pair[0]].item() == pytest.approx(math.cos(t), abs=1e-6)
+            assert out[0, t, 0, pair[1]].item() == pytest.approx(math.sin(t), abs=1e-6)
+        torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1))
+
+
+def test_defaults_are_gpt2_and_old_configs_load():
+    c = GPTConfig.from_dict({"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 4, "vocab_size": 10})
+    assert (c.norm, c.positional, c.mlp, c.block, c.kv_heads, c.head_size) == ("layernorm", "learned", "plain",
+                                                                               "sequential", 2, 4)
+    assert GPTConfig.from_dict(c.to_dict()) == c
+    v = GPTConfig(**BASE, **VARIANTS["window_softcap"])
+    assert GPTConfig.from_dict(v.to_dict()) == v
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"n_kv_head": 3}, "n_kv_head"),
+    ({"n_kv_head": True}, "n_kv_head must be an integer"),
+    ({"head_dim": "8"}, "head_dim must be an integer"),
+    ({"rope_base": "10000"}, "rope_base must be a finite number"),
+    ({"rope_base": float("inf")}, "rope_base must be a finite number"),
+    ({"attn_softcap": -1.0}, "attn_softcap must be in"),
+    ({"layer_norm_eps": True}, "layer_norm_eps must be a finite number"),
+    ({"norm_offset": 1}, "norm_offset must be true or false"),
+    ({"qkv_bias": "yes"}, "qkv_bias must be true, false or null"),
+    ({"norm": "batchnorm"}, "norm must be one of"),
+    ({"positional": "rotary", "rotary_pct": 0.1}, "rotating dimensions"),
+    ({"rope_scaling": "llama3", "positional": "rotary"}, "rope_original_context"),
+    ({"layer_types": ("full",)}, "layer_types has 1 entries"),
+    ({"layer_types": ("full", "local")}, "layer_types entries"),
+    ({"block_size": 1 << 17}, "block_size"),
+    ({"norm_placement": "post", "block": "parallel"}, "norm_placement"),
+])
+def test_bad_values_are_one_line_value_errors(changes, message):
+    with pytest.raises(ValueError, match=message):
+        GPTConfig(**{**BASE, **changes})
