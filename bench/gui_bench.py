@@ -35,8 +35,8 @@ def _missing(*modules_attrs) -> str | None:
 
 
 def redraw(folder: str, lengths, threads: int, reps: int) -> dict:
-    why = _missing(("transformer_viewer.viewer.widgets.heatmap", "def set_data"),
-                   ("transformer_viewer.viewer.widgets.head_grid", "def set_patterns"))
+    why = _missing(("transformer_viewer.viewer.views.heatmap", "def set_data"),
+                   ("transformer_viewer.viewer.views.head_grid", "def set_patterns"))
     if why:
         return {"available": False, "reason": why}
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
@@ -63,7 +63,7 @@ def _viewer_command() -> list[str]:
 def launch(checkpoint: str | None, threads: int, runs: int = 1) -> dict:
     """Wall time from spawning the app to its 'first trace drawn' line, and to its exit."""
     why = _missing(("transformer_viewer.viewer.cli.gui", "--screenshot"),
-                   ("transformer_viewer.viewer.main_window", None))
+                   ("transformer_viewer.viewer.window.main_window", None))
     if why:
         return {"available": False, "reason": why}
     if checkpoint is None:

@@ -38,9 +38,9 @@ def main(folder: str, threads: int, reps: int, lengths: list[int]) -> dict:
     common.set_threads(threads)
     from PySide6 import QtWidgets
 
-    from transformer_viewer.model.capture import Session
-    from transformer_viewer.viewer.widgets.head_grid import HeadGridView
-    from transformer_viewer.viewer.widgets.heatmap import HeatmapView
+    from transformer_viewer.model.session import Session
+    from transformer_viewer.viewer.views.head_grid import HeadGridView
+    from transformer_viewer.viewer.views.heatmap import HeatmapView
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     loaded, _ = common.load_ours(folder)

@@ -37,8 +37,8 @@ def fmt(t) -> str:
 
 def main(sizes: list[int]) -> None:
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
-    from transformer_viewer.viewer.widgets.head_grid import HeadGridView
-    from transformer_viewer.viewer.widgets.heatmap import HeatmapView
+    from transformer_viewer.viewer.views.head_grid import HeadGridView
+    from transformer_viewer.viewer.views.heatmap import HeatmapView
 
     rng = np.random.default_rng(0)
     for T in sizes:

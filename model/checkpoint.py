@@ -17,7 +17,7 @@ import torch
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import native
+from transformer_viewer.model.formats import native, tensor_bounds
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.tokenizer import GPT2_VOCAB
 
@@ -93,6 +93,7 @@ def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,
     if config.tie_embeddings:
         expected.pop("lm_head.weight", None)
         state = {k: v for k, v in state.items() if k != "lm_head.weight"} if "wte.weight" in state else state
+    tensor_bounds.check_param_count(source, sum(ref.numel() for ref in expected.values()))
     missing = [name(k) for k in expected if k not in state]
     unexpected = [name(k) for k in state if k not in expected]
     if missing:
@@ -107,7 +108,7 @@ def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,
             raise CheckpointError(f"{source}: shape mismatch for {name(k)}: expected {tuple(ref.shape)}, found {tuple(t.shape)}")
         if not t.is_floating_point():
             raise CheckpointError(f"{source}: {name(k)} has dtype {str(t.dtype).replace('torch.', '')}; weights must be floating point")
-        if not torch.isfinite(t).all():
+        if not _all_finite(t, f"{source}: {name(k)}"):
             raise CheckpointError(f"{source}: {name(k)} contains NaN or Inf values; the checkpoint is damaged")
     # Built on the meta device and filled by assignment: no time spent on a random init
     # that would be overwritten at once.
@@ -120,6 +121,20 @@ def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,
     if config.tie_embeddings:
         model.lm_head.weight = model.wte.weight  # one Parameter again, as in a fresh model
     return model.eval()
+
+
+def _all_finite(t: torch.Tensor, what: str) -> bool:
+    """isfinite is not implemented for every float dtype (float8): those are checked as float32."""
+    try:
+        return bool(torch.isfinite(t).all())
+    except (NotImplementedError, RuntimeError):
+        pass
+    try:
+        return bool(torch.isfinite(t.to(torch.float32)).all())
+    except (NotImplementedError, RuntimeError):
+        dtype = str(t.dtype).replace("torch.", "")
+        raise CheckpointError(f"{what} has dtype {dtype}, which cannot be converted to float32; "
+                              "re-save the weights as float32, float16 or bfloat16") from None
 
 
 class _SkipInit(torch.overrides.TorchFunctionMode):

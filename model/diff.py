@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transformer_viewer.model.capture import Trace
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.lens import LogitLens
+from transformer_viewer.model.trace import Trace
 
 
 @dataclass(frozen=True)

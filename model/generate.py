@@ -17,7 +17,7 @@ import torch
 
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import hooks
-from transformer_viewer.model.interventions import ABLATIONS, head_mask_hooks
+from transformer_viewer.model.interventions import check_intervention, head_mask_hooks
 
 MAX_NEW_TOKENS = 4096
 
@@ -54,13 +54,8 @@ def generate(session, n_tokens: int, temperature: float = 0.0, top_k: int | None
         raise ModelError(f"temperature must be 0 (greedy) or positive, got {temperature}")
     if top_k is not None and int(top_k) < 1:
         raise ModelError(f"top-k must be at least 1, got {top_k}")
-    if ablation not in ABLATIONS:
-        raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
     c = session.config
-    L, nh = c.n_layer, c.n_head
-    mask = np.zeros((L, nh), dtype=bool) if mask is None else np.array(mask, dtype=bool)
-    if mask.shape != (L, nh):
-        raise ModelError(f"head mask has shape {mask.shape}; this model needs ({L}, {nh})")
+    mask = check_intervention(c, mask, ablation)
     if prompt_ids is None:
         if session.tokens is None or not session.tokens.ids:
             raise ModelError("the prompt is empty; type some text first")

@@ -2,8 +2,8 @@
 
 The scorers at the top are pure functions of an attention pattern (..., T, T) with rows as
 queries, so they can be checked on hand-built patterns whose answer is known. `detect_heads`
-runs the model on two kinds of input and applies them to every head's pattern, read from
-`blocks.{l}.attn.hook_pattern`:
+(which takes a Session, like the lens, the scan and generation) runs the model on two kinds of
+input and applies them to every head's pattern, read from `blocks.{l}.attn.hook_pattern`:
 
 - natural text (built-in snippets, or your own): previous-token, first-token and entropy;
 - a seeded random token sequence repeated twice: induction and duplicate-token.
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.hooks import hooks
+from transformer_viewer.model.hooks import caching
 from transformer_viewer.model.tokenizer import ENDOFTEXT_ID, GPT2_VOCAB
 
 # name -> what it measures; the order is the table's column order.
@@ -166,18 +166,10 @@ def normalise_score_name(name: str) -> str:
 # -- running the model ---------------------------------------------------------------------------
 def _patterns(model, ids: torch.Tensor) -> np.ndarray:
     """Every layer's attention pattern for a batch of ids (B, T): (L, B, nh, T, T) float32."""
-    L = model.config.n_layer
-    out: list[np.ndarray | None] = [None] * L
-
-    def keep(layer):
-        def hook(_m, _inp, pattern):
-            out[layer] = pattern.detach().float().cpu().numpy()  # (B, nh, T, T)
-        return hook
-
-    named = [(f"blocks.{layer}.attn.hook_pattern", keep(layer)) for layer in range(L)]
-    with torch.inference_mode(), hooks(model, named):
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.config.n_layer)]
+    with torch.inference_mode(), caching(model, names) as patterns:
         model.run_blocks(model.embed(ids))  # no unembedding: (B, T, V) logits would be the biggest array
-    return np.stack(out)  # (L, B, nh, T, T)
+    return np.stack([patterns[n].float().cpu().numpy() for n in names])  # (L, B, nh, T, T)
 
 
 def induction_candidates(model, exclude=()) -> np.ndarray:
@@ -221,26 +213,24 @@ def default_induction_length(model, prefix_len: int, cap: int = 64) -> int:
     return max(1, min(cap, (model.config.block_size - prefix_len) // 2))
 
 
-def detect_heads(model, texts: list[str] | None = None, text_ids: list[list[int]] | None = None,
+def detect_heads(session, texts: list[str] | None = None, text_ids: list[list[int]] | None = None,
                  induction_length: int | None = None, induction_batch: int = 4, seed: int = 0,
-                 prefix: list[int] | None = None, tokenizer=None) -> HeadScores:
-    """Score every head of `model` (a GPT or a LoadedModel).
+                 prefix: list[int] | None = None) -> HeadScores:
+    """Score every head of the session's model (its prompt and cache are not used or changed).
 
     Text scores use `text_ids` if given, else `texts` (default: NATURAL_TEXT) tokenized with
-    GPT-2; each text is cut to the model's context and positions are pooled over all texts.
-    The random sequences start with `prefix` (default: <|endoftext|> where the vocabulary has it).
+    the session's tokenizer; each text is cut to the model's context and positions are pooled
+    over all texts. The random sequences start with `prefix` (default: <|endoftext|> where the
+    vocabulary has it).
     """
-    model = getattr(model, "model", model)
+    model = session.model
     cfg = model.config
     was_training = model.training
     model.eval()
     try:
         device = next(model.parameters()).device
         if text_ids is None:
-            if tokenizer is None:
-                from transformer_viewer.model.tokenizer import Tokenizer
-                tokenizer = Tokenizer()
-            text_ids = [tokenizer.encode(t) for t in (NATURAL_TEXT if texts is None else texts)]
+            text_ids = [session.tokenizer.encode(t) for t in (NATURAL_TEXT if texts is None else texts)]
         text_ids = [list(ids)[: cfg.block_size] for ids in text_ids]
         text_ids = [ids for ids in text_ids if len(ids) >= 2]
         if not text_ids:

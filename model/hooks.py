@@ -2,37 +2,75 @@
 
 A forward hook on a HookPoint sees the activation; a hook that returns a tensor replaces it.
 That is how capture reads activations and how head masks edit them, without the model code
-knowing about either.
+knowing about either. Each HookPoint knows its dotted name in the model
+(`blocks.3.attn.hook_pattern`): `hook_points()` writes it while walking the model, so the
+decoder's code only declares the points and never spells their names.
+
+Three ways in, from general to convenient:
+- `hooks(model, [(name, hook)])`: raw forward hooks (head masks replace activations this way);
+- `reading(model, [(name, fn)])`: call `fn(activation)` as it passes, for code that copies an
+  activation straight into its own array;
+- `caching(model, names_filter)` / `run_with_cache(model, ids, names_filter)`: keep the selected
+  activations in a dict by name.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
 
 class HookPoint(nn.Module):
+    """An identity on one activation; `name` is its dotted path in the model once
+    `hook_points()` has walked it (None for a point outside any walked model)."""
+
+    def __init__(self):
+        super().__init__()
+        self.name: str | None = None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
 
 Hook = Callable[[nn.Module, tuple, torch.Tensor], torch.Tensor | None]
+Reader = Callable[[torch.Tensor], None]
+# None: every point; a name; a list of names; or a predicate on names.
+NamesFilter = str | Iterable[str] | Callable[[str], bool] | None
 
 
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
-    """Every HookPoint of a model by its dotted name (`blocks.3.attn.hook_pattern`)."""
-    return {name: m for name, m in model.named_modules() if isinstance(m, HookPoint)}
+    """Every HookPoint of a model by its dotted name, in module order; names each point."""
+    points = {name: m for name, m in model.named_modules() if isinstance(m, HookPoint)}
+    for name, point in points.items():
+        point.name = name
+    return points
+
+
+def select_hook_points(model: nn.Module, names_filter: NamesFilter = None) -> list[str]:
+    """The names `names_filter` picks, in the model's order for a predicate; an unknown name raises."""
+    points = hook_points(model)
+    if names_filter is None:
+        return list(points)
+    if callable(names_filter):
+        return [name for name in points if names_filter(name)]
+    names = [names_filter] if isinstance(names_filter, str) else list(names_filter)
+    for name in names:
+        if name not in points:
+            raise KeyError(f"no hook point named {name!r}")
+    return names
 
 
 @contextlib.contextmanager
 def hooks(model: nn.Module, named_hooks: list[tuple[str, Hook]]) -> Iterator[None]:
     """Register forward hooks by HookPoint name for the duration of the block.
 
-    Handles are always removed, even if the forward raises: hooks are global state on the
-    module, and a leaked one would silently edit every later run.
+    Hooks on one point run in the order given (and after any registered by an enclosing
+    block), each seeing what the previous one returned. Handles are always removed, even if
+    the forward raises: hooks are global state on the module, and a leaked one would silently
+    edit every later run.
     """
     points = hook_points(model)
     handles = []
@@ -45,6 +83,43 @@ def hooks(model: nn.Module, named_hooks: list[tuple[str, Hook]]) -> Iterator[Non
     finally:
         for h in handles:
             h.remove()
+
+
+def _reader_hook(fn: Reader) -> Hook:
+    def hook(_point, _inputs, activation):
+        fn(activation)
+    return hook
+
+
+@contextlib.contextmanager
+def reading(model: nn.Module, readers: Iterable[tuple[str, Reader]]) -> Iterator[None]:
+    """Call `fn(activation)` for each (name, fn) as that activation passes; nothing is replaced."""
+    with hooks(model, [(name, _reader_hook(fn)) for name, fn in readers]):
+        yield
+
+
+@contextlib.contextmanager
+def caching(model: nn.Module, names_filter: NamesFilter = None) -> Iterator[dict[str, torch.Tensor]]:
+    """Keep each selected activation, by hook point name, in the dict this yields.
+
+    The tensors are the activations themselves, not copies: cheap, and safe because the
+    forward never edits an activation in place once its hook point has passed it.
+    """
+    cache: dict[str, torch.Tensor] = {}
+
+    def keep(point, _inputs, activation):
+        cache[point.name] = activation
+
+    with hooks(model, [(name, keep) for name in select_hook_points(model, names_filter)]):
+        yield cache
+
+
+def run_with_cache(model: nn.Module, idx: torch.Tensor,
+                   names_filter: NamesFilter = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The model's logits for token ids (B, T) and the selected activations by name."""
+    with caching(model, names_filter) as cache:
+        logits, _ = model(idx)
+    return logits, cache
 
 
 def count_hooks(model: nn.Module) -> int:

@@ -1,12 +1,33 @@
 """Head masks as hooks on `blocks.{l}.attn.hook_z`: the head's output is removed (zero) or
-replaced by its mean over the prompt's positions (mean) before the output projection."""
+replaced by its mean over the prompt's positions (mean) before the output projection.
+
+`check_intervention` is the one place a mask and an ablation from outside are checked; every
+function that takes them (capture, prediction, the lens, scans, generation) calls it first.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.errors import ModelError
+
 ABLATIONS = ("zero", "mean")
+
+
+def check_intervention(config: GPTConfig, mask, ablation: str, what: str = "head mask") -> np.ndarray:
+    """`mask` as a fresh (n_layer, n_head) bool array (None: no head masked), once it and
+    `ablation` are known to fit the model. `what` names the mask in the message."""
+    if ablation not in ABLATIONS:
+        raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+    L, nh = config.n_layer, config.n_head
+    if mask is None:
+        return np.zeros((L, nh), dtype=bool)
+    mask = np.array(mask, dtype=bool)  # a copy: callers keep it past the caller's edits
+    if mask.shape != (L, nh):
+        raise ModelError(f"{what} has shape {mask.shape}; this model needs ({L}, {nh})")
+    return mask
 
 
 def head_mask_hooks(mask: np.ndarray, ablation: str, start_layer: int = 0) -> list[tuple[str, object]]:

@@ -16,8 +16,6 @@ import numpy as np
 import torch
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.hooks import hooks
-from transformer_viewer.model.interventions import ABLATIONS, first_changed_layer, head_mask_hooks
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,8 @@ def lens_labels(n_layer: int) -> tuple[str, ...]:
 @torch.inference_mode()
 def logit_lens(session, residuals: list[torch.Tensor] | None = None,
                reference_ids: np.ndarray | None = None) -> LogitLens:
-    """The lens of `residuals` (default: the session's cached run, see Session.residuals()).
+    """The lens of `residuals` (default: the session's cached run, see Session.residuals();
+    Session.masked_residuals gives those of a masked run).
 
     One (T, C) x (C, V) matmul per row; the padded vocabulary rows beyond the tokenizer's
     are dropped before the softmax, as Session does.
@@ -94,34 +93,3 @@ def logit_lens(session, residuals: list[torch.Tensor] | None = None,
         row_labels=lens_labels(L), top_ids=top_ids, top_probs=top_probs, final_ids=top_ids[L].copy(),
         final_ranks=final_ranks, final_probs=final_probs, reference_ids=reference_ids, reference_probs=ref_probs,
     )
-
-
-@torch.inference_mode()
-def masked_residuals(session, mask=None, ablation: str = "zero") -> list[torch.Tensor]:
-    """resid_pre of every layer and the final resid_post under `mask`, leaving the session's
-    cache untouched; layers before the first one that differs from the cached run are reused."""
-    L, nh = session.config.n_layer, session.config.n_head
-    mask = np.zeros((L, nh), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
-    if mask.shape != (L, nh):
-        raise ModelError(f"head mask has shape {mask.shape}; this model needs ({L}, {nh})")
-    if ablation not in ABLATIONS:
-        raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
-    cached = session.residuals()
-    # Session keeps the mask its cache was computed under; reading it avoids a full rerun.
-    cached_mask = getattr(session, "_cached_mask", None)
-    cached_ablation = getattr(session, "_cached_ablation", "zero")
-    start = 0 if cached_mask is None else first_changed_layer(cached_mask, cached_ablation, mask, ablation)
-    if start >= L:
-        return cached
-    out = list(cached)
-
-    def keep(layer):
-        def hook(_m, _inp, x):
-            out[layer] = x
-        return hook
-
-    named = head_mask_hooks(mask, ablation, start)
-    named += [(f"blocks.{layer}.hook_resid_pre", keep(layer)) for layer in range(start + 1, L)]
-    with hooks(session.model, named):
-        out[L] = session.model.run_blocks(cached[start], start)
-    return out

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.hooks import hooks
-from transformer_viewer.model.interventions import ABLATIONS
+from transformer_viewer.model.hooks import reading
+from transformer_viewer.model.interventions import check_intervention
 
 METRICS = ("logprob", "logit_diff")
 
@@ -88,13 +88,8 @@ def head_scan(session, target: int | None = None, distractor: int | None = None,
     """Scan every head. `target` None means the baseline's top token. Cancelling (is_cancelled()
     returning True) stops within one layer's compute and returns a partial result flagged
     `cancelled`; the session is unchanged either way."""
-    if ablation not in ABLATIONS:
-        raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
-    c = session.config
-    L, nh = c.n_layer, c.n_head
-    base = np.zeros((L, nh), dtype=bool) if base_mask is None else np.array(base_mask, dtype=bool)
-    if base.shape != (L, nh):
-        raise ModelError(f"base mask has shape {base.shape}; this model needs ({L}, {nh})")
+    base = check_intervention(session.config, base_mask, ablation, what="base mask")
+    L, nh = base.shape
     baseline = session.predict(base, ablation, position, top_k=1, update_cache=False)
     p = baseline.position
     V = baseline.probs.shape[0]
@@ -115,15 +110,15 @@ def head_scan(session, target: int | None = None, distractor: int | None = None,
     cancelled = False
     check = is_cancelled or (lambda: False)
 
-    def stop_hook(_m, _inp, _x):
+    def stop_if_cancelled(_resid):
         if check():
             raise _Cancelled
     # Checked as each block starts, so a cancel lands within one layer even on a big model.
-    stops = [(f"blocks.{layer}.hook_resid_pre", stop_hook) for layer in range(L)]
+    stops = [(f"blocks.{layer}.hook_resid_pre", stop_if_cancelled) for layer in range(L)]
     if progress:
         progress(0, len(todo))
     try:
-        with hooks(session.model, stops):
+        with reading(session.model, stops):
             for n, (layer, head) in enumerate(todo):
                 if check():
                     raise _Cancelled

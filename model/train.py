@@ -15,12 +15,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.data import Corpus, unigram_loss
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.formats import native
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.train_batches import repeat_passages
 
@@ -193,9 +194,7 @@ def save_state(model, opt, out, record, tc: TrainConfig, final_dtype=None) -> No
             tensors[f"{i}.exp_avg"] = st["exp_avg"].contiguous()
             tensors[f"{i}.exp_avg_sq"] = st["exp_avg_sq"].contiguous()
             meta[f"{i}.step"] = str(float(st["step"]))
-    tmp = _optim_path(out) + ".tmp"
-    save_file(tensors, tmp, metadata=meta)
-    os.replace(tmp, _optim_path(out))
+    native.write_checkpoint_bytes(_optim_path(out), save(tensors, metadata=meta))
 
 
 def restore_optimizer(opt, out: str, step: int) -> bool:

@@ -1,9 +1,12 @@
 """Export a view as PNG or SVG, or the matrix it shows as .npy or .csv. Every write is atomic.
 
-A file is written to a temporary name in the destination folder and moved over the target
-with os.replace, so a failure never leaves a partial file. SVG is rendered by Qt's own
-QSvgGenerator (pyqtgraph's SVGExporter crashes on ImageItems with PySide6 6.12); the heatmap
-becomes an embedded <image>. Qt is imported only by the image exporters.
+Every format is first rendered into memory, then written by `write_file`: a temporary file in
+the destination folder, each byte's write checked, flushed and counted, then moved over the
+target with os.replace. A full disk or any other failure leaves the user's file as it was and
+no temporary file behind. Rendering to memory matters for SVG: Qt's QSvgGenerator (used
+because pyqtgraph's SVGExporter crashes on ImageItems with PySide6 6.12) never reports a
+failed write, so writing through it to a file could not tell a short file from a whole one.
+The heatmap becomes an embedded <image>. Qt is imported only by the image exporters.
 
 A view is anything with `export_target()` (the QGraphicsView to render) and `matrix()`,
 optionally `row_labels()` / `col_labels()`; a bare QGraphicsView, GraphicsLayoutWidget or
@@ -14,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import os
 import tempfile
 
 import numpy as np
 
+from transformer_viewer.model.atomic_write import write_bytes
 from transformer_viewer.model.errors import ModelError
 
 IMAGE_FORMATS = (".png", ".svg")
@@ -56,18 +61,38 @@ def check_writable(path) -> str:
     return path
 
 
+def write_file(path, data: bytes) -> str:
+    """Atomically make `path` hold exactly `data` (see model/atomic_write.py); one ExportError
+    line on any failure, the previous file untouched. Returns the absolute path."""
+    path = check_writable(path)
+    try:
+        return write_bytes(path, data)
+    except PermissionError as e:
+        raise ExportError(f"cannot write {path}: {e.strerror or e}; choose a folder you can write to") from None
+    except OSError as e:
+        raise ExportError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder's permissions") from None
+
+
 @contextlib.contextmanager
 def atomic_path(path):
-    """Yield a temporary path beside `path`; on success it replaces `path`, on failure it is removed."""
+    """Yield a temporary path beside `path`; on success it replaces `path`, on failure it is removed.
+
+    Only for writers that report their own failures: the file is synced, and an empty one is
+    refused, but a short file cannot be told from a whole one here. Render to bytes and use
+    `write_file` instead wherever the writer can target memory."""
     path = check_writable(path)
     folder, name = os.path.split(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
     except OSError as e:
-        raise ExportError(f"cannot write {path}: {e.strerror or e}; choose a folder you can write to") from None
+        raise ExportError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder's permissions") from None
     os.close(fd)
     try:
         yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        if os.path.getsize(tmp) == 0:
+            raise OSError(errno.EIO, "nothing was written")
         _match_umask(tmp)
         os.replace(tmp, path)
     except BaseException as e:
@@ -94,11 +119,9 @@ def export_matrix(matrix, path, row_labels=None, col_labels=None) -> str:
         raise ExportError(f"{os.fspath(path)}: export_matrix writes .npy or .csv; use export_view for images")
     m = np.asarray(matrix)
     if ext == ".npy":
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
-            np.save(f, m, allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
-        return os.path.abspath(path)
+        buf = io.BytesIO()
+        np.save(buf, m, allow_pickle=False)
+        return write_file(path, buf.getbuffer())
     if m.ndim != 2:
         raise ExportError(f"{os.fspath(path)}: CSV holds a 2-D matrix but this view has shape {m.shape}; export .npy instead")
     R, C = m.shape
@@ -112,11 +135,7 @@ def export_matrix(matrix, path, row_labels=None, col_labels=None) -> str:
     fmt = "%.9g" if m.dtype.kind == "f" else "%s"  # 9 digits round-trip float32 exactly
     for label, row in zip(rows, m, strict=True):
         writer.writerow([label, *(fmt % v for v in row.tolist())])
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
-        f.write(buf.getvalue())
-        f.flush()
-        os.fsync(f.fileno())
-    return os.path.abspath(path)
+    return write_file(path, buf.getvalue().encode("utf-8"))
 
 
 def read_csv_matrix(path) -> tuple[np.ndarray, list[str], list[str]]:
@@ -202,10 +221,31 @@ def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = 
             _render(view, widget, painter, w, h)
         finally:
             painter.end()
-    with atomic_path(path) as tmp:
-        if not image.save(tmp, "PNG"):
-            raise OSError(f"Qt could not encode {W}x{H} PNG")
-    return os.path.abspath(path)
+    return write_file(path, png_bytes(image))
+
+
+def png_bytes(image) -> bytes:
+    """A QImage encoded as PNG in memory."""
+    data = _in_memory(lambda device: image.save(device, "PNG"))
+    if data is None:
+        raise ExportError(f"Qt could not encode the {image.width()}x{image.height()} image as PNG; "
+                          "export a smaller size")
+    return data
+
+
+def _in_memory(write) -> bytes | None:
+    """The bytes `write(device)` puts into a QBuffer; None when it reports failure or writes nothing."""
+    from PySide6 import QtCore
+
+    array = QtCore.QByteArray()
+    device = QtCore.QBuffer(array)
+    device.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
+    try:
+        ok = write(device)
+    finally:
+        device.close()
+    data = bytes(array.data())
+    return data if ok is not False and data else None
 
 
 def export_svg(target, path, size: tuple[int, int] | None = None, title: str = "transformer-viewer") -> str:
@@ -216,22 +256,29 @@ def export_svg(target, path, size: tuple[int, int] | None = None, title: str = "
     if extension(path) != ".svg":
         raise ExportError(f"{os.fspath(path)}: export_svg writes .svg files")
     view, widget = _graphics_view(target)
-    with _sized(view, widget, size) as (w, h), atomic_path(path) as tmp:
-        gen = QSvgGenerator()
-        gen.setFileName(tmp)
-        gen.setSize(QtCore.QSize(w, h))
-        gen.setViewBox(QtCore.QRect(0, 0, w, h))
-        gen.setResolution(96)  # CSS pixels: width/height in mm then match w x h px
-        gen.setTitle(title)
-        gen.setDescription("exported by transformer-viewer")
-        painter = QtGui.QPainter()
-        if not painter.begin(gen):
-            raise OSError("Qt could not start the SVG file")
-        try:
-            _render(view, widget, painter, w, h)
-        finally:
-            painter.end()
-    return os.path.abspath(path)
+    with _sized(view, widget, size) as (w, h):
+
+        def render(device) -> bool:
+            gen = QSvgGenerator()
+            gen.setOutputDevice(device)
+            gen.setSize(QtCore.QSize(w, h))
+            gen.setViewBox(QtCore.QRect(0, 0, w, h))
+            gen.setResolution(96)  # CSS pixels: width/height in mm then match w x h px
+            gen.setTitle(title)
+            gen.setDescription("exported by transformer-viewer")
+            painter = QtGui.QPainter()
+            if not painter.begin(gen):
+                return False
+            try:
+                _render(view, widget, painter, w, h)
+            finally:
+                painter.end()
+            return True
+
+        data = _in_memory(render)
+    if data is None:
+        raise ExportError(f"Qt could not render the {w}x{h} view as SVG; export a PNG instead")
+    return write_file(path, data)
 
 
 def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = None) -> str:

@@ -19,37 +19,13 @@ Signals (each emitted only when the value really changed):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
+from transformer_viewer.viewer.worker.requests import ModelInfo
+
 ABLATIONS = ("zero", "mean")
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the GUI knows about the loaded model (no torch objects)."""
-
-    name: str
-    format: str
-    source: str
-    n_layer: int
-    n_head: int
-    n_embd: int
-    block_size: int
-    n_params: int
-    device: str
-    n_mlp: int = 0
-    vocab_size: int = 0
-
-    @property
-    def params_text(self) -> str:
-        n = self.n_params
-        for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-            if n >= div:
-                return f"{n / div:.1f}{unit} params"
-        return f"{n} params"
+__all__ = ["ABLATIONS", "ModelInfo", "ViewerState"]
 
 
 class ViewerState(QObject):

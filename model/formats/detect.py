@@ -13,16 +13,26 @@ pickles close over the object already loaded, so each file is unpickled once.
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 import struct
 from collections.abc import Callable
 
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import hf_cache, huggingface, nanogpt, native, pickle_safe, tutorial
+from transformer_viewer.model.formats import (
+    hf_cache,
+    huggingface,
+    nanogpt,
+    native,
+    pickle_safe,
+    schema,
+    tutorial,
+    untrusted_json,
+)
 
 Reader = Callable[..., tuple]
-MAX_SAFETENSORS_HEADER = 100 << 20  # the format's own limit
+MAX_SAFETENSORS_HEADER = 100 << 20  # the format's own limit: larger is not a safetensors file
+MAX_TENSORS = 20_000  # entries in one safetensors header; GPT-2 XL has 580
 HEAD_BYTES = 64
 
 
@@ -30,6 +40,8 @@ def find_reader(source: str) -> tuple[str, Reader]:
     if os.path.isdir(source):
         return _folder(source)
     if not os.path.exists(source):
+        if os.path.islink(source):
+            raise _broken_link(source)
         if hf_cache.looks_like_name(source):
             snapshot = hf_cache.find_snapshot(source)
             if snapshot is None:
@@ -39,6 +51,21 @@ def find_reader(source: str) -> tuple[str, Reader]:
     if not os.path.isfile(source):
         raise CheckpointError(f"{source}: not a regular file or folder; give a checkpoint file or a model folder")
     return _file(source)
+
+
+def _broken_link(path: str) -> CheckpointError:
+    """A symbolic link that leads nowhere: a loop, or a target that is gone."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return CheckpointError(f"{path}: a symbolic link loop (following it never reaches a file); point it at a "
+                                   "checkpoint file")
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return CheckpointError(f"{path}: a symbolic link to {target}, which does not exist; point it at a checkpoint file")
 
 
 def _file(path: str) -> tuple[str, Reader]:
@@ -76,16 +103,15 @@ def safetensors_header(path: str, head: bytes, size: int) -> dict | None:
     if 8 + n > size:
         raise CheckpointError(f"{path}: truncated safetensors file: its header alone needs {8 + n} bytes, the file "
                               f"has {size}; re-save or re-download it")
-    try:
-        with open(path, "rb") as f:
-            f.seek(8)
-            header = json.loads(f.read(n).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"{path}: corrupt safetensors header (not valid JSON); re-save or re-download it") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if n > untrusted_json.MAX_JSON_BYTES:
+        raise CheckpointError(f"{path}: its safetensors header is {n:,} bytes, more than the "
+                              f"{untrusted_json.MAX_JSON_BYTES >> 20} MiB a model's header needs; re-save or re-download it")
+    header = untrusted_json.parse(_read_at(path, 8, n), f"{path}: corrupt safetensors header", "re-save or re-download it")
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object); re-save or re-download it")
+    if len(header) > MAX_TENSORS:
+        raise CheckpointError(f"{path}: its safetensors header lists {len(header):,} tensors, more than any model has "
+                              f"({MAX_TENSORS:,}); re-save or re-download it")
     ends = [v["data_offsets"][1] for k, v in header.items()
             if k != "__metadata__" and isinstance(v, dict) and isinstance(v.get("data_offsets"), list)
             and len(v["data_offsets"]) == 2 and isinstance(v["data_offsets"][1], int)]
@@ -94,6 +120,15 @@ def safetensors_header(path: str, head: bytes, size: int) -> dict | None:
         raise CheckpointError(f"{path}: truncated safetensors file: {need} bytes expected, {size} found; "
                               "re-save or re-download it")
     return header
+
+
+def _read_at(path: str, offset: int, n: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(n)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
 def _safetensors(path: str, header: dict) -> tuple[str, Reader]:
@@ -116,6 +151,7 @@ def _safetensors(path: str, header: dict) -> tuple[str, Reader]:
 
 
 def _classify_pickle(path: str, obj: object) -> tuple[str, Reader]:
+    schema.check_state_names(path, obj)
     if nanogpt.is_nanogpt(obj):
         return "nanogpt", lambda src, n_head=None: nanogpt.read_nanogpt(src, obj)
     if tutorial.is_tutorial(obj):

@@ -14,7 +14,7 @@ import os
 import re
 
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import huggingface
+from transformer_viewer.model.formats import huggingface, untrusted_json
 
 # The GPT-2 checkpoints moved under organisations; a cache may hold either spelling.
 ALIASES = {
@@ -68,19 +68,23 @@ def _snapshot_in(repo_dir: str) -> str | None:
     snapshots = os.path.join(repo_dir, "snapshots")
     if not os.path.isdir(snapshots):
         return None
-    candidates = []
+    ref = untrusted_json.read_small_text(os.path.join(repo_dir, "refs", "main"))
+    candidates = [ref] if ref else []
     try:
-        with open(os.path.join(repo_dir, "refs", "main"), encoding="utf-8") as f:
-            candidates.append(f.read().strip())
+        entries = os.listdir(snapshots)
     except OSError:
-        pass
-    try:
-        # Newest first, so a cache without refs/main still yields the latest fetch.
-        others = sorted(os.listdir(snapshots), key=lambda r: os.path.getmtime(os.path.join(snapshots, r)), reverse=True)
-    except OSError:
-        others = []
+        entries = []
+    # Newest first, so a cache without refs/main still yields the latest fetch. An entry that
+    # cannot be stat'ed (a dangling or looping link) is skipped, not allowed to hide the others.
+    dated = []
+    for rev in entries:
+        try:
+            dated.append((os.path.getmtime(os.path.join(snapshots, rev)), rev))
+        except OSError:
+            continue
+    others = [rev for _mtime, rev in sorted(dated, reverse=True)]
     for rev in candidates + others:
-        if rev and os.sep not in rev and huggingface.is_hf_folder(os.path.join(snapshots, rev)):
+        if rev and rev not in (".", "..") and os.sep not in rev and huggingface.is_hf_folder(os.path.join(snapshots, rev)):
             return os.path.join(snapshots, rev)
     return None
 

@@ -1,15 +1,16 @@
-"""A Hugging Face GPT-2-family folder: `config.json` plus `model.safetensors` or
-`pytorch_model.bin` (or their sharded `*.index.json` forms).
+"""A Hugging Face folder: `config.json` plus `model.safetensors` or `pytorch_model.bin` (or
+their sharded `*.index.json` forms).
 
-Keys come with the `transformer.` prefix (GPT2LMHeadModel) or without it (GPT2Model); the
-four Conv1D projections are transposed into Linear layout; a missing `lm_head.weight` is the
-tied embedding; `attn.bias` / `attn.masked_bias` buffers are ignored. Any other architecture
-is refused: its weights would load into the wrong computation.
+GPT-2 is read here: keys come with the `transformer.` prefix (GPT2LMHeadModel) or without it
+(GPT2Model); the four Conv1D projections are transposed into Linear layout; a missing
+`lm_head.weight` is the tied embedding; `attn.bias` / `attn.masked_bias` buffers are ignored.
+The other decoder families (Llama, Qwen, Mistral, Gemma, Phi-3, OLMo, GPT-NeoX, GPT-J) map in
+`hf_families/`. Any other architecture is refused: its weights would load into the wrong
+computation.
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -17,7 +18,14 @@ from safetensors import SafetensorError, safe_open
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import gpt2_layout, pickle_safe
+from transformer_viewer.model.formats import (
+    gpt2_layout,
+    hf_families,
+    pickle_safe,
+    schema,
+    shard_index,
+    untrusted_json,
+)
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 # HF activation_function -> ours. "gelu_new" and "gelu_pytorch_tanh" are the same tanh curve.
@@ -40,34 +48,43 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
     """`weights` names the file to use when the user gave one (else the folder's first of
     WEIGHT_FILES); `raw` is its state dict when the caller has loaded it already."""
     hf = read_config_json(folder)
-    config = config_from_hf(hf, folder)
+    found = hf_families.family_of(hf, folder)  # None: GPT-2
+    config = config_from_hf(hf, folder) if found is None else hf_families.config_for(hf, folder, *found)
     weights = weights or weights_file(folder)
     if weights is None:
         raise CheckpointError(f"{folder}: has config.json but no weights (neither model.safetensors nor "
                               "pytorch_model.bin); copy or download the weights into the folder")
     raw = load_weights(weights) if raw is None else raw
-    state, names = gpt2_layout.to_ours(raw, conv1d=True)
-    if not config.tie_embeddings and "lm_head.weight" not in state:
-        raise CheckpointError(f"{folder}: config.json says tie_word_embeddings=false but the weights have no "
-                              "lm_head.weight; the head is missing")
+    if found is None:
+        state, names = gpt2_layout.to_ours(raw, conv1d=True)
+        if not config.tie_embeddings and "lm_head.weight" not in state:
+            raise CheckpointError(f"{folder}: config.json says tie_word_embeddings=false but the weights have no "
+                                  "lm_head.weight; the head is missing")
+        key_name = gpt2_layout.file_namer(names, raw.keys())
+    else:
+        state, names = hf_families.state_for(raw, config, folder, found[1])
+        key_name = lambda k: names.get(k, k)  # noqa: E731
     info = {
         "name": name or os.path.basename(os.path.normpath(folder)),
-        "tokenizer": "gpt2",
-        "training": {"source_format": "huggingface", "architectures": list(hf.get("architectures") or [])},
-        "key_name": gpt2_layout.file_namer(names, raw.keys()),
+        # The tokenizer: GPT-2's built-in one, or this folder's own tokenizer.json.
+        "tokenizer": "gpt2" if found is None else folder,
+        "training": {"source_format": "huggingface", "architectures": list(hf.get("architectures") or []),
+                     "family": "GPT-2" if found is None else found[1].name},
+        "key_name": key_name,
     }
     return config, state, info
 
 
 def read_config_json(folder: str) -> dict:
+    """config.json, parsed with bounds (size, nesting, numbers): it is as untrusted as the weights."""
     path = os.path.join(folder, "config.json")
+    fix = "restore the model's config.json"
     try:
-        with open(path, encoding="utf-8") as f:
-            hf = json.load(f)
+        hf = untrusted_json.read_file(path, fix)
     except PermissionError:
         raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e}); restore the model's config.json") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
     if not isinstance(hf, dict):
         raise CheckpointError(f"{path}: not a JSON object; restore the model's config.json")
     return hf
@@ -127,6 +144,7 @@ def _load_pickled(path: str) -> dict[str, torch.Tensor]:
         obj = obj["state_dict"]
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state dict of tensors")
+    schema.check_state_names(path, obj)
     return obj
 
 
@@ -142,17 +160,4 @@ def load_safetensors(path: str) -> dict[str, torch.Tensor]:
 
 
 def _load_sharded(index_path: str) -> dict[str, torch.Tensor]:
-    try:
-        with open(index_path, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
-        shards = sorted(set(weight_map.values()))
-    except (OSError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{index_path}: not a valid shard index ({e}); restore it") from None
-    folder = os.path.dirname(index_path)
-    state: dict[str, torch.Tensor] = {}
-    for shard in shards:
-        path = os.path.join(folder, os.path.basename(str(shard)))  # never leave the folder
-        if not os.path.isfile(path):
-            raise CheckpointError(f"{index_path}: shard {shard} is missing; download every shard")
-        state.update(load_safetensors(path) if path.endswith(".safetensors") else _load_pickled(path))
-    return state
+    return shard_index.load_shards(index_path, load_safetensors, _load_pickled)

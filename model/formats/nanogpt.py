@@ -15,7 +15,7 @@ import torch
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import gpt2_layout
+from transformer_viewer.model.formats import gpt2_layout, schema
 
 REQUIRED_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 
@@ -30,6 +30,10 @@ def read_nanogpt(path: str, obj: dict) -> tuple[GPTConfig, dict[str, torch.Tenso
     if missing:
         raise CheckpointError(f"{path}: its model_args lack {', '.join(missing)}; it is not a complete nanoGPT checkpoint")
     raw = obj["model"]
+    try:
+        schema.check_model_args(args)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: bad model_args: {e}") from None
     state, names = gpt2_layout.to_ours(raw, conv1d=False)
     try:
         config = GPTConfig(

@@ -4,17 +4,18 @@ the tokenizer name and free-form training information."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save
 
+from transformer_viewer.model.atomic_write import write_bytes
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import schema, untrusted_json
 
 FORMAT_TAG = "transformer-viewer"
+FIX = "re-save it with save_checkpoint"
 
 
 def is_native(path: str) -> bool:
@@ -36,27 +37,31 @@ def read_native(path: str) -> tuple[GPTConfig, dict[str, torch.Tensor], dict]:
     meta = read_metadata(path)
     if meta is None:
         raise CheckpointError(f"{path}: not a readable safetensors file (truncated or corrupt); re-save or re-download it")
-    try:
-        config_dict = json.loads(meta["config"])
-    except (KeyError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: its metadata has no valid 'config' JSON ({e}); re-save it with save_checkpoint") from None
+    if not isinstance(meta.get("config"), str):
+        raise CheckpointError(f"{path}: its metadata has no valid 'config' JSON; re-save it with save_checkpoint")
+    config_dict = untrusted_json.parse(meta["config"], f"{path}: its 'config' metadata", FIX)
     if not isinstance(config_dict, dict):
         raise CheckpointError(f"{path}: its 'config' metadata is not a JSON object; re-save it with save_checkpoint")
     try:
+        schema.check_config_fields(config_dict)
         config = GPTConfig.from_dict(config_dict)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: bad config: {e}") from None
+    info = {"tokenizer": meta.get("tokenizer", "gpt2"), "training": read_training(path, meta)}
     try:
         with safe_open(path, framework="pt") as f:
             state = {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{path}: tensor data is truncated or corrupt ({_first_line(e)}); re-save or re-download it") from None
-    info = {"tokenizer": meta.get("tokenizer", "gpt2")}
-    try:
-        info["training"] = json.loads(meta.get("training", "{}"))
-    except json.JSONDecodeError:
-        info["training"] = {}
     return config, state, info
+
+
+def read_training(path: str, meta: dict) -> dict:
+    """The training record: free-form, but an object whose known fields have their types.
+    NaN stays (a run saved before its first step has no loss yet)."""
+    where = f"{path}: its 'training' metadata"
+    return schema.check_training(where, untrusted_json.parse(meta.get("training", "{}"), where, FIX,
+                                                             allow_non_finite=True))
 
 
 def write_native(path: str, config: GPTConfig, state: dict[str, torch.Tensor], tokenizer: str = "gpt2",
@@ -70,23 +75,16 @@ def write_native(path: str, config: GPTConfig, state: dict[str, torch.Tensor], t
         "training": json.dumps(training or {}, sort_keys=True),
     }
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=folder)
-    os.close(fd)
+    write_checkpoint_bytes(path, save(tensors, metadata=meta))
+
+
+def write_checkpoint_bytes(path: str, data: bytes) -> None:
+    """`data` to `path` whole or not at all; a full disk is one CheckpointError line."""
     try:
-        save_file(tensors, tmp, metadata=meta)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+        write_bytes(path, data)
+    except OSError as e:
+        raise CheckpointError(f"cannot write {path}: {e.strerror or e}; free some disk space or choose another "
+                              "folder (the previous file, if any, is unchanged)") from None
 
 
 def _first_line(e: BaseException) -> str:

@@ -9,6 +9,7 @@ scanned with `pickletools`, which executes nothing, to say what code it would ne
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import pickletools
 import re
@@ -17,8 +18,12 @@ import zipfile
 import torch
 
 from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import tensor_bounds
 
 ZIP_MAGIC = b"PK\x03\x04"
+MAX_REBUILDS = 20_000  # GPT-2 XL's state with AdamW moments and their steps needs about 4,600
+_BUILD_OPS = frozenset({"REDUCE", "NEWOBJ", "NEWOBJ_EX"})
+ZIP_EXPANSION = 2  # unpacked/packed size a torch zip may have (its entries are stored, not deflated)
 PICKLE_PROTO = 0x80
 # torch's pre-1.6 format begins with a pickled LONG1 magic number; a bare pickle does not.
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
@@ -38,8 +43,9 @@ def load(path: str) -> object:
         raise _bare_pickle_error(path)
     if head.startswith(ZIP_MAGIC):
         _check_zip(path)
+    _check_object_count(path, zipped=head.startswith(ZIP_MAGIC))
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         message = str(e)
         if "GLOBAL" in message or "global" in message:
@@ -50,6 +56,8 @@ def load(path: str) -> object:
         raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
     except (EOFError, RuntimeError, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as e:
         raise CheckpointError(f"{path}: truncated or corrupt torch checkpoint ({_first_line(e)}); re-save or re-download it") from None
+    tensor_bounds.check_stored(path, obj)  # before anything materialises a view
+    return obj
 
 
 def _head(path: str, n: int = 16) -> bytes:
@@ -66,7 +74,9 @@ def _check_zip(path: str) -> None:
     """Catch a truncated or foreign zip before torch does, with a plainer message."""
     try:
         with zipfile.ZipFile(path) as z:
-            names = z.namelist()
+            infos = z.infolist()
+            names = [i.filename for i in infos]
+            unpacked, packed = sum(i.file_size for i in infos), os.path.getsize(path)
     except zipfile.BadZipFile:
         raise CheckpointError(f"{path}: truncated or corrupt zip archive (its central directory is missing); "
                               "re-save or re-download it") from None
@@ -76,6 +86,43 @@ def _check_zip(path: str) -> None:
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         raise CheckpointError(f"{path}: a zip archive that is not a torch checkpoint (it holds {shown or 'nothing'}); "
                               "give a checkpoint file instead")
+    if unpacked > ZIP_EXPANSION * packed + (1 << 20):  # torch.save stores entries uncompressed
+        raise CheckpointError(f"{path}: its zip entries unpack to {unpacked:,} bytes from {packed:,}; torch never "
+                              "compresses a checkpoint, so this is not one saved by torch.save")
+
+
+def _check_object_count(path: str, zipped: bool) -> None:
+    """torch's weights-only unpickler is pure Python, about 0.15 ms per tensor it rebuilds: a
+    small pickle of views can take minutes. Its object-building opcodes are counted first, by
+    `pickletools`, ten times faster and executing nothing."""
+    try:
+        if zipped:
+            with zipfile.ZipFile(path) as z:
+                name = next(n for n in z.namelist() if n.endswith("data.pkl"))
+                with z.open(name) as stream:
+                    n = _rebuilds(stream, pickles=1)
+        else:
+            with open(path, "rb") as stream:  # magic number, protocol, system info, then the state
+                n = _rebuilds(stream, pickles=4)
+    except (OSError, zipfile.BadZipFile, StopIteration):
+        return  # torch.load reports these with its own line
+    if n > MAX_REBUILDS:
+        raise CheckpointError(f"{path}: its pickle builds more than {MAX_REBUILDS:,} objects (two per tensor), more "
+                              "than any model checkpoint; save only the model's state_dict()")
+
+
+def _rebuilds(stream, pickles: int) -> int:
+    n = 0
+    try:
+        for _ in range(pickles):
+            for op, _arg, _pos in pickletools.genops(stream):
+                if op.name in _BUILD_OPS:
+                    n += 1
+                    if n > MAX_REBUILDS:
+                        return n
+    except (ValueError, EOFError, UnicodeDecodeError):
+        pass  # a damaged pickle: torch.load says so
+    return n
 
 
 def _refused(path: str, message: str) -> CheckpointError:

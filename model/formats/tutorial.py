@@ -38,12 +38,16 @@ N_HEAD_HINTS = ("n_head", "num_heads", "nhead", "n_heads", "num_attention_heads"
 ACTIVATION_HINTS = ("activation", "activation_function", "act")
 ACTIVATION_NAMES = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_tanh": "gelu_tanh", "tanh": "gelu_tanh", "relu": "relu"}
 SINUSOIDAL_BLOCK_SIZE = 1024
+MAX_LAYERS = 1024  # GPTConfig's ceiling on n_layer
+MAX_INDEX_DIGITS = 6  # blocks.N / ff.net.N: past this the number is no layer index
 _ATTN = re.compile(r"^blocks\.(\d+)\.attn\.(in_proj_weight|q_proj_weight)$")
-_FF = re.compile(r"^blocks\.(\d+)\.ff\.net\.(\d+)\.weight$")
+_BLOCK = re.compile(r"^blocks\.(\d+)\.")
+_FF = re.compile(r"^ff\.net\.(\d{1,6})\.weight$")  # within a block
 
 
 def _tensor_dict(obj) -> bool:
-    return isinstance(obj, dict) and bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
+    return (isinstance(obj, dict) and bool(obj) and all(isinstance(k, str) for k in obj)
+            and all(isinstance(v, torch.Tensor) for v in obj.values()))
 
 
 def unwrap(obj) -> tuple[dict, dict] | None:
@@ -88,8 +92,8 @@ def read_tutorial(path: str, obj, n_head: int | None = None) -> tuple[GPTConfig,
         raise CheckpointError(f"{path}: tok_emb.weight has shape {tuple(wte.shape)}; expected (vocab, n_embd)")
     V, C = wte.shape
     n_head = _n_head(path, n_head, hints, C)
-    layers = sorted({int(m.group(1)) for k in src if (m := _ATTN.match(k))})
-    n_layer = layers[-1] + 1
+    blocks = _blocks(path, src)  # one pass over the keys, the layer cap checked before any layer is read
+    n_layer = max((layer for layer, keys in blocks.items() if any(_ATTN.match(k) for k in keys)), default=-1) + 1
     take("wte.weight", "tok_emb.weight")
     block_size, positional = _positions(path, src, used, state, names, C)
     n_mlp = None
@@ -101,7 +105,8 @@ def read_tutorial(path: str, obj, n_head: int | None = None) -> tuple[GPTConfig,
         _attention(path, src, used, state, names, b)
         take(f"{ob}.attn.c_proj.weight", f"{b}.attn.out_proj.weight")
         take(f"{ob}.attn.c_proj.bias", f"{b}.attn.out_proj.bias")
-        linears = sorted(int(m.group(2)) for k in src if (m := _FF.match(k)) and int(m.group(1)) == layer
+        prefix = len(b) + 1
+        linears = sorted(int(m.group(1)) for k in blocks.get(layer, ()) if (m := _FF.match(k[prefix:]))
                          and src[k].dim() == 2)
         if len(linears) != 2:
             raise CheckpointError(f"{path}: {b}.ff.net has {len(linears)} Linear layers; expected two "
@@ -137,6 +142,22 @@ def read_tutorial(path: str, obj, n_head: int | None = None) -> tuple[GPTConfig,
     info = {"tokenizer": "gpt2", "training": {"source_format": "tutorial", "assumed_activation": activation},
             "key_name": lambda ours: names.get(ours, ours)}
     return config, state, info
+
+
+def _blocks(path: str, src: dict) -> dict[int, list[str]]:
+    """Keys grouped by their `blocks.N` layer, refusing indices no model has before any is used."""
+    blocks: dict[int, list[str]] = {}
+    for k in src:
+        m = _BLOCK.match(k)
+        if m is None:
+            continue
+        digits = m.group(1)
+        if len(digits) > MAX_INDEX_DIGITS or int(digits) >= MAX_LAYERS:
+            shown = digits if len(digits) <= 12 else digits[:12] + "…"
+            raise CheckpointError(f"{path}: a key names layer {shown}, past the {MAX_LAYERS} layers a model can have; "
+                                  "the file is damaged")
+        blocks.setdefault(int(digits), []).append(k)
+    return blocks
 
 
 def _n_head(path: str, n_head: int | None, hints: dict, C: int) -> int:

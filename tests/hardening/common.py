@@ -39,7 +39,7 @@ def wait_idle(qtbot, window, condition=lambda: True, timeout: int = WAIT_MS) -> 
 def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT, debounce_ms: int = 30):
     from PySide6.QtCore import QSettings
 
-    from transformer_viewer.viewer.main_window import MainWindow
+    from transformer_viewer.viewer.window.main_window import MainWindow
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
     window = MainWindow(settings=settings, debounce_ms=debounce_ms)

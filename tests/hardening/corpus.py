@@ -223,7 +223,7 @@ def build(root: str) -> tuple[list[Bad], str]:
     add("cfg_missing", p("cfg_missing.safetensors"), "no valid 'config'", "config")
     meta = {"format": native.FORMAT_TAG, "config": "{not json", "tokenizer": "gpt2"}
     save_file(_state(model), p("cfg_garbage.safetensors"), metadata=meta)
-    add("cfg_garbage", p("cfg_garbage.safetensors"), "no valid 'config'", "config")
+    add("cfg_garbage", p("cfg_garbage.safetensors"), "'config' metadata: not valid json", "config")
     meta = {"format": native.FORMAT_TAG, "config": json.dumps(good_cfg), "tokenizer": "llama"}
     save_file(_state(model), p("cfg_tokenizer.safetensors"), metadata=meta)
     add("cfg_tokenizer", p("cfg_tokenizer.safetensors"), "needs the 'llama' tokenizer", "config")
@@ -308,7 +308,7 @@ def build(root: str) -> tuple[list[Bad], str]:
     add("hf_bert", _hf_folder(p("hf_bert"), model, {"model_type": "bert", "architectures": ["BertForMaskedLM"]}),
         "model_type 'bert'", "hf")
     add("hf_llama", _hf_folder(p("hf_llama"), model, {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}),
-        "only the gpt-2 family", "hf")
+        "bad config.json for LlamaForCausalLM: num_attention_heads is missing", "hf")
     add("hf_no_type", _hf_folder(p("hf_no_type"), model, {"model_type": None}), "model_type none", "hf")
     add("hf_zero_heads", _hf_folder(p("hf_zero_heads"), model, {"n_head": 0}), "n_head must be positive", "hf")
     add("hf_block_1e9", _hf_folder(p("hf_block_1e9"), model, {"n_positions": 10**9}), "block_size", "hf")

@@ -13,14 +13,14 @@ import torch
 
 from tests.hardening.common import new_window, one_line, wait_idle
 from transformer_viewer.model import device as device_module
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CaptureTooLargeError, DeviceError
 from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.session import Session
 from transformer_viewer.viewer import export as export_module
-from transformer_viewer.viewer import handlers
 from transformer_viewer.viewer.cli.main import main
-from transformer_viewer.viewer.window_actions import export
+from transformer_viewer.viewer.window.actions import export
+from transformer_viewer.viewer.worker import handlers
 
 NO_CUDA = "CUDA was requested but no CUDA device is available here"
 WORDS = "one two three four five six seven eight nine ten".split()
@@ -152,9 +152,18 @@ def exported_window(qtbot, tmp_path, tiny_ckpt, dialogs):
     window.close()
 
 
-def half_written_png(image, path, *_a):
-    with open(path, "wb") as f:  # what a full disk leaves: the start of a file
-        f.write(b"\x89PNG\r\n\x1a\n" + b"\x00" * 100)
+REAL_WRITE = os.write
+
+
+def full_after_half(fd, data):
+    """What a full disk does to os.write: part of each request is taken, then ENOSPC."""
+    n = len(data) // 2
+    if n:
+        return REAL_WRITE(fd, bytes(data[:n]))
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def cannot_encode(*_a):
     return False
 
 
@@ -162,8 +171,11 @@ EXPORT_FAULTS = [
     # (name, what, file name, attribute to break, replacement, expected fragment)
     ("npy on a full disk", "heatmap", "m.npy", (os, "fsync"), disk_full, "no space left on device"),
     ("csv on a full disk", "heatmap", "m.csv", (os, "fsync"), disk_full, "no space left on device"),
-    ("png on a full disk", "heatmap", "m.png", ("QImage", "save"), half_written_png, "check the disk"),
-    ("grid png on a full disk", "grid", "g.png", ("QImage", "save"), half_written_png, "check the disk"),
+    ("png on a full disk", "heatmap", "m.png", (os, "write"), full_after_half, "no space left on device"),
+    ("grid png on a full disk", "grid", "g.png", (os, "write"), full_after_half, "no space left on device"),
+    ("svg on a full disk", "heatmap", "m.svg", (os, "write"), full_after_half, "no space left on device"),
+    ("grid svg on a full disk", "grid", "g.svg", (os, "write"), full_after_half, "no space left on device"),
+    ("png Qt cannot encode", "heatmap", "e.png", ("QImage", "save"), cannot_encode, "could not encode"),
     ("svg on a read-only disk", "heatmap", "m.svg", (os, "replace"), read_only, "read-only file system"),
     ("png on a read-only disk", "heatmap", "r.png", (os, "replace"), read_only, "read-only file system"),
     ("npy where temp files are denied", "heatmap", "d.npy", (export_module.tempfile, "mkstemp"), denied,
@@ -243,7 +255,7 @@ def test_a_handler_raising_once_then_working(qtbot, tmp_path, tiny_ckpt, monkeyp
             raise KeyError("layer 7")
         return real(*args)
 
-    from transformer_viewer.viewer import requests
+    from transformer_viewer.viewer.worker import requests
 
     entry = requests.HANDLERS[requests.TraceRequest]
     monkeypatch.setattr(entry, "handler", broken)

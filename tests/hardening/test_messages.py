@@ -20,13 +20,14 @@ import torch
 from tests.hardening.common import TINY, one_line
 from tests.hardening.message_case import Case, Ctx, area_cases, raised
 from transformer_viewer.model import device as device_module
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.session import Session
 from transformer_viewer.viewer import export as ex
-from transformer_viewer.viewer import handlers, worker
+from transformer_viewer.viewer.worker import client as worker
+from transformer_viewer.viewer.worker import handlers
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_ERRORS = {"ModelError", "CheckpointError", "DeviceError", "CaptureTooLargeError", "ExportError", "_UserError"}
@@ -70,7 +71,7 @@ def bundled_missing(ctx):
 
 
 def handler_bundled_missing(ctx):
-    from transformer_viewer.viewer.requests import LoadRequest
+    from transformer_viewer.viewer.worker.requests import LoadRequest
 
     ctx.mp.setattr(handlers, "bundled_checkpoint_path", lambda: str(ctx.tmp / "no-bundled.safetensors"))
     return raised(lambda: handlers.handle_load(None, LoadRequest(path=None), lambda *a: None, lambda: False))
@@ -187,14 +188,14 @@ def window_export_without_trace(ctx, what, path):
         def show_error(self, message):
             shown.shown.append(message)
 
-    from transformer_viewer.viewer.window_actions import export
+    from transformer_viewer.viewer.window.actions import export
 
     assert export(FakeWindow(), what, path) is None
     return shown.last
 
 
 def window_export_grid_as_npy(ctx):
-    from transformer_viewer.viewer.window_actions import export
+    from transformer_viewer.viewer.window.actions import export
 
     messages = []
 
@@ -275,7 +276,7 @@ def gen(ctx, text=None, **kw):
 def heads_error(ctx, **kw):
     from transformer_viewer.model.heads import detect_heads
 
-    return raised(lambda: detect_heads(ctx.session().loaded, **kw))
+    return raised(lambda: detect_heads(ctx.session(), **kw))
 
 
 def too_few_tokens(ctx):
@@ -285,7 +286,7 @@ def too_few_tokens(ctx):
 
 
 def lens_error(ctx, kind):
-    from transformer_viewer.model.lens import logit_lens, masked_residuals
+    from transformer_viewer.model.lens import logit_lens
 
     s = session_with(ctx, PROMPT)
     s.run()
@@ -294,8 +295,8 @@ def lens_error(ctx, kind):
     if kind == "reference":
         return raised(lambda: logit_lens(s, reference_ids=np.zeros((1, 1))))
     if kind == "mask":
-        return raised(lambda: masked_residuals(s, mask=np.zeros((5, 5))))
-    return raised(lambda: masked_residuals(s, ablation="half"))
+        return raised(lambda: s.masked_residuals(mask=np.zeros((5, 5))))
+    return raised(lambda: s.masked_residuals(ablation="half"))
 
 
 def scan_error(ctx, kind):
@@ -386,7 +387,7 @@ def text_file(ctx, content):
 
 def export_button_without_data(ctx):
     qt_widget()
-    from transformer_viewer.viewer.widgets.analysis_common import ExportButton
+    from transformer_viewer.viewer.views.parts import ExportButton
 
     class EmptyView:
         def matrix(self):
@@ -504,7 +505,7 @@ CASES = [
          "repeated twice needs 81 positions; the model's context is 64"),
     Case("head detection beyond the vocabulary", lambda c: raised(lambda: __import__(
         "transformer_viewer.model.heads", fromlist=["detect_heads"]).detect_heads(
-        load_checkpoint(small_vocab_ckpt(c)).model, texts=["hello world"])), "outside this model's vocabulary of 100"),
+        Session(load_checkpoint(small_vocab_ckpt(c))), texts=["hello world"])), "outside this model's vocabulary of 100"),
     Case("too few distinct tokens", too_few_tokens, "usable tokens; use a repeated sequence of at most that length"),
     Case("logit lens with missing streams", lambda c: lens_error(c, "streams"), "the logit lens needs 3 residual streams"),
     Case("logit lens with bad reference ids", lambda c: lens_error(c, "reference"), "reference_ids has shape (1, 1)"),
@@ -573,7 +574,7 @@ CASES = [
          "out of memory; use a shorter prompt"),
     Case("bad memory budget variable", budget_env, "TV_MEMORY_BUDGET_MB='a lot' is not a positive number of MiB"),
     Case("empty prompt in the app", lambda c: raised(lambda: handlers.handle_trace(
-        handlers.WorkerSession(load_checkpoint(c.ckpt)), __import__("transformer_viewer.viewer.requests",
+        handlers.WorkerSession(load_checkpoint(c.ckpt)), __import__("transformer_viewer.viewer.worker.requests",
                                                                     fromlist=["TraceRequest"]).TraceRequest(text=""),
         None, None)), "the prompt is empty"),
 ] + area_cases()
@@ -614,7 +615,6 @@ NOT_TRIGGERED = {
         "safetensors validates every tensor when the file is opened; reading one can fail only if the file "
         "changes between the open and the read",
     "--mode {}: use one of {}": "argparse's choices refuse any other --mode first (exit 2 with usage)",
-    "--layer/--head: {}": "--layer and --head are range-checked against the model before the view is built",
 }
 
 

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QApplication
 
 from tests.hardening.common import TINY, UncaughtExceptions, new_window, one_line, save_tiny, wait_idle
 from tests.hardening.test_prompts import HOSTILE_PIECES
-from transformer_viewer.viewer.window_actions import export
+from transformer_viewer.viewer.window.actions import export
 
 SEED = int(os.environ.get("TV_MONKEY_SEED", "20240607"))  # override to explore other sequences
 N_ACTIONS = 2400

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.hardening.common import TINY, one_line
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.session import Session
 from transformer_viewer.model.tokenizer import ENDOFTEXT, ENDOFTEXT_ID, Tokenizer
 
 BLOCK = TINY.block_size

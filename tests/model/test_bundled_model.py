@@ -23,7 +23,9 @@ def bundled():
 
 @pytest.fixture(scope="module")
 def scores(bundled):
-    return detect_heads(bundled.model)
+    from transformer_viewer.model.session import Session
+
+    return detect_heads(Session(bundled))
 
 
 def test_layer_zero_attends_by_position(scores):
@@ -65,7 +67,7 @@ def test_example_prompts_fit_its_context(bundled):
 
 def test_it_predicts_the_obvious_continuation(bundled):
     """A formula the training text repeats hundreds of times is completed."""
-    from transformer_viewer.model.capture import Session
+    from transformer_viewer.model.session import Session
 
     session = Session(bundled)
     session.set_prompt("And the LORD spake unto Moses, saying")

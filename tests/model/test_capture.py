@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from tests.model.checkpoint_common import tiny_loaded
-from transformer_viewer.model.capture import Session, resid_labels
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.hooks import hooks
+from transformer_viewer.model.session import Session
+from transformer_viewer.model.trace import resid_labels
 
 PROMPT = "The cat sat on the mat because the cat was tired, and then"
 CONFIG = GPTConfig(n_layer=3, n_head=4, n_embd=32, block_size=64, vocab_size=50257)

@@ -23,11 +23,11 @@ from tests.model.checkpoint_common import (
     save_tiny,
     tiny_gpt,
 )
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import native
+from transformer_viewer.model.session import Session
 
 SMALL_VOCAB = 300
 
@@ -169,10 +169,10 @@ def test_hf_n_inner_epsilon_and_untied_head(tmp_path):
 def test_hf_other_architecture_is_refused(tmp_path, hf_tiny):
     folder = save_hf_folder(hf_tiny, tmp_path / "hf", weights="safetensors")
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
-    cfg.update(model_type="llama", architectures=["LlamaForCausalLM"])
+    cfg.update(model_type="mixtral", architectures=["MixtralForCausalLM"])
     (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
     message = load_error(folder)
-    assert "llama" in message and "GPT-2" in message
+    assert "MixtralForCausalLM" in message and "mixture-of-experts" in message and "GPT2, Llama" in message
 
 
 def test_hf_unsupported_activation_is_refused(tmp_path, hf_tiny):

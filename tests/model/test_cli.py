@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from tests.model.checkpoint_common import TINY, hf_config, hf_model, nanogpt_checkpoint, save_tiny
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
+from transformer_viewer.model.session import Session
 from transformer_viewer.model.tokenizer import Tokenizer
 from transformer_viewer.viewer.cli.main import main
 

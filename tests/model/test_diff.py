@@ -4,7 +4,7 @@ import pytest
 from tests.model.analysis_common import tiny_session
 from transformer_viewer.model.diff import lens_diff, trace_diff
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.lens import logit_lens, masked_residuals
+from transformer_viewer.model.lens import logit_lens
 
 
 def test_unmasked_diff_is_exactly_zero():
@@ -47,7 +47,7 @@ def test_masking_layer_zero_changes_later_attention():
     mask = np.zeros((2, 4), dtype=bool)
     mask[0, 0] = True
     clean_lens = logit_lens(s)
-    masked_lens = logit_lens(s, masked_residuals(s, mask), reference_ids=clean_lens.top_ids)
+    masked_lens = logit_lens(s, s.masked_residuals(mask), reference_ids=clean_lens.top_ids)
     d = trace_diff(clean, s.run(mask), clean_lens, masked_lens)
     assert np.any(d.attention[1]) and not np.any(d.attention[0])
     assert np.any(d.lens_probs[1])

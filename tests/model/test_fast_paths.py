@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT, QUERY_BLOCK, AttentionWorkspace, attention_workspace
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.linear import Linear, fast_path_enabled, linear, plain_kernels
+from transformer_viewer.model.session import Session
 
 CFG = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=3 * QUERY_BLOCK + 16, vocab_size=50257)
 

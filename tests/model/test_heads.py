@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.model.analysis_common import session_for
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.heads import (
@@ -162,7 +163,7 @@ def test_hand_built_model_heads_score_near_one():
     model = hand_built_model()
     gen = torch.Generator().manual_seed(1)
     text = [torch.randint(0, V, (T_CTX,), generator=gen).tolist() for _ in range(3)]
-    s = detect_heads(model, text_ids=text, prefix=[0], induction_batch=3, seed=5)
+    s = detect_heads(session_for(model), text_ids=text, prefix=[0], induction_batch=3, seed=5)
     assert s.shape == (2, 2)
     assert s.induction_length == (T_CTX - 1) // 2
     assert s.text_positions == 3 * (T_CTX - 1)
@@ -195,7 +196,7 @@ def test_replaced_pattern_is_what_gets_scored():
         return p
 
     with hooks(model, [("blocks.0.attn.hook_pattern", force)]):
-        s = detect_heads(model, text_ids=[list(range(20))], induction_length=n, prefix=[0])
+        s = detect_heads(session_for(model), text_ids=[list(range(20))], induction_length=n, prefix=[0])
     assert s.induction[0, 1] == pytest.approx(1.0)
     assert s.induction[0, 0] < 0.3
     assert count_hooks(model) == 0
@@ -224,22 +225,23 @@ def test_random_sequences_are_seeded_distinct_and_avoid_dead_rows():
 
 def test_detect_heads_restores_training_mode_and_checks_inputs():
     cfg = GPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=16)
-    model = GPT(cfg).train()
-    detect_heads(model, text_ids=[[1, 2, 3, 4]], induction_length=4)
-    assert model.training
+    session = session_for(GPT(cfg))
+    session.model.train()  # a model put back in training after the session was made
+    detect_heads(session, text_ids=[[1, 2, 3, 4]], induction_length=4)
+    assert session.model.training
     from transformer_viewer.model.errors import ModelError
 
     with pytest.raises(ModelError):
-        detect_heads(model, text_ids=[[1, 2, 99]])  # outside the vocabulary
+        detect_heads(session, text_ids=[[1, 2, 99]])  # outside the vocabulary
     with pytest.raises(ModelError):
-        detect_heads(model, text_ids=[[1]])  # nothing to score
+        detect_heads(session, text_ids=[[1]])  # nothing to score
     with pytest.raises(ModelError):
-        detect_heads(model, text_ids=[[1, 2, 3]], induction_length=9)  # 2 * 9 > 16
+        detect_heads(session, text_ids=[[1, 2, 3]], induction_length=9)  # 2 * 9 > 16
 
 
 def test_default_text_on_a_gpt2_vocabulary_model():
     cfg = GPTConfig(block_size=64, n_layer=1, n_head=2, n_embd=16)
-    s = detect_heads(GPT(cfg), induction_batch=1)
+    s = detect_heads(session_for(GPT(cfg)), induction_batch=1)
     assert s.induction_length == (64 - 1) // 2  # <|endoftext|> is the prefix
     assert s.text_positions > 5 * 40
     for k in SCORES:

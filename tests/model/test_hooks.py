@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from tests.model.checkpoint_common import tiny_loaded
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import GPT
-from transformer_viewer.model.hooks import count_hooks, hook_points, hooks
+from transformer_viewer.model.hooks import caching, count_hooks, hook_points, hooks, reading, run_with_cache
+from transformer_viewer.model.interventions import check_intervention
+from transformer_viewer.model.session import Session
 
 BLOCK_HOOKS = [
     "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_pattern",
@@ -26,7 +28,57 @@ CONFIG = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=64, vocab_size=502
 
 
 def test_hook_names_of_a_two_layer_model():
-    assert list(hook_points(GPT(CONFIG))) == TWO_LAYER_HOOKS
+    points = hook_points(GPT(CONFIG))
+    assert list(points) == TWO_LAYER_HOOKS
+    # Each point knows its own name, so one hook serves every point it is registered on.
+    assert [p.name for p in points.values()] == TWO_LAYER_HOOKS
+
+
+def test_run_with_cache_keeps_the_selected_activations_of_a_plain_forward():
+    model = GPT(CONFIG).eval()
+    ids = torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        plain, _ = model(ids)
+        logits, cache = run_with_cache(model, ids, lambda name: name.endswith("hook_resid_post"))
+        _, one = run_with_cache(model, ids, "blocks.0.attn.hook_pattern")
+        _, listed = run_with_cache(model, ids, ["hook_final", "blocks.1.mlp.hook_pre"])
+    torch.testing.assert_close(logits, plain)
+    assert list(cache) == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+    # The last block's output through ln_f and the head is the model's own answer.
+    torch.testing.assert_close(model.lm_head(model.ln_f(cache["blocks.1.hook_resid_post"])), plain)
+    assert list(one) == ["blocks.0.attn.hook_pattern"] and one["blocks.0.attn.hook_pattern"].shape == (2, 4, 7, 7)
+    assert sorted(listed) == ["blocks.1.mlp.hook_pre", "hook_final"]
+    assert count_hooks(model) == 0
+    with pytest.raises(KeyError, match="blocks.5.hook_resid_pre"):
+        run_with_cache(model, ids, ["blocks.5.hook_resid_pre"])
+    assert count_hooks(model) == 0
+
+
+def test_reading_sees_what_an_earlier_hook_returned():
+    """Readers run after the hooks of an enclosing block: a norm read under a head mask is the
+    masked one."""
+    model = GPT(CONFIG).eval()
+    seen = []
+    zero = [("blocks.0.attn.hook_z", lambda _p, _i, z: torch.zeros_like(z))]
+    with torch.no_grad(), hooks(model, zero), reading(model, [("blocks.0.attn.hook_z", seen.append)]), \
+            caching(model, "blocks.0.hook_resid_mid") as kept:
+        model(torch.zeros(1, 3, dtype=torch.long))
+    assert torch.count_nonzero(seen[0]) == 0
+    assert set(kept) == {"blocks.0.hook_resid_mid"}
+    assert count_hooks(model) == 0
+
+
+def test_one_check_for_masks_and_ablations():
+    mask = [[True, False, False, False], [False] * 4]
+    out = check_intervention(CONFIG, mask, "mean")
+    assert out.dtype == bool and out.shape == (2, 4) and out[0, 0] and out.sum() == 1
+    source = np.zeros((2, 4), dtype=bool)
+    assert check_intervention(CONFIG, source, "zero") is not source  # a copy the caller may keep
+    assert not check_intervention(CONFIG, None, "zero").any()
+    with pytest.raises(ModelError, match="ablation must be one of zero, mean, got 'half'"):
+        check_intervention(CONFIG, None, "half")
+    with pytest.raises(ModelError, match=r"base mask has shape \(4, 2\); this model needs \(2, 4\)"):
+        check_intervention(CONFIG, np.zeros((4, 2)), "zero", what="base mask")
 
 
 def test_hook_shapes():

@@ -5,7 +5,7 @@ import torch
 from tests.model.analysis_common import tiny_session
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import count_hooks
-from transformer_viewer.model.lens import lens_labels, logit_lens, masked_residuals
+from transformer_viewer.model.lens import lens_labels, logit_lens
 
 
 def _full_logits(session, mask=None):
@@ -52,7 +52,7 @@ def test_intermediate_rows_match_a_manual_lens_and_ranks():
 
 def test_padded_vocab_rows_are_ignored():
     from tests.model.analysis_common import TINY, tiny_loaded
-    from transformer_viewer.model.capture import Session
+    from transformer_viewer.model.session import Session
 
     loaded = tiny_loaded(config=TINY.replace(vocab_size=50304))
     with torch.no_grad():
@@ -71,7 +71,7 @@ def test_reference_ids_and_masked_residuals_leave_the_cache_alone():
     before = [r.clone() for r in s.residuals()]
     mask = np.zeros((2, 4), dtype=bool)
     mask[0, 2] = True
-    res = masked_residuals(s, mask)
+    res = s.masked_residuals(mask)
     assert count_hooks(s.model) == 0
     for a, b in zip(before, s.residuals(), strict=True):
         assert torch.equal(a, b)

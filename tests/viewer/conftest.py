@@ -3,7 +3,7 @@
 import pytest
 
 from tests.viewer.shell_common import other_ckpt, tiny_ckpt, window  # noqa: F401
-from transformer_viewer.viewer.gc_guard import collect_on_gui_thread
+from transformer_viewer.viewer.window.gc_guard import collect_on_gui_thread
 
 
 @pytest.fixture(autouse=True)

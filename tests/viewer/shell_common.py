@@ -46,7 +46,7 @@ def wait_idle(qtbot, window, condition=lambda: True, timeout: int = WAIT_MS) -> 
 def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT):
     from PySide6.QtCore import QSettings
 
-    from transformer_viewer.viewer.main_window import MainWindow
+    from transformer_viewer.viewer.window.main_window import MainWindow
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
     window = MainWindow(settings=settings, debounce_ms=30)
@@ -69,8 +69,8 @@ def window(qtbot, tmp_path, tiny_ckpt):
 
 
 def reference_session(ckpt: str, prompt: str = PROMPT):
-    from transformer_viewer.model.capture import Session
     from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.session import Session
 
     session = Session(load_checkpoint(ckpt, device="cpu"))
     session.set_prompt(prompt)

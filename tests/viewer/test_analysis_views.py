@@ -1,8 +1,9 @@
-"""The issue-5 views in the real main window: residual, MLP, logit lens, head scan, diff, Continue."""
+"""The analysis views in the real main window: residual, MLP, logit lens, head scan, diff, Continue."""
 
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,15 +11,14 @@ import torch
 from PySide6.QtCore import QSettings, Qt
 
 from tests.model.analysis_common import tiny_loaded
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.generate import generate
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.lens import logit_lens
 from transformer_viewer.model.scan import head_scan
+from transformer_viewer.model.session import Session
 from transformer_viewer.model.tokenizer import Tokenizer
-from transformer_viewer.viewer.analysis_docks import show_view
 
 PROMPT = "The cat sat on the mat because the cat was tired. The dog"
 WAIT_MS = 30000  # generous: the machine is shared with a training run
@@ -40,18 +40,21 @@ def wide_ckpt(tmp_path_factory):
     return str(path)
 
 
+def analysis_views(window) -> SimpleNamespace:
+    v = window.views
+    return SimpleNamespace(residual=v["Residual stream"], mlp=v["MLP neurons"], lens=v["Logit lens"],
+                           scan=v["Head scan"], diff=v["Attention diff"], generate=v["Continue"])
+
+
 def idle_and(window, cond=lambda: True):
     return lambda: not window.worker.busy and cond()
 
 
 def open_window(qtbot, tmp_path, ckpt, prompt=PROMPT):
-    from transformer_viewer.viewer.analysis_docks import install_analysis_docks
-    from transformer_viewer.viewer.main_window import MainWindow
+    from transformer_viewer.viewer.window.main_window import MainWindow
 
     w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat), debounce_ms=20)
     qtbot.addWidget(w)
-    if getattr(w, "analysis", None) is None:
-        install_analysis_docks(w, w.state, w.worker)
     w.show()
     w.load(ckpt, device="cpu")
     qtbot.waitUntil(idle_and(w, lambda: w.state.model_info is not None), timeout=WAIT_MS)
@@ -97,7 +100,7 @@ def raw_norms(ckpt, prompt, mask=None):
 
 
 def test_residual_view_values_equal_the_trace_and_raw_activations(window, qtbot, ckpt):
-    view = window.analysis.residual
+    view = analysis_views(window).residual
     st = window.state
     trace = st.trace
     np.testing.assert_array_equal(view.matrix(), trace.resid_norms)
@@ -115,7 +118,7 @@ def test_residual_view_values_equal_the_trace_and_raw_activations(window, qtbot,
 
 
 def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window, qtbot):
-    a = window.analysis
+    a = analysis_views(window)
     st = window.state
     st.set_selection(layer=1, head=0)
     assert not a.residual.diff.isEnabled()
@@ -135,7 +138,7 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
     order = a.mlp.order()
     want_mlp = (trace.mlp_post[1].astype(np.float32) - clean.mlp_post[1].astype(np.float32)).T[order]
     np.testing.assert_array_equal(a.mlp.matrix(), want_mlp)
-    show_view(window, "Logit lens")
+    window.show_view("Logit lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
     r = a.lens._current()
     np.testing.assert_array_equal(a.lens.matrix(), r.diff)
@@ -149,8 +152,8 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
 
 
 def test_lens_view_last_row_is_the_models_prediction(window, qtbot, ckpt):
-    a = window.analysis
-    show_view(window, "Logit lens")
+    a = analysis_views(window)
+    window.show_view("Logit lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
     r = a.lens._current()
     trace = window.state.trace
@@ -168,9 +171,9 @@ def test_lens_view_last_row_is_the_models_prediction(window, qtbot, ckpt):
 
 
 def test_mlp_view_sorting_top_list_and_neuron_selection(window, qtbot):
-    from transformer_viewer.viewer.widgets.token_strip import chip_values
+    from transformer_viewer.viewer.views.token_strip import chip_values
 
-    a, st = window.analysis, window.state
+    a, st = analysis_views(window), window.state
     st.set_selection(layer=1, query=5)
     acts = st.trace.mlp_post[1].astype(np.float32).T  # (n_mlp, T)
     a.mlp.set_sort("token")
@@ -191,8 +194,8 @@ def test_mlp_view_sorting_top_list_and_neuron_selection(window, qtbot):
 
 
 def test_scan_view_runs_matches_the_library_and_click_masks(window, qtbot, ckpt):
-    a, st = window.analysis, window.state
-    show_view(window, "Head scan")
+    a, st = analysis_views(window), window.state
+    window.show_view("Head scan")
     st.set_selection(query=6)
     a.scan.target_edit.setText(" the")
     a.scan.run()
@@ -215,11 +218,11 @@ def test_scan_view_runs_matches_the_library_and_click_masks(window, qtbot, ckpt)
 def test_cancel_stops_a_scan_within_a_second_and_the_window_stays_usable(qtbot, tmp_path, wide_ckpt):
     w = open_window(qtbot, tmp_path, wide_ckpt)
     try:
-        a = w.analysis
+        a = analysis_views(w)
         model = w.worker.worker.session.model
         # A slow model: every block sleeps, so the 32-head scan takes seconds.
         handles = [b.register_forward_pre_hook(lambda *_: time.sleep(0.04)) for b in model.blocks]
-        show_view(w, "Head scan")
+        w.show_view("Head scan")
         a.scan.run()
         qtbot.waitUntil(lambda: a.scan.progress.value() >= 2, timeout=WAIT_MS)
         qtbot.mouseClick(a.scan.cancel_button, Qt.MouseButton.LeftButton)
@@ -248,10 +251,10 @@ def test_cancel_stops_a_scan_within_a_second_and_the_window_stays_usable(qtbot, 
 
 
 def test_continue_appends_greedy_tokens_and_views_cover_them(window, qtbot, ckpt):
-    a, st = window.analysis, window.state
+    a, st = analysis_views(window), window.state
     a.generate.n_spin.setValue(5)
     a.generate.start()
-    qtbot.waitUntil(idle_and(window, lambda: a.generate.request_sent is None and st.prompt != PROMPT),
+    qtbot.waitUntil(idle_and(window, lambda: not a.generate.running and st.prompt != PROMPT),
                     timeout=WAIT_MS)
     ref = Session(load_checkpoint(ckpt))
     ref.set_prompt(PROMPT)
@@ -272,8 +275,8 @@ def test_continue_appends_greedy_tokens_and_views_cover_them(window, qtbot, ckpt
 def test_views_export_png_svg_npy_csv(window, qtbot, tmp_path):
     from transformer_viewer.viewer.export import read_csv_matrix
 
-    a = window.analysis
-    show_view(window, "Logit lens")
+    a = analysis_views(window)
+    window.show_view("Logit lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
     for name, view in (("residual", a.residual), ("mlp", a.mlp), ("lens", a.lens), ("diff", a.diff)):
         for ext in (".png", ".svg", ".npy", ".csv"):

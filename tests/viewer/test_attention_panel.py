@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from transformer_viewer.viewer.widgets.attention_panel import AttentionPanel, attention_matrix
+from transformer_viewer.viewer.views.attention_panel import AttentionPanel, attention_matrix
 
 
 def fake_trace(L=3, nh=4, T=5):

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT
-from transformer_viewer.viewer.cli import export as export_cli
+from transformer_viewer.model.session import Session
 from transformer_viewer.viewer.cli.main import main
 from transformer_viewer.viewer.export import read_csv_matrix
 
@@ -134,33 +133,15 @@ def test_bad_size_is_an_argparse_error(ckpt, capsys, tmp_path):
     assert e.value.code == 2
 
 
-def test_views_registry_is_extensible():
-    assert {"attention", "grid"} <= set(export_cli.VIEWS)
-    calls = []
-    export_cli.register_view("probe", lambda trace, args: calls.append(trace), size=(300, 200))
-    try:
-        assert export_cli.VIEWS["probe"] is not None and export_cli.DEFAULT_SIZES["probe"] == (300, 200)
-    finally:
-        export_cli.VIEWS.pop("probe")
-        export_cli.DEFAULT_SIZES.pop("probe")
+def test_a_registry_entry_is_an_export_choice(ckpt, capsys, tmp_path, monkeypatch):
+    """The export command offers every view the registry marks exportable, built as the window builds it."""
+    from transformer_viewer.viewer.views import registry
 
-
-def test_builders_may_take_the_session(ckpt, capsys, tmp_path, qapp):
-    seen = {}
-
-    def builder(trace, args, session):
-        from transformer_viewer.viewer.widgets.heatmap import HeatmapView
-
-        seen["session"] = session
-        w = HeatmapView()
-        w.set_data(trace.attention[0, 0], trace.labels, trace.labels)
-        return w
-
-    export_cli.register_view("probe", builder)
-    try:
-        rc, _, err = export(capsys, ckpt, tmp_path / "p.npy", "--view", "probe")
-    finally:
-        export_cli.VIEWS.pop("probe")
-        export_cli.DEFAULT_SIZES.pop("probe")
+    assert {"attention", "grid", "residual", "mlp", "logit-lens", "scan", "diff"} == set(registry.exportable())
+    probe = registry.ViewEntry("Probe", "transformer_viewer.viewer.views.diff_view:AttentionDiffView", "tab",
+                               export_name="probe", export_size=(300, 200))
+    monkeypatch.setattr(registry, "VIEWS", (*registry.VIEWS, probe))
+    rc, _, err = export(capsys, ckpt, tmp_path / "p.npy", "--view", "probe", "--mask", "0.0", "--layer", "1")
     assert rc == 0, err
-    assert seen["session"].tokens.text == PROMPT
+    diff = np.load(tmp_path / "p.npy")
+    assert diff.shape[0] == diff.shape[1] and np.abs(diff).max() > 0

@@ -18,8 +18,8 @@ from transformer_viewer.viewer.export import (
     export_view,
     read_csv_matrix,
 )
-from transformer_viewer.viewer.widgets.head_grid import HeadGridView
-from transformer_viewer.viewer.widgets.heatmap import HeatmapView
+from transformer_viewer.viewer.views.head_grid import HeadGridView
+from transformer_viewer.viewer.views.heatmap import HeatmapView
 
 # Labels as tokens really look: commas, quotes, a leading dot for the space, a newline escape.
 LABELS = ("The", "\u00b7cat", ",", '"', "\u00b7it's", "a,b\"c", "\\n")

@@ -7,7 +7,7 @@ import gc
 import threading
 
 from tests.viewer.shell_common import new_window, wait_idle
-from transformer_viewer.viewer.gc_guard import INTERVAL_S
+from transformer_viewer.viewer.window.gc_guard import INTERVAL_S
 
 
 class Cycle:

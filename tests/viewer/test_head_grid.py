@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PySide6 import QtCore
 
-from transformer_viewer.viewer.widgets.head_grid import THUMB, HeadGridView, max_pool, tile
+from transformer_viewer.viewer.views.head_grid import THUMB, HeadGridView, max_pool, tile
 
 
 def patterns(L=3, nh=4, T=10):

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from PySide6 import QtCore, QtGui
 
-from transformer_viewer.viewer.widgets.heatmap import HeatmapView, format_value, get_colormap
-from transformer_viewer.viewer.widgets.token_axis import nice_step
+from transformer_viewer.viewer.views.heatmap import HeatmapView, format_value, get_colormap
+from transformer_viewer.viewer.views.token_axis import nice_step
 
 LABELS = ("The", "\u00b7cat", "\u00b7sat", "\u00b7on", "\u00b7the", "\u00b7mat")
 

@@ -12,8 +12,8 @@ from tests.viewer.shell_common import PROMPT, mask_of, new_window, reference_ses
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.tokenizer import Tokenizer
-from transformer_viewer.viewer import window_actions
-from transformer_viewer.viewer.widgets.logits_panel import compare, token_label
+from transformer_viewer.viewer.views.logits_panel import compare, token_label
+from transformer_viewer.viewer.window import actions as window_actions
 
 
 def chip_center(window, i: int) -> QPoint:
@@ -84,8 +84,8 @@ def test_a_toggle_shows_the_prediction_before_the_views_catch_up(qtbot, window, 
     capture that redraws everything; held here, the capture cannot hide which came first."""
     import threading
 
-    from transformer_viewer.viewer import requests
-    from transformer_viewer.viewer.handlers import handle_trace
+    from transformer_viewer.viewer.worker import requests
+    from transformer_viewer.viewer.worker.handlers import handle_trace
 
     gate = threading.Event()
     masked_traces = []
@@ -135,7 +135,7 @@ def test_masked_panel_equals_the_predict_command(qtbot, window, capsys):
 
 
 def test_kl_and_rank_of_the_comparison():
-    from transformer_viewer.model.capture import NextToken
+    from transformer_viewer.model.trace import NextToken
 
     p = np.array([0.5, 0.3, 0.2], dtype=np.float32)
     q = np.array([0.2, 0.5, 0.3], dtype=np.float32)
@@ -324,7 +324,7 @@ def test_token_tooltip_and_colour_modes(qtbot, window):
     assert f"p = {np.exp(float(trace.token_logprobs[3])):.4g}" in text
     assert "nothing to predict" in strip.tooltip_text(0)
     strip.set_mode("surprisal")
-    from transformer_viewer.viewer.widgets.token_strip import chip_values
+    from transformer_viewer.viewer.views.token_strip import chip_values
 
     values, legend = chip_values(st, "surprisal")
     np.testing.assert_allclose(values[1:], -trace.token_logprobs[1:])
@@ -358,7 +358,7 @@ def test_close_stops_the_worker_thread(qtbot, tmp_path, tiny_ckpt):
 
 
 def test_no_bundled_model_opens_empty_with_a_message(qtbot, tmp_path, monkeypatch):
-    from transformer_viewer.viewer import handlers
+    from transformer_viewer.viewer.worker import handlers
 
     monkeypatch.setattr(handlers, "bundled_checkpoint_path", lambda: str(tmp_path / "nope.safetensors"))
     w = new_window(qtbot, tmp_path, None)

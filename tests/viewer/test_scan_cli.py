@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from tests.model.analysis_common import PROMPT, tiny_loaded
-from transformer_viewer.model.capture import Session
 from transformer_viewer.model.checkpoint import save_checkpoint
 from transformer_viewer.model.scan import head_scan
+from transformer_viewer.model.session import Session
 from transformer_viewer.model.tokenizer import Tokenizer
 from transformer_viewer.viewer.cli.main import main
 from transformer_viewer.viewer.cli.scan import parse_token

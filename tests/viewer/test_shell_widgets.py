@@ -7,8 +7,8 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 
 from transformer_viewer.viewer.state import ModelInfo, ViewerState
-from transformer_viewer.viewer.widgets.prompt_editor import PromptEditor
-from transformer_viewer.viewer.widgets.token_strip import ChipCanvas
+from transformer_viewer.viewer.views.prompt_editor import PromptEditor
+from transformer_viewer.viewer.views.token_strip import ChipCanvas
 
 INFO = ModelInfo(name="m", format="native", source="/m.safetensors", n_layer=3, n_head=4, n_embd=16,
                  block_size=64, n_params=1234567, device="cpu")

@@ -12,8 +12,9 @@ import pytest
 from tests.viewer.shell_common import PROMPT, WAIT_MS, reference_session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError, ModelError
-from transformer_viewer.viewer.handlers import WorkerSession
-from transformer_viewer.viewer.requests import (
+from transformer_viewer.viewer.worker.client import NO_MODEL, WorkerClient
+from transformer_viewer.viewer.worker.handlers import WorkerSession
+from transformer_viewer.viewer.worker.requests import (
     Cancelled,
     LoadRequest,
     LoadResult,
@@ -23,7 +24,6 @@ from transformer_viewer.viewer.requests import (
     TraceResult,
     register_handler,
 )
-from transformer_viewer.viewer.worker import NO_MODEL, WorkerClient
 
 GATE = threading.Event()  # lets a test hold a handler mid-run
 

@@ -1,9 +1,9 @@
 """`transformer-viewer export`: render a view to PNG/SVG, or write its matrix to .npy/.csv, without a window.
 
-Views are registered in VIEWS: name -> builder(trace, args[, session]) returning a widget with
-`export_target()` and `matrix()` (see transformer_viewer.viewer.export). Later views (residual,
-MLP, logit lens, scan, diff) add themselves here with `register_view` and any extra arguments in
-`add_arguments`.
+Every view the registry marks exportable can be written (`--view NAME`). The view is built
+exactly as the window builds it, from a `ViewerState` holding this prompt's traces and an
+`InlineWorker` that answers the view's own requests (lens, scan) at once on this thread; the
+registry entry then applies the view's arguments.
 """
 
 from __future__ import annotations
@@ -14,48 +14,8 @@ import sys
 
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli.common import add_checkpoint_arguments, load_from_args, parse_mask_spec
-
-DEFAULT_SIZES = {"attention": (900, 820), "grid": None}  # None: the widget's sizeHint
-
-
-def _build_attention(trace, args):
-    from transformer_viewer.viewer.widgets.attention_panel import MODES, AttentionPanel
-
-    if args.mode not in MODES:
-        raise ModelError(f"--mode {args.mode}: use one of {', '.join(MODES)}")
-    panel = AttentionPanel()
-    panel.set_mode(args.mode)
-    panel.set_colormap(args.colormap)
-    panel.set_log_scale(args.log)
-    try:
-        panel.set_trace(trace, args.layer or 0, args.head or 0, args.query)
-    except ValueError as e:
-        raise ModelError(f"--layer/--head: {e}") from None
-    return panel
-
-
-def _build_grid(trace, args):
-    from transformer_viewer.viewer.widgets.head_grid import HeadGridView
-
-    grid = HeadGridView()
-    grid.set_colormap(args.colormap)
-    grid.set_log_scale(args.log)
-    grid.set_patterns(trace.attention, trace.mask)
-    if args.layer is not None and args.head is not None:
-        grid.set_selected(args.layer, args.head)
-    return grid
-
-
-VIEWS = {
-    "attention": _build_attention,
-    "grid": _build_grid,
-}
-
-
-def register_view(name: str, builder, size: tuple[int, int] | None = (900, 820)) -> None:
-    """Add a view: `builder(trace, args)` returns the widget; `size` None uses its sizeHint."""
-    VIEWS[name] = builder
-    DEFAULT_SIZES[name] = size
+from transformer_viewer.viewer.views.registry import exportable
+from transformer_viewer.viewer.worker.inline import InlineWorker
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -71,7 +31,8 @@ def _size(text: str) -> tuple[int, int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(parser)
     parser.add_argument("--prompt", required=True, help="text to run through the model")
-    parser.add_argument("--view", default="attention", choices=sorted(VIEWS), help="what to export (default: attention)")
+    parser.add_argument("--view", default="attention", choices=sorted(exportable()),
+                        help="what to export (default: attention)")
     parser.add_argument("--layer", type=int, default=None, help="layer, 0-based (default: 0; grid: none selected)")
     parser.add_argument("--head", type=int, default=None, help="head, 0-based (default: 0; grid: none selected)")
     parser.add_argument("--query", type=int, default=None, help="highlight this query row (0-based)")
@@ -85,7 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="PNG pixel scale (default: 1; 2 for print)")
     parser.add_argument("--size", type=_size, default=None, metavar="WxH", help="layout size in pixels (default: per view)")
     parser.add_argument("--out", required=True, help="output file: .png, .svg, .npy or .csv")
-    analysis_export.add_arguments(parser)
+    g = parser.add_argument_group("residual, mlp, logit-lens, scan and diff views")
+    g.add_argument("--diff", action="store_true",
+                   help="residual/mlp/logit-lens: show masked minus clean (needs --mask)")
+    g.add_argument("--target", default=None, help="scan: target token (one GPT-2 token as text, or an id)")
+    g.add_argument("--distractor", default=None, help="scan: measure logit(target) - logit(distractor)")
+    g.add_argument("--show", default="effect", choices=["effect", "kl", "prob"],
+                   help="scan: effect on the metric, KL divergence, or p(target) (default: effect)")
+    g.add_argument("--sort", default="max", choices=["max", "token", "index"],
+                   help="mlp: order neurons by max activation, activation on --query, or index (default: max)")
+    g.add_argument("--rows", type=int, default=64, help="mlp: how many neurons to show (default: 64)")
 
 
 def _qt_app():
@@ -118,7 +88,7 @@ def run(args) -> int:
     import torch
 
     torch.set_num_threads(min(4, torch.get_num_threads()))
-    from transformer_viewer.model.capture import Session
+    from transformer_viewer.viewer.worker.handlers import WorkerSession
 
     loaded = load_from_args(args)
     c = loaded.config
@@ -126,38 +96,70 @@ def run(args) -> int:
         if value is not None and not 0 <= value < top:
             raise ModelError(f"--{name} {value} does not exist; the model has {name}s 0..{top - 1}")
     mask = parse_mask_spec(args.mask, c.n_layer, c.n_head)
-    session = Session(loaded)
-    session.set_prompt(args.prompt)
-    trace = session.run(mask, args.ablation)
-    if args.query is not None and not 0 <= args.query < trace.n_tokens:
-        raise ModelError(f"--query {args.query} is outside the prompt's {trace.n_tokens} tokens (0..{trace.n_tokens - 1})")
+    session = WorkerSession(loaded)
 
     app = _qt_app()
-    widget = _build(VIEWS[args.view], trace, args, session)
-    size = args.size or DEFAULT_SIZES.get(args.view, (900, 820))
-    if size:
-        widget.resize(*size)
-    else:
-        widget.resize(widget.sizeHint())
-    widget.show()
-    app.processEvents()
+    bar = _ProgressBar()
+    worker = InlineWorker(session, report=bar)
+    state = _state(worker, mask, args)
+    entry = exportable()[args.view]
+    widget = entry.build(state, worker)
     try:
+        if entry.configure is not None:
+            entry.configure(widget, args)
+        size = args.size or entry.export_size
+        if size:
+            widget.resize(*size)
+        else:
+            widget.resize(widget.sizeHint())
+        widget.show()
+        app.processEvents()
         path = export_view(widget, args.out, scale=args.scale)
     finally:
+        bar.close()
         _dispose(widget, app)
     print(path, file=sys.stdout)
     return 0
 
 
-def _build(builder, trace, args, session):
-    """Builders take (trace, args) or (trace, args, session); the session saves reloading the model."""
-    import inspect
+def _state(worker, mask, args):
+    """A ViewerState as the window would hold it after running `args.prompt` under `mask`."""
+    from transformer_viewer.viewer.state import ViewerState
+    from transformer_viewer.viewer.worker.requests import TraceRequest
 
-    try:
-        takes_session = len(inspect.signature(builder).parameters) >= 3
-    except (TypeError, ValueError):
-        takes_session = False
-    return builder(trace, args, session) if takes_session else builder(trace, args)
+    st = ViewerState()
+    st.set_model(worker.session.info())
+    st.set_mask(mask)
+    st.set_ablation(args.ablation)
+    st.set_prompt(args.prompt)
+    traced = []
+    worker.submit(TraceRequest(text=args.prompt, mask=mask, ablation=args.ablation), on_result=traced.append)
+    trace, clean = traced[0].value.trace, traced[0].value.clean
+    if args.query is not None and not 0 <= args.query < trace.n_tokens:
+        raise ModelError(f"--query {args.query} is outside the prompt's {trace.n_tokens} tokens (0..{trace.n_tokens - 1})")
+    st.set_traces(trace, clean)
+    st.set_selection(layer=args.layer or 0, head=args.head or 0,
+                     query=args.query if args.query is not None else trace.n_tokens - 1)
+    return st
+
+
+class _ProgressBar:
+    """A progress bar on stderr for the requests that report progress (the scan)."""
+
+    def __init__(self):
+        self._bar = None
+
+    def __call__(self, progress) -> None:
+        from tqdm import tqdm
+
+        if self._bar is None:
+            self._bar = tqdm(total=0, unit="head", file=sys.stderr, leave=False, dynamic_ncols=True)
+        self._bar.total, self._bar.n = int(progress.total), int(progress.done)
+        self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 def _dispose(widget, app) -> None:
@@ -172,14 +174,10 @@ def _dispose(widget, app) -> None:
 
 
 def _check_colormap(name: str) -> None:
-    from transformer_viewer.viewer.widgets.heatmap import get_colormap
+    from transformer_viewer.viewer.views.heatmap import get_colormap
 
     _qt_app()
     try:
         get_colormap(name)
     except ValueError as e:
         raise ModelError(f"--colormap: {e}") from None
-
-
-# The issue-5 views (residual, mlp, logit-lens, scan, diff) register themselves here.
-from transformer_viewer.viewer.cli import analysis_export  # noqa: E402

@@ -39,6 +39,9 @@ def run(args) -> int:
 
         check_writable(args.screenshot)
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before the QApplication exists
+    from transformer_viewer.viewer.platform_check import check_qt_platform
+
+    check_qt_platform()  # one line naming the packages, instead of Qt aborting the process
     t0 = time.perf_counter()
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
@@ -47,14 +50,14 @@ def run(args) -> int:
     app.setApplicationName("transformer-viewer")
     # The worker starts importing torch and loading before the window is even built; its
     # answers wait in the event queue until the window is connected and the loop runs.
-    from transformer_viewer.viewer.requests import LoadRequest, ProbeRequest
-    from transformer_viewer.viewer.worker import WorkerClient
+    from transformer_viewer.viewer.worker.client import WorkerClient
+    from transformer_viewer.viewer.worker.requests import LoadRequest, ProbeRequest
 
     worker = WorkerClient()
-    worker.submit(ProbeRequest())
-    worker.submit(LoadRequest(path=args.checkpoint, device=args.device, n_head=args.n_head))
-    from transformer_viewer.viewer.main_window import DEFAULT_SIZE, MainWindow
-    from transformer_viewer.viewer.window_actions import default_prompt
+    pending = (worker.submit(ProbeRequest()),
+               worker.submit(LoadRequest(path=args.checkpoint, device=args.device, n_head=args.n_head)))
+    from transformer_viewer.viewer.window.actions import default_prompt
+    from transformer_viewer.viewer.window.main_window import DEFAULT_SIZE, MainWindow
 
     settings = None
     if args.screenshot:
@@ -62,9 +65,8 @@ def run(args) -> int:
 
         scratch = tempfile.mkdtemp(prefix="tv-shot-")
         settings = QSettings(os.path.join(scratch, "settings.ini"), QSettings.IniFormat)  # leave the user's alone
-    window = MainWindow(settings=settings, worker=worker)
+    window = MainWindow(settings=settings, worker=worker, pending=pending)
     window.device_choice = args.device
-    install_extensions(window)
     window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     head_error: list[str] = []
     if head is not None:
@@ -121,25 +123,8 @@ def select_head_when_loaded(window, layer: int, head: int, errors: list[str]) ->
     st.model_changed.connect(on_model)
 
 
-EXTENSIONS = ("transformer_viewer.viewer.analysis_docks:install_analysis_docks",)
-
-
-def install_extensions(window) -> None:
-    """Dock the views other modules provide (issue 5's analysis views), when they are installed.
-
-    Only a module that is absent is skipped; one that fails to import or install fails loudly."""
-    import importlib
-    import importlib.util
-
-    for entry in EXTENSIONS:
-        module_name, _, attr = entry.partition(":")
-        if importlib.util.find_spec(module_name) is None:
-            continue
-        getattr(importlib.import_module(module_name), attr)(window)
-
-
 def fit_to_screen(window, app) -> None:
-    from transformer_viewer.viewer.main_window import DEFAULT_SIZE
+    from transformer_viewer.viewer.window.main_window import DEFAULT_SIZE
 
     screen = app.primaryScreen()
     if screen is None:
@@ -184,7 +169,7 @@ class Screenshot:
         from PySide6.QtWidgets import QApplication
 
         from transformer_viewer.model.errors import ModelError
-        from transformer_viewer.viewer.export import atomic_path
+        from transformer_viewer.viewer.export import png_bytes, write_file
 
         QApplication.processEvents()
         st = self.window.state
@@ -193,9 +178,7 @@ class Screenshot:
         try:
             image = self.window.grab().toImage()
             self.size = (image.width(), image.height())
-            with atomic_path(self.path) as tmp:
-                if not image.save(tmp, "PNG"):
-                    raise OSError(f"Qt could not encode the {self.size[0]}x{self.size[1]} screenshot")
+            write_file(self.path, png_bytes(image))
         except (OSError, ModelError) as e:
             error = f"{self.path}: {e}"
         finally:

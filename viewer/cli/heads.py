@@ -52,6 +52,7 @@ def _read_passages(path: str) -> list[str]:
 def run(args) -> int:
     from transformer_viewer.model.checkpoint import bundled_checkpoint_path
     from transformer_viewer.model.heads import SCORES, detect_heads
+    from transformer_viewer.model.session import Session
     from transformer_viewer.viewer.cli.common import load_from_args
 
     if args.top is not None and args.top < 1:
@@ -64,7 +65,7 @@ def run(args) -> int:
         raise ModelError("the bundled model is not installed; pass --checkpoint FILE")
     texts = _read_passages(args.text) if args.text else None
     loaded = load_from_args(args)
-    scores = detect_heads(loaded, texts=texts, induction_length=args.length, induction_batch=args.batch,
+    scores = detect_heads(Session(loaded), texts=texts, induction_length=args.length, induction_batch=args.batch,
                           seed=args.seed)
     rows = scores.rows(sort=args.sort, descending=not args.ascending, top=args.top)
     if args.json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
 
@@ -16,10 +17,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def describe(loaded) -> dict:
     """The JSON-ready facts `info` prints."""
+    from transformer_viewer.model.families import family_name, switches
+
     return {
         "checkpoint": loaded.source,
         "name": loaded.name,
         "format": loaded.format,
+        "family": family_name(loaded.config, loaded.training),
+        "switches": switches(loaded.config),
         "config": loaded.config.to_dict(),
         "n_params": int(loaded.n_params),
         "tokenizer": loaded.tokenizer,
@@ -33,10 +38,26 @@ def run(args) -> int:
 
     facts = describe(load_from_args(args))
     if args.json:
-        print(json.dumps(facts, sort_keys=True, default=str))
+        print(json.dumps(json_safe(facts), sort_keys=True, allow_nan=False))
     else:
         print(format_text(facts))
     return 0
+
+
+def json_safe(value, depth: int = 0):
+    """`value` as strict JSON allows: NaN and infinities (a loss before the first step, a
+    record from a damaged file) become null, anything else unknown its str()."""
+    if depth > 32:
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v, depth + 1) for v in value]
+    return str(value)
 
 
 def format_text(facts: dict) -> str:
@@ -46,6 +67,7 @@ def format_text(facts: dict) -> str:
         f"checkpoint  {facts['checkpoint']}",
         f"name        {facts['name']}",
         f"format      {facts['format']}",
+        f"family      {facts['family']}" + (f": {', '.join(facts['switches'])}" if facts.get("switches") else ""),
         f"model       {c['n_layer']} layers, {c['n_head']} heads, n_embd {c['n_embd']}, n_mlp {c['n_mlp']}, "
         f"context {c['block_size']}, vocab {c['vocab_size']}",
         f"details     activation {c['activation']}, positions {c['positional']}, bias {yes[bool(c['bias'])]}, "

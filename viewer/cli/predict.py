@@ -47,7 +47,7 @@ def predict(session, args) -> dict:
 
 
 def run(args) -> int:
-    from transformer_viewer.model.capture import Session
+    from transformer_viewer.model.session import Session
     from transformer_viewer.viewer.cli.common import load_from_args
 
     if args.top_k < 1:

@@ -57,8 +57,8 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from transformer_viewer.model.capture import Session
     from transformer_viewer.model.scan import head_scan
+    from transformer_viewer.model.session import Session
 
     if args.top is not None and args.top < 1:
         raise ModelError(f"--top must be at least 1, got {args.top}")

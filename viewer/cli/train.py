@@ -180,13 +180,11 @@ def _interrupt_on_signals() -> None:
 
 def _saved_record(path: str) -> dict:
     """The training record in a checkpoint's metadata, without loading its tensors ({} if none)."""
-    import json
-
-    from transformer_viewer.model.formats.native import read_metadata
+    from transformer_viewer.model.errors import CheckpointError
+    from transformer_viewer.model.formats.native import read_metadata, read_training
 
     meta = read_metadata(path) or {}
     try:
-        record = json.loads(meta.get("training", "{}"))
-    except json.JSONDecodeError:
+        return read_training(path, meta)
+    except CheckpointError:
         return {}
-    return record if isinstance(record, dict) else {}

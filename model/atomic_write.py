@@ -1,0 +1,56 @@
+"""Write a whole file or nothing: the bytes go to a temporary file beside the target, are
+flushed to the disk and counted, and only then renamed over the target.
+
+A writer that reports nothing (Qt's QSvgGenerator never does, and a library writing through
+its own file handle may not either) can leave a short file on a full disk; renamed over the
+user's file, that loses it. So every file is first rendered into memory, and the bytes are
+written here by `os.write`, whose every short or failed write is seen. On any failure the
+temporary file is removed, the target is untouched, and OSError says why; the caller turns
+it into its own one-line error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+
+CHUNK = 1 << 24  # bytes per os.write: large writes may be split by the kernel anyway
+
+
+def write_bytes(path: str | os.PathLike, data: bytes | bytearray | memoryview) -> str:
+    """Atomically make `path` hold exactly `data`; returns the absolute path written."""
+    path = os.path.abspath(os.fspath(path))
+    folder, name = os.path.split(path)
+    view = memoryview(data).cast("B")
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
+    try:
+        written = 0
+        while written < len(view):
+            n = os.write(fd, view[written:written + CHUNK])
+            if n <= 0:  # the kernel took nothing: treat as the full disk it almost always is
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written += n
+        os.fsync(fd)  # delayed-allocation file systems report a full disk only here
+        size = os.fstat(fd).st_size
+        if size != len(view):
+            raise OSError(errno.EIO, f"{size} of {len(view)} bytes reached the disk")
+        os.close(fd)
+        fd = -1
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the file is an ordinary one
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,86 @@
+"""Hugging Face decoder families other than GPT-2: config.json -> GPTConfig and their tensors
+-> ours, one small module per group of related layouts.
+
+`read(hf, folder, raw)` picks the family from `architectures` (else `model_type`), maps the
+config (refusing anything we cannot compute exactly, before any tensor is touched), then
+takes every tensor the family needs by name: a missing one or one left over is an error, so
+weights never load into a computation they were not made for.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats.hf_families import gemma, llama, neox
+from transformer_viewer.model.formats.hf_families.common import Family, Fields, Tensors
+
+FAMILIES: dict[str, Family] = {**llama.FAMILIES, **gemma.FAMILIES, **neox.FAMILIES}
+MODEL_TYPES: dict[str, str] = {**llama.MODEL_TYPES, **gemma.MODEL_TYPES, **neox.MODEL_TYPES}
+SUPPORTED = ", ".join(["GPT2", *(arch.removesuffix("ForCausalLM") for arch in FAMILIES)]) + " (...ForCausalLM)"
+# Architectures people try that we know we cannot compute, and why.
+KNOWN_REFUSALS = {
+    "mixtral": "mixture-of-experts layers", "qwen2_moe": "mixture-of-experts layers",
+    "qwen3_moe": "mixture-of-experts layers", "olmoe": "mixture-of-experts layers",
+    "bloom": "ALiBi attention biases", "mpt": "ALiBi attention biases", "gemma3": "image inputs (multimodal)",
+}
+
+
+def family_of(hf: dict, folder: str) -> tuple[str, Family] | None:
+    """(architecture, Family) for config.json; None for GPT-2 (read by huggingface.py)."""
+    archs = hf.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    model_type = hf.get("model_type")
+    if arch == "GPT2LMHeadModel" or (arch is None and model_type == "gpt2") or arch == "GPT2Model":
+        return None
+    if arch is None and isinstance(model_type, str):
+        arch = MODEL_TYPES.get(model_type)
+    if arch in FAMILIES:
+        return arch, FAMILIES[arch]
+    said = f"architecture {arch!r} (model_type {model_type!r})" if arch else f"model_type {model_type!r}"
+    why = KNOWN_REFUSALS.get(model_type) if isinstance(model_type, str) else None
+    reason = f" ({why})" if why else ""
+    raise CheckpointError(f"{folder}: config.json says {said}{reason}, which transformer-viewer cannot "
+                          f"run; supported: {SUPPORTED}")
+
+
+def config_for(hf: dict, folder: str, arch: str, family: Family) -> GPTConfig:
+    fields = family.config(Fields(hf, folder, arch))
+    try:
+        return GPTConfig(**fields)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{folder}: bad config.json: {e}") from None
+
+
+def state_for(raw: dict, config: GPTConfig, folder: str, family: Family) -> tuple[dict[str, torch.Tensor], dict]:
+    """Our state dict from the file's (emptied as it goes), and ours -> the file's names."""
+    prefix = family.prefix if any(k.startswith(family.prefix) for k in raw) else ""
+    t = Tensors(raw, prefix)
+    family.weights(t, config)
+    t.prefix = ""
+    heads = [h for h in family.heads if h in raw]
+    if config.tie_embeddings:
+        for h in heads:
+            raw.pop(h)  # the embedding is the head
+    elif heads:
+        t.put("lm_head.weight", heads[0])
+        for h in heads[1:]:
+            raw.pop(h)
+    else:
+        raise CheckpointError(f"{folder}: config.json says tie_word_embeddings=false but the weights have no "
+                              f"{family.heads[0]}; the head is missing")
+    if config.extra.get("head_bias"):
+        t.put("lm_head.bias", "lm_head.bias")
+    if t.missing:
+        raise CheckpointError(f"{folder}: missing tensors {_few(t.missing)}; the weights are not a complete "
+                              f"{family.name} model of this config.json")
+    if raw:
+        raise CheckpointError(f"{folder}: unexpected tensors {_few(sorted(raw))}; the weights are not a "
+                              f"{family.name} model of this config.json")
+    return t.out, t.names
+
+
+def _few(keys: list[str], n: int = 4) -> str:
+    shown = ", ".join(keys[:n])
+    return shown + (f" (and {len(keys) - n} more)" if len(keys) > n else "")

@@ -1,0 +1,204 @@
+"""What every Hugging Face family mapping shares: reading config.json values with their types
+checked, the rotary settings in both forms configs come in, and taking tensors out of a state
+dict by name so nothing is missed or left over.
+
+Configs come in two forms: the one published checkpoints carry (`rope_theta`, `rope_scaling`,
+`rotary_pct`, `rotary_emb_base`, `rope_local_base_freq`) and the one recent `transformers`
+writes (`rope_parameters`, per layer type for Gemma 3). Both map onto the same GPTConfig.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats.schema import describe_value
+
+# HF activation names -> ours. "gelu_new" and "gelu_pytorch_tanh" are the same tanh curve.
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
+               "gelu": "gelu", "relu": "relu"}
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One architecture: its display name, config.json -> GPTConfig, HF state -> ours."""
+
+    name: str
+    config: Callable[[Fields], dict]  # GPTConfig fields
+    weights: Callable[[Tensors, GPTConfig], None]  # fills Tensors.out
+    prefix: str = "model."  # of the body's tensors in a *ForCausalLM file
+    heads: tuple[str, ...] = ("lm_head.weight",)  # the untied head's possible names
+
+
+class Fields:
+    """config.json values, each checked for its type before use (the file is untrusted)."""
+
+    def __init__(self, hf: dict, folder: str, arch: str):
+        self.hf, self.folder, self.arch = hf, folder, arch
+
+    def bad(self, what: str) -> CheckpointError:
+        return CheckpointError(f"{self.folder}: bad config.json for {self.arch}: {what}")
+
+    def refuse(self, what: str) -> CheckpointError:
+        return CheckpointError(f"{self.folder}: {self.arch} with {what} is not supported: this decoder cannot "
+                               "compute it exactly, so the model is not loaded")
+
+    def get(self, key: str, default=None):
+        value = self.hf.get(key)
+        return default if value is None else value
+
+    def int(self, key: str, default: int | None = None) -> int:
+        value = self.get(key, default)
+        if value is None:
+            raise self.bad(f"{key} is missing; restore the model's config.json")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.bad(f"{key} must be an integer, got {describe_value(value)}")
+        return value
+
+    def num(self, key: str, default: float | None = None, where: dict | None = None) -> float:
+        value = (self.hf if where is None else where).get(key)
+        value = default if value is None else value
+        if value is None:
+            raise self.bad(f"{key} is missing; restore the model's config.json")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self.bad(f"{key} must be a finite number, got {describe_value(value)}")
+        return float(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise self.bad(f"{key} must be true or false, got {describe_value(value)}")
+        return value
+
+    def activation(self, *keys: str, default: str, legacy_gelu_tanh: bool = False) -> str:
+        name = next((self.hf[k] for k in keys if self.hf.get(k) is not None), default)
+        if legacy_gelu_tanh and name == "gelu":
+            return "gelu_tanh"  # Gemma's published configs say "gelu" and mean the tanh curve
+        if not isinstance(name, str) or name not in ACTIVATIONS:
+            raise self.refuse(f"activation {describe_value(name)} (supported: {', '.join(ACTIVATIONS)})")
+        return ACTIVATIONS[name]
+
+    def layer_types(self, n_layer: int) -> tuple | None:
+        """`layer_types` as ours ("full"/"sliding"), or None when the config has none."""
+        types = self.hf.get("layer_types")
+        if types is None:
+            return None
+        names = {"full_attention": "full", "sliding_attention": "sliding"}
+        if not isinstance(types, list) or len(types) != n_layer or any(t not in names for t in types):
+            raise self.bad(f"layer_types must list full_attention/sliding_attention for each of the {n_layer} "
+                           f"layers, got {describe_value(types)}")
+        return tuple(names[t] for t in types)
+
+    def no_moe_or_alibi(self) -> None:
+        for key in ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size"):
+            value = self.hf.get(key)
+            if value not in (None, 0, False):
+                raise self.refuse(f"mixture-of-experts layers ({key}={describe_value(value)})")
+        if self.hf.get("alibi") or self.hf.get("use_alibi"):
+            raise self.refuse("ALiBi attention biases")
+
+    # -- rotary ------------------------------------------------------------------------------
+    def rope(self, default_theta: float = 10000.0, layer_type: str = "full_attention",
+             theta_key: str = "rope_theta", partial_key: str = "partial_rotary_factor",
+             default_partial: float = 1.0) -> dict:
+        """GPTConfig rotary fields from `rope_parameters` (per layer type or not) or the
+        published `rope_theta` + `rope_scaling` (+ a partial rotary factor)."""
+        params = self.hf.get("rope_parameters")
+        if params is not None:
+            if not isinstance(params, dict):
+                raise self.bad(f"rope_parameters must be an object, got {describe_value(params)}")
+            if layer_type in params or "full_attention" in params:
+                params = params.get(layer_type)
+                if not isinstance(params, dict):
+                    raise self.bad(f"rope_parameters has no object for {layer_type}")
+        else:
+            # Published Gemma 3 configs scale only the global layers' rotary.
+            scaling = self.hf.get("rope_scaling") if layer_type == "full_attention" else None
+            if scaling is not None and not isinstance(scaling, dict):
+                raise self.bad(f"rope_scaling must be an object, got {describe_value(scaling)}")
+            params = dict(scaling or {})
+            params.setdefault("rope_theta", self.hf.get(theta_key))
+            params.setdefault("partial_rotary_factor", self.hf.get(partial_key))
+        kind = params.get("rope_type", params.get("type")) or "default"
+        if kind not in ROPE_TYPES:
+            raise self.refuse(f"rope scaling {describe_value(kind)} (supported: {', '.join(ROPE_TYPES)})")
+        out = {"positional": "rotary", "rope_base": self.num("rope_theta", default_theta, params),
+               "rotary_pct": self.num("partial_rotary_factor", default_partial, params)}
+        if kind == "default":
+            return out
+        out.update(rope_scaling=kind, rope_factor=self.num("factor", None if kind != "yarn" else 0.0, params))
+        original = params.get("original_max_position_embeddings") or self.hf.get("original_max_position_embeddings")
+        if kind == "llama3":
+            out.update(rope_low_freq_factor=self.num("low_freq_factor", None, params),
+                       rope_high_freq_factor=self.num("high_freq_factor", None, params),
+                       rope_original_context=original)
+        if kind == "yarn":
+            out.update(self._yarn(params, original))
+        return out
+
+    def _yarn(self, params: dict, original) -> dict:
+        if original is None:
+            raise self.bad("yarn rope scaling needs original_max_position_embeddings")
+        factor = self.num("factor", 0.0, params) or self.int("max_position_embeddings") / original
+        attention = params.get("attention_factor")
+        if attention is None:
+            mscale, mscale_all = params.get("mscale"), params.get("mscale_all_dim")
+
+            def get_mscale(scale, m=1.0):
+                return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+            attention = (get_mscale(factor, mscale) / get_mscale(factor, mscale_all) if mscale and mscale_all
+                         else get_mscale(factor))
+        truncate = params.get("truncate", True)
+        return {"rope_factor": factor, "rope_original_context": original, "rope_truncate": truncate,
+                "rope_attention_factor": self.num("attention_factor", attention, {"attention_factor": attention}),
+                "rope_beta_fast": self.num("beta_fast", 32.0, params), "rope_beta_slow": self.num("beta_slow", 1.0, params)}
+
+
+class Tensors:
+    """A checkpoint's tensors taken one by one into ours: each converted to float32 as it is
+    taken and dropped from the source, so no two full copies of the model exist at once."""
+
+    def __init__(self, raw: dict, prefix: str):
+        self.raw, self.prefix = raw, prefix
+        self.out: dict[str, torch.Tensor] = {}
+        self.names: dict[str, str] = {}  # ours -> the file's, for messages
+        self.missing: list[str] = []
+
+    def take(self, key: str) -> torch.Tensor | None:
+        name = self.prefix + key
+        t = self.raw.pop(name, None)
+        if t is None:
+            self.missing.append(name)
+            return None
+        if not isinstance(t, torch.Tensor):
+            raise CheckpointError(f"{name} is {describe_value(t)}, not a tensor")
+        return t if not t.is_floating_point() else t.to(torch.float32)
+
+    def put(self, ours: str, *keys: str, dim: int = 0) -> None:
+        """ours = the file's `keys`, stacked along `dim` when there are several (fused q/k/v, gate/up)."""
+        parts = [self.take(k) for k in keys]
+        if any(p is None for p in parts):
+            return
+        self.names[ours] = "+".join(self.prefix + k for k in keys)
+        try:
+            self.out[ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=dim)
+        except RuntimeError:
+            shapes = ", ".join(str(tuple(p.shape)) for p in parts)
+            raise CheckpointError(f"{self.names[ours]} have shapes {shapes} that do not stack; the weights do not "
+                                  "match config.json") from None
+
+    def put_optional(self, ours: str, key: str) -> None:
+        if self.prefix + key in self.raw:
+            self.put(ours, key)
+
+    def drop(self, *suffixes: str) -> None:
+        """Forget buffers some files carry (causal masks, rotary tables): we compute them."""
+        for name in [k for k in self.raw if k.endswith(suffixes)]:
+            del self.raw[name]

@@ -1,0 +1,96 @@
+"""GPT-NeoX (Pythia) and GPT-J: LayerNorm blocks whose attention and MLP read the same input
+(a parallel block; NeoX with two input norms, GPT-J with one), partial rotary positions (NeoX's
+half-split pairs, GPT-J's interleaved pairs) and a plain GELU MLP.
+
+NeoX fuses q, k and v per head ([q_h, k_h, v_h] for each head h); ours stacks all queries,
+then all keys, then all values, so the rows are regrouped.
+"""
+
+from __future__ import annotations
+
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.formats.hf_families.common import Family, Fields, Tensors
+
+_BUFFERS = (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
+
+
+def neox_fields(f: Fields) -> dict:
+    f.no_moe_or_alibi()
+    attn_bias = f.flag("attention_bias", True)
+    parallel = f.flag("use_parallel_residual", True)
+    return {
+        "vocab_size": f.int("vocab_size"), "n_embd": f.int("hidden_size"), "n_layer": f.int("num_hidden_layers"),
+        "n_head": f.int("num_attention_heads"), "n_mlp": f.int("intermediate_size"),
+        "block_size": f.int("max_position_embeddings", 2048),
+        **f.rope(theta_key="rotary_emb_base", partial_key="rotary_pct", default_partial=0.25),
+        "norm": "layernorm", "layer_norm_eps": f.num("layer_norm_eps", 1e-5), "bias": True,
+        "qkv_bias": attn_bias, "proj_bias": attn_bias, "activation": f.activation("hidden_act", default="gelu"),
+        "block": "parallel" if parallel else "sequential", "tie_embeddings": f.flag("tie_word_embeddings", False),
+    }
+
+
+def gptj_fields(f: Fields) -> dict:
+    f.no_moe_or_alibi()
+    n_embd, n_head = f.int("n_embd"), f.int("n_head")
+    rotary_dim = f.hf.get("rotary_dim")
+    if rotary_dim is None:
+        raise f.refuse("rotary_dim null (rotary over the whole width, not per head)")
+    head = n_embd // n_head if n_head > 0 else 0
+    rotary_dim = f.int("rotary_dim")
+    if not 0 < rotary_dim <= head:
+        raise f.bad(f"rotary_dim={rotary_dim} must be between 1 and the head size {head}")
+    return {
+        "vocab_size": f.int("vocab_size"), "n_embd": n_embd, "n_layer": f.int("n_layer"), "n_head": n_head,
+        "n_mlp": f.int("n_inner", 4 * n_embd), "block_size": f.int("n_positions", 2048),
+        "positional": "rotary", "rotary_style": "gptj", "rotary_pct": rotary_dim / head,
+        "norm": "layernorm", "layer_norm_eps": f.num("layer_norm_epsilon", 1e-5), "bias": True,
+        "qkv_bias": False, "proj_bias": False, "activation": f.activation("activation_function", default="gelu_new"),
+        "block": "parallel_shared_norm", "tie_embeddings": f.flag("tie_word_embeddings", False),
+        "extra": {"head_bias": True},
+    }
+
+
+def neox_weights(t: Tensors, c: GPTConfig) -> None:
+    t.drop(*_BUFFERS)
+    nh, hs = c.n_head, c.head_size
+    t.put("wte.weight", "embed_in.weight")
+    t.put("ln_f.weight", "final_layer_norm.weight")
+    t.put("ln_f.bias", "final_layer_norm.bias")
+    for i in range(c.n_layer):
+        a, o = f"layers.{i}.", f"blocks.{i}."
+        for ours, theirs in (("ln_1", "input_layernorm"), ("ln_2", "post_attention_layernorm"),
+                             ("attn.c_proj", "attention.dense"), ("mlp.c_fc", "mlp.dense_h_to_4h"),
+                             ("mlp.c_proj", "mlp.dense_4h_to_h")):
+            t.put(f"{o}{ours}.weight", f"{a}{theirs}.weight")
+            t.put(f"{o}{ours}.bias", f"{a}{theirs}.bias")
+        t.put(o + "attn.c_attn.weight", a + "attention.query_key_value.weight")
+        t.put(o + "attn.c_attn.bias", a + "attention.query_key_value.bias")
+        for key in (o + "attn.c_attn.weight", o + "attn.c_attn.bias"):
+            w = t.out.get(key)
+            if w is not None and w.shape[0] == 3 * nh * hs:
+                # rows (nh, 3, hs) per head -> (3, nh, hs): all q, then all k, then all v
+                t.out[key] = w.view(nh, 3, hs, *w.shape[1:]).transpose(0, 1).reshape(w.shape)
+
+
+def gptj_weights(t: Tensors, c: GPTConfig) -> None:
+    t.drop(*_BUFFERS)
+    t.put("wte.weight", "wte.weight")
+    t.put("ln_f.weight", "ln_f.weight")
+    t.put("ln_f.bias", "ln_f.bias")
+    for i in range(c.n_layer):
+        a, o = f"h.{i}.", f"blocks.{i}."
+        t.put(o + "ln_1.weight", a + "ln_1.weight")
+        t.put(o + "ln_1.bias", a + "ln_1.bias")
+        t.put(o + "attn.c_attn.weight", *(a + f"attn.{p}_proj.weight" for p in "qkv"))
+        t.put(o + "attn.c_proj.weight", a + "attn.out_proj.weight")
+        for ours, theirs in (("mlp.c_fc", "mlp.fc_in"), ("mlp.c_proj", "mlp.fc_out")):
+            t.put(f"{o}{ours}.weight", f"{a}{theirs}.weight")
+            t.put(f"{o}{ours}.bias", f"{a}{theirs}.bias")
+
+
+FAMILIES = {
+    "GPTNeoXForCausalLM": Family("GPT-NeoX", neox_fields, neox_weights, "gpt_neox.",
+                                     ("embed_out.weight", "lm_head.weight")),
+    "GPTJForCausalLM": Family("GPT-J", gptj_fields, gptj_weights, "transformer."),
+}
+MODEL_TYPES = {"gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM"}

@@ -1,0 +1,132 @@
+"""What a checkpoint says about itself, checked before any of it is used: the types of our own
+config fields, nanoGPT's `model_args`, our training record, and the names of a state dict.
+
+A config value of the wrong type used to pass the range checks (`float("0.1")` works) and
+fail later in the middle of a forward; a tensor where a flag belongs raised from `bool()`.
+Each check raises ValueError with one line (the readers wrap it in their own CheckpointError,
+which names the file) or, where a reader has no wrapper, CheckpointError itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.errors import CheckpointError
+
+MAX_NAME_CHARS = 256  # an activation or positional name; longer is not a name
+NANOGPT_INTS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
+
+
+def describe_value(value: object) -> str:
+    """`'0.1' (a string)`: what a wrong value is, short enough for one line."""
+    kinds = {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list",
+             dict: "an object", type(None): "null"}
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    kind = kinds.get(type(value), f"a {type(value).__name__}")
+    shown = repr(value)
+    if len(shown) > 40:
+        shown = shown[:40] + "…"
+    return f"{shown} ({kind})"
+
+
+def is_finite_number(value: object) -> bool:
+    """An int or float (never a bool, string or tensor) that a float can hold finitely."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int past 1e308
+        return False
+
+
+def check_config_fields(d: dict) -> None:
+    """Each GPTConfig field present in `d` has the type its annotation names: int, float,
+    bool, str, dict or list (optionally `| None`); fields of other types are left to the config."""
+    for f in dataclasses.fields(GPTConfig):
+        if f.name not in d:
+            continue
+        problem = _type_problem(str(f.type), d[f.name])
+        if problem:
+            raise ValueError(f"config field {f.name} must be {problem}, got {describe_value(d[f.name])}")
+
+
+def _type_problem(annotation: str, value: object) -> str | None:
+    """What `value` should have been, or None when it fits `annotation`."""
+    parts = [p.strip() for p in annotation.split("|")]
+    if "None" in parts and value is None:
+        return None
+    wanted = []
+    for part in (p for p in parts if p != "None"):
+        base = part.split("[", 1)[0]
+        if base == "int":
+            ok, what = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif base == "float":
+            ok, what = is_finite_number(value), "a finite number"
+        elif base == "bool":
+            ok, what = isinstance(value, bool), "true or false"
+        elif base == "str":
+            ok, what = isinstance(value, str) and len(value) <= MAX_NAME_CHARS, "a short string"
+        elif base == "dict":
+            ok, what = isinstance(value, dict), "an object"
+        elif base in ("list", "tuple"):
+            ok, what = isinstance(value, list | tuple), "a list"
+        else:
+            return None  # a type this check does not know: the config validates it
+        if ok:
+            return None
+        wanted.append(what)
+    return " or ".join(wanted) if wanted else None
+
+
+def check_model_args(args: dict) -> None:
+    """nanoGPT's model_args: the sizes are integers, dropout a finite number, bias a flag."""
+    for name in NANOGPT_INTS:
+        value = args[name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"config field {name} must be an integer, got {describe_value(value)}")
+    dropout = args.get("dropout", 0.0)
+    if dropout is not None and not is_finite_number(dropout):
+        raise ValueError(f"model_args dropout must be a finite number, got {describe_value(dropout)}")
+    if "bias" in args and not isinstance(args["bias"], bool):
+        raise ValueError(f"model_args bias must be true or false, got {describe_value(args['bias'])}")
+
+
+# Fields of our training record that `train --resume` and `info` read, and what they must be.
+TRAINING_FIELDS = {
+    "steps": ("a non-negative integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "wall_time_s": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    "final_train_loss": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    "final_val_loss": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    "history": ("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v)),
+    "resumed": ("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v)),
+    "command": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+}
+
+
+def check_training(where: str, record: object) -> dict:
+    """Our free-form training record: an object whose known fields have their types."""
+    if not isinstance(record, dict):
+        raise CheckpointError(f"{where} is {describe_value(record)}, not a JSON object; re-save it with save_checkpoint")
+    for name, (what, ok) in TRAINING_FIELDS.items():
+        if name in record and not ok(record[name]):
+            raise CheckpointError(f"{where}: field {name} must be {what}, got {describe_value(record[name])}; "
+                                  "re-save it with save_checkpoint")
+    return record
+
+
+def check_state_names(path: str, obj: object) -> None:
+    """Every key of a state dict (and of the dicts a checkpoint wraps it in) is a string: a
+    parameter is found by its name, and an int or tuple key names nothing."""
+    dicts = [obj] if isinstance(obj, dict) else []
+    if isinstance(obj, dict):
+        dicts += [v for v in obj.values() if isinstance(v, dict)]
+    for d in dicts:
+        for key in d:
+            if not isinstance(key, str):
+                raise CheckpointError(f"{path}: holds a dict with the key {describe_value(key)}, not a parameter "
+                                      "name; save the model's state_dict(), whose keys are names")

@@ -1,0 +1,80 @@
+"""A sharded checkpoint's `*.index.json`: which file holds which tensor, read as untrusted.
+
+The index names shard files relative to its folder. Before any shard is opened, every name is
+resolved and checked: a name that leads out of the folder (`../x`, an absolute path) is
+refused, not reported missing; names for the same file (`a/../x`, a hard or symbolic link to
+it) count once, so each file is read once however often the index repeats it; and an index
+naming more files than any model has is refused outright. A shard is read by what it holds
+(safetensors or a torch pickle), so a wrong file is called what it is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import untrusted_json
+
+MAX_SHARDS = 1024  # the largest public models have a few hundred shards
+FIX = "restore the index or download the model again"
+
+
+def shard_files(index_path: str) -> list[tuple[str, str]]:
+    """(name as the index says it, path) of each distinct shard file, in name order."""
+    weight_map = _weight_map(index_path)
+    names = sorted(set(weight_map.values()))
+    if len(names) > MAX_SHARDS:
+        raise CheckpointError(f"{index_path}: names {len(names):,} shard files, more than any model has "
+                              f"({MAX_SHARDS}); the index is damaged: {FIX}")
+    folder = os.path.dirname(os.path.abspath(index_path))
+    files: dict[tuple[int, int], tuple[str, str]] = {}
+    for name in names:
+        path = os.path.normpath(os.path.join(folder, name))
+        if os.path.isabs(name) or os.path.commonpath([folder, path]) != folder:
+            raise CheckpointError(f"{index_path}: shard {name} refused: outside the checkpoint folder; an index may "
+                                  "only name files in its own folder")
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
+        if st is None or not os.path.isfile(path):
+            raise CheckpointError(f"{index_path}: shard {name} is missing; download every shard")
+        files.setdefault((st.st_dev, st.st_ino), (name, path))  # one read per file, whatever its names
+    return sorted(files.values())
+
+
+def load_shards(index_path: str, load_safetensors: Callable[[str], dict],
+                load_pickled: Callable[[str], dict]) -> dict[str, torch.Tensor]:
+    """Every tensor of every shard, each file read once and by what it holds."""
+    from transformer_viewer.model.formats import detect, pickle_safe  # detect imports the readers
+
+    state: dict[str, torch.Tensor] = {}
+    for name, path in shard_files(index_path):
+        head = detect.read_head(path, detect.HEAD_BYTES)
+        size = os.path.getsize(path)
+        if detect.safetensors_header(path, head, size) is not None:
+            state.update(load_safetensors(path))
+        elif pickle_safe.looks_like_pickle(head):
+            state.update(load_pickled(path))
+        else:
+            found = detect.describe(head, size) if size else "an empty file"
+            raise CheckpointError(f"{index_path}: shard {name} is not a weights file (found {found}); the index "
+                                  f"names the wrong file: {FIX}")
+    return state
+
+
+def _weight_map(index_path: str) -> dict[str, str]:
+    try:
+        index = untrusted_json.read_file(index_path, FIX, where=f"{index_path}: not a valid shard index")
+    except PermissionError:
+        raise CheckpointError(f"{index_path}: permission denied; make it readable and retry") from None
+    except OSError as e:
+        raise CheckpointError(f"{index_path}: cannot be read ({e.strerror or e}); {FIX}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) and v for v in weight_map.values()):
+        raise CheckpointError(f"{index_path}: not a valid shard index (it needs a weight_map from tensor names to "
+                              f"file names); {FIX}")
+    return weight_map

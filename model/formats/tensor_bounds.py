@@ -1,0 +1,73 @@
+"""What a checkpoint can make us allocate, bounded by what it really stores.
+
+A torch pickle stores storages and, separately, views of them (shape, stride, offset). A view
+with stride 0 repeats one stored value along a dimension, so a 4 KB file can describe a
+612M-parameter model whose weights exist only once materialised (`.contiguous()`, a dtype
+change, the finiteness check): gigabytes for kilobytes. Checked here, right after unpickling
+and before anything is materialised:
+
+- no tensor may hold more elements than its storage (stride 0, or strides that overlap);
+- all tensors together may hold at most twice what the storages do, plus a little (a tied
+  head shares the embedding's storage, so one sharing is normal; hundreds are not);
+- a model may have at most MAX_PARAMS parameters, whatever the file.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transformer_viewer.model.errors import CheckpointError
+
+MAX_PARAMS = 2_000_000_000  # 8 GB as float32: past GPT-2 XL (1.5B), within a workstation's memory
+SHARING_FACTOR = 2  # the tied head: two names, one storage
+SHARING_SLACK = 1 << 20  # bytes: small buffers saved as views of each other
+MAX_OBJECTS = 1_000_000  # containers and values walked in one checkpoint
+
+
+def check_stored(path: str, obj: object) -> None:
+    """Refuse a loaded checkpoint whose tensors describe more data than its storages hold."""
+    logical = stored = 0
+    storages: set[tuple[int, int]] = set()
+    for name, t in _tensors(path, obj):
+        storage = t.untyped_storage()
+        if t.numel() * t.element_size() > storage.nbytes():
+            raise CheckpointError(f"{path}: tensor {name} repeats its stored values (shape {tuple(t.shape)}, strides "
+                                  f"{tuple(t.stride())}, {storage.nbytes():,} bytes stored); a real checkpoint stores "
+                                  "every weight: re-save it from the model's state_dict()")
+        logical += t.numel() * t.element_size()
+        key = (storage.data_ptr(), storage.nbytes())
+        if key not in storages:
+            storages.add(key)
+            stored += storage.nbytes()
+    if logical > SHARING_FACTOR * stored + SHARING_SLACK:
+        raise CheckpointError(f"{path}: its tensors share storage: they describe {logical:,} bytes but the file stores "
+                              f"{stored:,}; a real checkpoint stores each weight once: re-save it from the model's "
+                              "state_dict()")
+
+
+def check_param_count(source: str, n_params: int) -> None:
+    if n_params > MAX_PARAMS:
+        raise CheckpointError(f"{source}: the model has {n_params:,} parameters, more than transformer-viewer loads "
+                              f"({MAX_PARAMS:,}, {MAX_PARAMS * 4 >> 30} GiB as float32); use a smaller model")
+
+
+def _tensors(path: str, obj: object):
+    """(name, tensor) for every tensor in nested dicts, lists and tuples; each container once,
+    so a pickle's shared references cannot make the walk exponential."""
+    seen: set[int] = set()
+    stack: list[tuple[str, object]] = [("", obj)]
+    walked = 0
+    while stack:
+        name, value = stack.pop()
+        walked += 1
+        if walked > MAX_OBJECTS:
+            raise CheckpointError(f"{path}: holds more than {MAX_OBJECTS:,} objects, which no model checkpoint "
+                                  "does; save the model's state_dict()")
+        if isinstance(value, torch.Tensor):
+            yield name or "(top level)", value
+        elif isinstance(value, dict | list | tuple):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((f"{name}.{k}" if name else str(k), v) for k, v in items)

@@ -1,0 +1,110 @@
+"""Tiny random Hugging Face models of every supported family, saved into a folder, for the
+parity tests: random norm weights and biases (a dropped or swapped parameter shows), configs
+that switch on what each family has (GQA, sliding windows shorter than the prompt, partial
+rotary, parallel blocks, soft-capping, rope scalings)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+COMMON = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, vocab_size=96, hidden_size=32, intermediate_size=40,
+              num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+NO_KV = {k: v for k, v in COMMON.items() if k != "num_key_value_heads"}
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32}
+
+# name: (config class, model class, config kwargs, HF path of layer l's output projection)
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(COMMON, rope_parameters=LLAMA3, attention_bias=True,
+                                                      mlp_bias=True), "model.layers.{}.self_attn.o_proj"),
+    "smollm_tied": ("LlamaConfig", "LlamaForCausalLM", dict(COMMON, num_key_value_heads=1, tie_word_embeddings=True),
+                    "model.layers.{}.self_attn.o_proj"),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(COMMON, sliding_window=5, head_dim=12),
+                "model.layers.{}.self_attn.o_proj"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(COMMON, use_sliding_window=True, sliding_window=6,
+                                                      max_window_layers=1), "model.layers.{}.self_attn.o_proj"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(COMMON, head_dim=16, rope_parameters=YARN),
+              "model.layers.{}.self_attn.o_proj"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(COMMON, rope_parameters={"rope_type": "default", "rope_theta":
+                                                                            10000.0, "partial_rotary_factor": 0.5},
+                                                   sliding_window=7), "model.layers.{}.self_attn.o_proj"),
+    "olmo": ("OlmoConfig", "OlmoForCausalLM", dict(COMMON, attention_bias=True), "model.layers.{}.self_attn.o_proj"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(COMMON), "model.layers.{}.self_attn.o_proj"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(COMMON, head_dim=12), "model.layers.{}.self_attn.o_proj"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(COMMON, head_dim=8, sliding_window=6, query_pre_attn_scalar=
+                                                         20, attn_logit_softcapping=3.0, final_logit_softcapping=4.0),
+               "model.layers.{}.self_attn.o_proj"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(COMMON, head_dim=8, sliding_window=5, num_hidden_layers=4,
+                                                             sliding_window_pattern=2, rope_parameters={
+                                                                 "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                                                    "rope_theta": 1e6},
+                                                                 "sliding_attention": {"rope_type": "default",
+                                                                                       "rope_theta": 1e4}}),
+               "model.layers.{}.self_attn.o_proj"),
+    "pythia": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(NO_KV, hidden_act="gelu"), "gpt_neox.layers.{}.attention.dense"),
+    "neox_sequential": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(NO_KV, use_parallel_residual=False,
+                                                                    rope_parameters={"rope_type": "default",
+                                                                                     "rope_theta": 500.0,
+                                                                                     "partial_rotary_factor": 0.5}),
+                        "gpt_neox.layers.{}.attention.dense"),
+    "gptj": ("GPTJConfig", "GPTJForCausalLM", dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, vocab_size=96,
+                                                   n_embd=32, n_layer=3, n_head=4, rotary_dim=4, n_positions=128),
+             "transformer.h.{}.attn.out_proj"),
+}
+
+
+def build(name: str, seed: int = 0):
+    """A random eager-attention HF model of family `name`, in eval mode, float32."""
+    import transformers
+
+    config_cls, model_cls, kwargs, _ = FAMILIES[name]
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_cls)(**kwargs)
+    config._attn_implementation = "eager"
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:  # norm gains and biases, away from their 1 / 0 start
+                p.add_(torch.randn_like(p) * 0.3)
+    return model
+
+
+def save(model, folder: str) -> str:
+    model.save_pretrained(folder)
+    return folder
+
+
+def published_form(folder: str) -> None:
+    """Rewrite config.json as published checkpoints spell it: rope_theta / rope_scaling (NeoX:
+    rotary_pct / rotary_emb_base; Gemma 3: rope_local_base_freq and sliding_window_pattern
+    instead of layer_types; Gemma: the legacy hidden_act "gelu")."""
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    rope = cfg.pop("rope_parameters", None) or {}
+    model_type = cfg["model_type"]
+    if model_type == "gemma3_text":
+        local, rope = rope["sliding_attention"], rope["full_attention"]
+        cfg["rope_local_base_freq"] = local["rope_theta"]
+        cfg["sliding_window_pattern"] = cfg.pop("_sliding_window_pattern", 6)
+        cfg.pop("layer_types")
+    if model_type == "gemma2":
+        cfg.pop("layer_types")
+    if model_type == "gemma":
+        cfg["hidden_act"] = "gelu"
+    theta = rope.pop("rope_theta", 10000.0)
+    partial = rope.pop("partial_rotary_factor", None)
+    kind = rope.pop("rope_type", "default")
+    if model_type == "gpt_neox":
+        cfg["rotary_emb_base"], cfg["rotary_pct"] = theta, partial
+    else:
+        cfg["rope_theta"] = theta
+        if partial is not None:
+            cfg["partial_rotary_factor"] = partial
+    cfg["rope_scaling"] = None if kind == "default" else {"type": kind, **rope}
+    with open(path, "w") as f:
+        json.dump(cfg, f)

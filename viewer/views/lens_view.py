@@ -1,0 +1,176 @@
+"""Logit lens: the token each layer's residual stream would predict, layers x positions.
+
+The heatmap colours each cell by the probability of its top token (fixed levels 0..1) and, when
+the prompt is short enough, writes the token in the cell; hovering names it at any length. On
+the right, for the selected position: each layer's top token and the rank of the model's final
+top token through depth (log scale). With "Diff" on, the cells show p_masked(clean top token) -
+p_clean(clean top token). The lens is computed on the worker (a LensRequest per trace).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6 import QtCore, QtWidgets
+
+from transformer_viewer.viewer.views.heatmap import HeatmapExport, format_value
+from transformer_viewer.viewer.views.logits_panel import token_label
+from transformer_viewer.viewer.views.parts import (
+    CLEAN_PEN,
+    MAIN_PEN,
+    AdaptiveSplitter,
+    DiffToggle,
+    ExportButton,
+    TextHeatmap,
+    compact_axes,
+    compact_table,
+    depth_plot,
+    set_depth_ticks,
+    shrinkable_title,
+)
+
+
+class LensView(HeatmapExport, QtWidgets.QWidget):
+    """`set_result(LensResult)` draws; with a worker it asks for one on every new trace."""
+
+    def __init__(self, state, worker=None, parent=None):
+        super().__init__(parent)
+        self.state, self.worker = state, worker
+        self.result = None
+        self.heatmap = TextHeatmap()
+        self.rank_plot = depth_plot(left="rank (log)", bottom="depth")
+        self.rank_plot.getPlotItem().setLogMode(y=True)
+        self.table = QtWidgets.QTableWidget(0, 4)
+        self.table.setHorizontalHeaderLabels(["layer", "top token", "p", "rank"])
+        compact_table(self.table)
+        self.diff = DiffToggle(state)
+        self.diff.toggled.connect(self.refresh)
+        self.export_button = ExportButton(self, "logit_lens")
+        self.info = QtWidgets.QLabel("")
+        self.info.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+
+        bar = QtWidgets.QHBoxLayout()
+        bar.setContentsMargins(4, 2, 4, 0)
+        bar.addWidget(self.diff)
+        bar.addWidget(self.info, 1)
+        bar.addWidget(self.export_button)
+        side = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        side.setChildrenCollapsible(False)
+        side.addWidget(self.rank_plot)
+        side.addWidget(self.table)
+        body = AdaptiveSplitter(ratio=1.3, inner=side)
+        body.addWidget(self.heatmap)
+        body.addWidget(side)
+        body.setSizes([640, 320])
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(bar)
+        layout.addWidget(body, 1)
+
+        self.heatmap.cell_clicked.connect(lambda _r, col: state.set_selection(query=col))
+        state.trace_changed.connect(self._on_trace)
+        state.selection_changed.connect(self.refresh)
+        state.mask_changed.connect(lambda _m: self.refresh())  # "computing…" until the new lens comes
+        self._pending = False
+        self._on_trace(state.trace)  # built after a run (an export): ask once shown
+
+    # -- worker ---------------------------------------------------------------------------
+    def _on_trace(self, trace) -> None:
+        if trace is None:
+            return
+        if self.worker is not None:
+            if self.isVisible():
+                self.request()
+            else:
+                self._pending = True  # asked for when the dock is shown: the lens costs (L+1) x T x V
+        self.refresh()
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt name
+        super().showEvent(event)
+        if self._pending:
+            self.request()
+
+    def request(self) -> None:
+        from transformer_viewer.viewer.worker.lens import LensRequest
+
+        st = self.state
+        self._pending = False
+        if st.trace is None or not st.prompt:
+            return
+        self.worker.submit(LensRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation),
+                           on_result=lambda answer: self.set_result(answer.value))
+
+    def set_result(self, result) -> None:
+        self.result = result
+        self.refresh()
+
+    # -- drawing --------------------------------------------------------------------------
+    def _current(self):
+        """The result if it fits the displayed trace (a newer prompt may be on its way)."""
+        r, trace = self.result, self.state.trace
+        if r is None or trace is None or r.lens.n_tokens != trace.n_tokens:
+            return None
+        if not np.array_equal(r.mask, self.state.mask):
+            return None
+        return r
+
+    def refresh(self, *_args) -> None:
+        st, r = self.state, self._current()
+        trace = st.trace
+        if r is None or trace is None:
+            self.info.setText("computing the logit lens…" if trace is not None else "run a prompt to see the logit lens")
+            return
+        lens, q = r.lens, st.query_index
+        diff = self.diff.active
+        tokens = [[token_label(i) for i in row] for row in lens.top_ids.tolist()]
+        if diff:
+            clean_tokens = [[token_label(i) for i in row] for row in r.clean.top_ids.tolist()]
+            self.heatmap.hover_prefix = "clean top token"
+            self.heatmap.set_data(r.diff, lens.row_labels, trace.labels, levels=None, diverging=True,
+                                  title="masked − clean probability of the clean model's top token",
+                                  row_name="layer", col_name="position")
+            lim = max(float(np.abs(r.diff).max()), 1e-12)
+            self.heatmap.set_cell_text(clean_tokens, np.abs(r.diff) < 0.6 * lim)  # white on saturated cells
+        else:
+            self.heatmap.hover_prefix = "top token"
+            self.heatmap.set_data(lens.top_probs, lens.row_labels, trace.labels, levels=(0.0, 1.0),
+                                  colormap="viridis", title="logit lens: top token and its probability"
+                                  + (" (masked model)" if r.mask.any() else ""),
+                                  row_name="layer", col_name="position")
+            self.heatmap.set_cell_text(tokens, lens.top_probs > 0.55)
+        compact_axes(self.heatmap)
+        self._draw_ranks(r, q)
+        self._fill_table(r, q, tokens)
+        final = token_label(int(lens.final_ids[q]))
+        first = int(np.argmax(lens.final_ranks[:, q] == 0))
+        self.info.setText(f"position {q} ({trace.labels[q]!r}): final top token {final!r}, "
+                          f"top from {lens.row_labels[first]} on")
+
+    def _draw_ranks(self, r, q: int) -> None:
+        plot = self.rank_plot.getPlotItem()
+        plot.clear()
+        if plot.legend is None:
+            plot.addLegend(offset=(-8, 8), labelTextSize="8pt")
+        x = np.arange(r.lens.n_rows)
+        # rank + 1 so that rank 0 (the top) sits at 10^0 on the log axis
+        if r.clean is not r.lens:
+            plot.plot(x, r.clean.final_ranks[:, q] + 1.0, pen=CLEAN_PEN, name="clean")
+        plot.plot(x, r.lens.final_ranks[:, q] + 1.0, pen=MAIN_PEN, symbol="o", symbolSize=5,
+                  symbolBrush=(30, 100, 200), name="masked" if r.clean is not r.lens else None)
+        set_depth_ticks(self.rank_plot, r.lens.row_labels)
+        final = token_label(int(r.lens.final_ids[q]))
+        plot.setTitle(f"rank + 1 of the final top token {final!r}", size="9pt")
+        shrinkable_title(plot)
+
+    def _fill_table(self, r, q: int, tokens) -> None:
+        lens = r.lens
+        self.table.setRowCount(lens.n_rows)
+        for row in range(lens.n_rows):
+            cells = (lens.row_labels[row], tokens[row][q], format_value(float(lens.top_probs[row, q])),
+                     str(int(lens.final_ranks[row, q])))
+            for j, text in enumerate(cells):
+                self.table.setItem(row, j, QtWidgets.QTableWidgetItem(text))
+        self.table.resizeColumnsToContents()
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(960, 480)

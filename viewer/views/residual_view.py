@@ -1,0 +1,142 @@
+"""Residual stream: L2 norms through depth for every token, and what each head of a layer wrote.
+
+Top: a heatmap of the norms (rows embed, L.pre, L.mid, ..., final; columns tokens). Middle: the
+norms through depth for the selected token (the clean model dashed when a head is masked).
+Bottom: the L2 norm of each head's write into the residual stream, heads x tokens, for the
+selected layer. With "Diff" on, every panel shows masked minus clean.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6 import QtCore, QtWidgets
+
+from transformer_viewer.viewer.views.heatmap import HeatmapView
+from transformer_viewer.viewer.views.parts import (
+    CLEAN_PEN,
+    MAIN_PEN,
+    AdaptiveSplitter,
+    DiffToggle,
+    ExportButton,
+    compact_axes,
+    depth_plot,
+    head_labels,
+    set_depth_ticks,
+    shrinkable_title,
+)
+
+NORM_COLORMAP = "viridis"
+
+
+def residual_matrices(trace, clean, layer: int, query: int, diff: bool) -> dict:
+    """The three panels' data. `diff` subtracts the clean trace (it must cover the same tokens)."""
+    norms = trace.resid_norms.astype(np.float32)  # (2L + 2, T)
+    heads = trace.head_norms[layer].astype(np.float32)  # (nh, T)
+    clean_line = None
+    if diff:
+        norms = norms - clean.resid_norms.astype(np.float32)
+        heads = heads - clean.head_norms[layer].astype(np.float32)
+    elif clean is not None and clean is not trace and clean.n_tokens == trace.n_tokens:
+        clean_line = clean.resid_norms[:, query].astype(np.float32)
+    return {"norms": norms, "heads": heads, "line": norms[:, query], "clean_line": clean_line}
+
+
+class ResidualView(QtWidgets.QWidget):
+    def __init__(self, state, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.norms = HeatmapView()
+        self.heads = HeatmapView()
+        self.line = depth_plot(left="L2 norm", bottom="depth")
+        self.diff = DiffToggle(state)
+        self.diff.toggled.connect(self.refresh)
+        self.log_box = QtWidgets.QCheckBox("Log scale")
+        self.log_box.setToolTip("Colour the norms on a log scale (not in diff mode)")
+        self.log_box.toggled.connect(self.refresh)
+        self.export_button = ExportButton(self, "residual_norms")
+        self.info = QtWidgets.QLabel("")
+        self.info.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+
+        bar = QtWidgets.QHBoxLayout()
+        bar.setContentsMargins(4, 2, 4, 0)
+        bar.addWidget(self.diff)
+        bar.addWidget(self.log_box)
+        bar.addWidget(self.info, 1)
+        bar.addWidget(self.export_button)
+        # Wide: the three panels side by side; narrow (a tab in the middle): the norms on top.
+        lower = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        lower.setChildrenCollapsible(False)
+        lower.addWidget(self.line)
+        lower.addWidget(self.heads)
+        lower.setSizes([300, 480])
+        self.plots = AdaptiveSplitter(ratio=2.2)
+        self.plots.addWidget(self.norms)
+        self.plots.addWidget(lower)
+        self.plots.setSizes([520, 780])
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(bar)
+        layout.addWidget(self.plots, 1)
+
+        self.norms.cell_clicked.connect(lambda _r, col: state.set_selection(query=col))
+        self.heads.cell_clicked.connect(lambda row, col: state.set_selection(head=row, query=col))
+        state.trace_changed.connect(self.refresh)
+        state.selection_changed.connect(self.refresh)
+        self.refresh()
+
+    # -- export protocol ------------------------------------------------------------------
+    def export_target(self):
+        return self.plots
+
+    def matrix(self) -> np.ndarray:
+        return self.norms.matrix()
+
+    def row_labels(self):
+        return self.norms.row_labels()
+
+    def col_labels(self):
+        return self.norms.col_labels()
+
+    # -- drawing --------------------------------------------------------------------------
+    def refresh(self, *_args) -> None:
+        st = self.state
+        trace = st.trace
+        if trace is None:
+            self.info.setText("run a prompt to see the residual stream")
+            return
+        layer, head, q = st.layer, st.head, st.query_index
+        diff = self.diff.active
+        data = residual_matrices(trace, st.clean_trace, layer, q, diff)
+        tokens = trace.labels
+        what = "masked − clean " if diff else ""
+        model = " (masked model)" if trace.mask.any() and not diff else ""
+        self.norms.set_data(data["norms"], trace.resid_labels, tokens, levels=None, diverging=diff,
+                            colormap=None if diff else NORM_COLORMAP, log_scale=self.log_box.isChecked() and not diff,
+                            title=f"{what}residual-stream L2 norm{model}", row_name="stream", col_name="token")
+        self.heads.set_data(data["heads"], head_labels(data["heads"].shape[0]), tokens, levels=None, diverging=diff,
+                            colormap=None if diff else NORM_COLORMAP,
+                            title=f"{what}per-head output norm, layer {layer}{model}", row_name="head", col_name="token")
+        self.heads.highlight_row(head)
+        compact_axes(self.norms)
+        compact_axes(self.heads)
+        plot = self.line.getPlotItem()
+        plot.clear()
+        if plot.legend is None:
+            plot.addLegend(offset=(8, 8), labelTextSize="8pt")
+        x = np.arange(len(trace.resid_labels))
+        if data["clean_line"] is not None:
+            plot.plot(x, data["clean_line"], pen=CLEAN_PEN, name="clean")
+        plot.plot(x, data["line"], pen=MAIN_PEN, symbol="o", symbolSize=5, symbolBrush=(30, 100, 200),
+                  name="masked − clean" if diff else ("masked" if trace.mask.any() else None))
+        if diff:
+            plot.addLine(y=0, pen=CLEAN_PEN)
+        set_depth_ticks(self.line, trace.resid_labels)
+        plot.setTitle(f"{what}norm through depth, {tokens[q]!r} ({q})", size="9pt")
+        shrinkable_title(plot)
+        top = int(np.argmax(data["norms"][:, q])) if not diff else int(np.argmax(np.abs(data["norms"][:, q])))
+        self.info.setText(f"token {tokens[q]!r} ({q}): final norm {trace.resid_norms[-1, q]:.2f}; "
+                          f"largest {'change' if diff else 'norm'} at {trace.resid_labels[top]}")
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(900, 560)

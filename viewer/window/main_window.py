@@ -1,0 +1,329 @@
+"""The main window: one ViewerState, one worker thread, and the views of the registry between them.
+
+Data flow: the prompt editor, mask grid and token strip change `state`; every change that
+needs the model becomes a `TraceRequest` for the worker (newest wins, stale answers dropped);
+its answer comes back to this window's callback, which installs it with `state.set_traces`,
+and every view redraws from the state's signals. Views are built and placed from
+`views/registry.py`: a view that asks the worker for its own computation gets its answers
+through the handle its `submit` returns, not through the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QMainWindow,
+    QMessageBox,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from transformer_viewer.viewer.state import ViewerState
+from transformer_viewer.viewer.views.prompt_editor import PromptEditor
+from transformer_viewer.viewer.views.registry import VIEWS
+from transformer_viewer.viewer.window import actions as window_actions
+from transformer_viewer.viewer.window import prediction_preview as preview
+from transformer_viewer.viewer.window.gc_guard import collect_on_gui_thread
+from transformer_viewer.viewer.window.status_bar import StatusBar
+from transformer_viewer.viewer.worker.client import RequestHandle, WorkerClient
+from transformer_viewer.viewer.worker.requests import (
+    DeviceRequest,
+    LoadRequest,
+    PredictRequest,
+    ProbeRequest,
+    TraceRequest,
+)
+
+DEFAULT_SIZE = (1440, 900)
+TOP_K = 10
+
+
+class MainWindow(QMainWindow):
+    """`idle` fires whenever the worker has answered everything asked (screenshots wait for it)."""
+
+    idle = Signal()
+
+    def __init__(self, settings: QSettings | None = None, debounce_ms: int | None = None,
+                 worker: WorkerClient | None = None, pending: Iterable[RequestHandle] = ()):
+        """`worker`: a client already started to save startup time; `pending`: the handles of
+        what it was asked before the window existed (probe, load), whose answers come here."""
+        super().__init__()
+        collect_on_gui_thread()  # before the worker thread exists: it must never run the collector
+        self.setWindowTitle("transformer-viewer")
+        self.setObjectName("MainWindow")
+        self.settings = settings if settings is not None else QSettings("transformer-viewer", "transformer-viewer")
+        self.state = ViewerState(self)
+        own_worker = worker is None
+        self.worker = WorkerClient(self) if own_worker else worker
+        if not own_worker:
+            self.worker.setParent(self)
+        self.last_error: str | None = None  # the last one-line error shown (tests read it)
+        self.device_choice = "auto"
+        self.cuda_available = False
+        self._error_box: QMessageBox | None = None
+        self._requested_position: int | None = None
+        self._build_views(debounce_ms)
+        self.status = StatusBar(self)
+        self.setStatusBar(self.status)
+        self.actions_ = window_actions.install(self)
+        self.setAcceptDrops(True)
+        self.resize(*DEFAULT_SIZE)
+        self._connect()
+        for handle in pending:
+            self._watch(handle)
+        if own_worker:
+            self._watch(self.worker.submit(ProbeRequest()))
+
+    # -- layout ---------------------------------------------------------------------------
+    def _build_views(self, debounce_ms) -> None:
+        st = self.state
+        self.prompt_editor = PromptEditor(debounce_ms=debounce_ms) if debounce_ms is not None else PromptEditor()
+        self.docks: dict[str, QDockWidget] = {}
+        # The middle is a tab widget: the big views live beside the attention heatmap; its tab
+        # bar shows only once there is a second tab.
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.setTabBarAutoHide(True)
+        self.setCentralWidget(self.tabs)
+        top = QSplitter(Qt.Vertical)
+        top.setChildrenCollapsible(False)
+        top.addWidget(self.prompt_editor)
+        self.views: dict[str, QWidget] = {}
+        for entry in VIEWS:
+            view = self.views[entry.title] = entry.build(st, self.worker)
+            self._place(entry, view, top)
+        top.setSizes([80, 190])
+        self.add_view_dock("Prompt and tokens", top, Qt.TopDockWidgetArea)
+        self.token_strip = self.views["Tokens"]
+        self.attention = self.views["Attention"]
+        self.head_grid = self.views["All heads"]
+        self.mask_grid = self.views["Head mask"]
+        self.logits = self.views["Next token"]
+        # Side columns run the full height; a bottom dock sits under the middle only.
+        self.setCorner(Qt.BottomLeftCorner, Qt.LeftDockWidgetArea)
+        self.setCorner(Qt.BottomRightCorner, Qt.RightDockWidgetArea)
+        self._sized = False
+        self.apply_default_sizes()
+        self.prompt_editor.edit.setFocus()
+
+    def _place(self, entry, view: QWidget, top: QSplitter) -> None:
+        if entry.place == "top":
+            top.addWidget(view)
+        elif entry.place == "center":
+            page = QWidget()
+            lay = QVBoxLayout(page)
+            lay.setContentsMargins(2, 2, 2, 2)
+            lay.addWidget(view)
+            self.tabs.insertTab(0, page, entry.title)
+            self.tabs.setCurrentIndex(0)
+        elif entry.place == "tab":
+            self.tabs.addTab(view, entry.title)
+        elif entry.place in ("left", "right"):
+            self.add_view_dock(entry.title, view, Qt.LeftDockWidgetArea if entry.place == "left" else Qt.RightDockWidgetArea)
+        elif entry.place == "right-below":
+            # Under the right column's first view (Continue sits under Next token).
+            above = next(d for d in self.docks.values() if self.dockWidgetArea(d) == Qt.RightDockWidgetArea)
+            dock = self.add_view_dock(entry.title, view, Qt.RightDockWidgetArea)
+            self.splitDockWidget(above, dock, Qt.Vertical)
+            QTimer.singleShot(0, lambda: self.resizeDocks([dock], [dock.minimumSizeHint().height()], Qt.Vertical))
+        else:
+            raise ValueError(f"view {entry.title!r}: unknown place {entry.place!r}")
+
+    def show_view(self, title: str) -> None:
+        """Bring the view `title` to the front (its tab, or its dock)."""
+        view = self.views[title]
+        if self.tabs.indexOf(view) >= 0:
+            self.tabs.setCurrentWidget(view)
+        elif title in self.docks:
+            self.docks[title].show()
+            self.docks[title].raise_()
+
+    def add_view_dock(self, title: str, widget: QWidget, area=Qt.BottomDockWidgetArea,
+                      tabify_with: str | None = None) -> QDockWidget:
+        """Put `widget` in a dock named `title` (listed in View); tabbed onto `tabify_with` if given."""
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock:{title}")
+        dock.setWidget(widget)
+        dock.setFeatures(QDockWidget.DockWidgetMovable | QDockWidget.DockWidgetFloatable | QDockWidget.DockWidgetClosable)
+        self.addDockWidget(area, dock)
+        if tabify_with in self.docks:
+            self.tabifyDockWidget(self.docks[tabify_with], dock)
+        self.docks[title] = dock
+        if hasattr(self, "actions_"):
+            self.actions_.view_menu_add(dock)
+        return dock
+
+    def apply_default_sizes(self) -> None:
+        """Both grids are layers x heads, so they share the left column; the heatmap gets the middle."""
+        d = self.docks
+        self.resizeDocks([d["All heads"], d["Next token"]], [360, 400], Qt.Horizontal)
+        # With views docked below the heatmap too, the tokens get fewer lines so it keeps some room.
+        below = any(self.dockWidgetArea(w) == Qt.BottomDockWidgetArea and not w.isHidden() for w in d.values())
+        self.resizeDocks([d["Prompt and tokens"]], [150 if below else 250], Qt.Vertical)
+        self.resizeDocks([d["All heads"], d["Head mask"]], [330, 240], Qt.Vertical)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt name
+        super().showEvent(event)
+        if not self._sized:  # the docks' final sizes need the shown window
+            self._sized = True
+            QTimer.singleShot(0, self.apply_default_sizes)
+
+    def _connect(self) -> None:
+        st, w = self.state, self.worker
+        self.prompt_editor.run_requested.connect(self.run_prompt)
+        st.prompt_changed.connect(self._on_prompt)
+        st.mask_changed.connect(self._on_mask)
+        st.selection_changed.connect(self._on_selection)
+        st.trace_changed.connect(self._on_trace)
+        w.progress.connect(self.status.show_progress)
+        w.busy_changed.connect(self._on_busy)
+
+    # -- commands -------------------------------------------------------------------------
+    def load(self, path: str | None, device: str | None = None, n_head: int | None = None) -> None:
+        """Load a checkpoint on the worker (None: the bundled model); the old one stays until it works."""
+        if device is not None:
+            self.device_choice = device
+        self._watch(self.worker.submit(LoadRequest(path=path, device=self.device_choice, n_head=n_head)))
+
+    def set_device(self, device: str) -> None:
+        self.device_choice = device
+        if self.state.model_info is not None:
+            self._watch(self.worker.submit(DeviceRequest(device=device)))
+
+    def run_prompt(self, text: str) -> None:
+        """Run `text` now (the editor calls this debounced; Ctrl+Enter at once)."""
+        if text != self.state.prompt:
+            self.state.set_prompt(text)  # runs it: see _on_prompt
+        else:
+            self.request_trace()
+
+    def request_trace(self) -> None:
+        st = self.state
+        if st.model_info is None:
+            return
+        if not st.prompt:
+            self.prompt_editor.show_notice("Type a prompt to run the model.", warning=False)
+            return
+        self._requested_position = st.query
+        self.worker.submit(self._run_request(TraceRequest), on_result=self._on_traced, on_failure=self._on_trace_failed)
+
+    def _run_request(self, request_type: type[TraceRequest]) -> TraceRequest:
+        """A run of the prompt, mask and position as they are now (a trace, or a prediction)."""
+        st = self.state
+        return request_type(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation, position=st.query,
+                            top_k=TOP_K)
+
+    # -- state -> worker ------------------------------------------------------------------
+    def _on_prompt(self, text: str) -> None:
+        self.prompt_editor.set_text(text, run=False)
+        self.request_trace()
+
+    def _on_mask(self, _mask) -> None:
+        if preview.worth_asking(self.state):
+            self.worker.submit(self._run_request(PredictRequest),
+                               on_result=lambda answer: preview.show_if_current(self, answer.request, answer.value),
+                               on_failure=self._on_trace_failed)
+        self.request_trace()
+
+    def _on_selection(self) -> None:
+        st = self.state
+        if st.trace is not None and st.query != self._requested_position:
+            self.request_trace()  # the prediction follows the selected token
+
+    def _on_trace(self, trace) -> None:
+        if trace is not None:
+            self.prompt_editor.show_trace(trace, self.state.model_info.block_size if self.state.model_info else 0)
+
+    # -- worker answers -------------------------------------------------------------------
+    def _watch(self, handle: RequestHandle) -> None:
+        """Route the answers of a probe, load or device request to this window."""
+        if isinstance(handle.request, ProbeRequest):
+            handle.then(on_result=self._on_probed, on_failure=self._on_load_failed)
+        else:
+            handle.then(on_result=self._on_loaded, on_failure=self._on_load_failed)
+
+    def _on_probed(self, answer) -> None:
+        self.cuda_available = answer.value.cuda_available
+        self.actions_.set_cuda(answer.value.cuda_available, answer.value.cuda_name)
+
+    def _on_loaded(self, answer) -> None:
+        """A load or a device move finished: the worker holds this model now."""
+        request, info = answer.request, answer.value.info
+        self.state.set_model(info)
+        self.status.clearMessage()
+        self.status.show_model(info)
+        self.actions_.set_device_checked(info.device)
+        if isinstance(request, LoadRequest) and request.path is not None:
+            self.actions_.add_recent(request.path)
+        if answer.value.warning:
+            self.status.showMessage(answer.value.warning, 10000)
+        self.setWindowTitle(f"{info.name} \u2014 transformer-viewer")
+        self.request_trace()
+
+    def _on_load_failed(self, failure) -> None:
+        request = failure.request
+        if failure.cancelled:
+            self.status.showMessage("cancelled", 3000)
+        elif isinstance(request, LoadRequest) and request.path is None and self.state.model_info is None:
+            self.status.showMessage(failure.message)  # no bundled model yet: not worth a dialog
+            self.prompt_editor.show_notice(failure.message)
+            self.last_error = failure.message
+        else:
+            if isinstance(request, DeviceRequest) and self.state.model_info is not None:
+                self.actions_.set_device_checked(self.state.model_info.device)
+            self.show_error(failure.message)
+
+    def _on_traced(self, answer) -> None:
+        value = answer.value
+        self.state.set_traces(value.trace, value.clean)
+        info = self.state.model_info
+        self.status.show_forward(value.forward_ms, value.trace.first_layer_run, info.n_layer if info else 0)
+
+    def _on_trace_failed(self, failure) -> None:
+        if failure.cancelled:
+            self.status.showMessage("cancelled", 3000)
+            return
+        self.prompt_editor.show_notice(failure.message)
+        self.status.showMessage(failure.message, 8000)
+        self.last_error = failure.message
+
+    def _on_busy(self, busy: bool) -> None:
+        self.status.set_busy(busy)
+        if not busy:
+            QTimer.singleShot(0, self._emit_idle)
+
+    def _emit_idle(self) -> None:
+        if not self.worker.busy:
+            self.idle.emit()
+
+    def show_error(self, message: str, title: str = "transformer-viewer") -> None:
+        """A one-line error in a window-modal box that does not block the event loop."""
+        self.last_error = message
+        self.status.showMessage(message, 10000)
+        if self._error_box is None:
+            self._error_box = QMessageBox(QMessageBox.Warning, title, "", QMessageBox.Ok, self)
+        self._error_box.setWindowTitle(title)
+        self._error_box.setText(message)
+        self._error_box.open()
+
+    # -- drag and drop --------------------------------------------------------------------
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 - Qt name
+        if window_actions.dropped_path(event.mimeData()) is not None:
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        path = window_actions.dropped_path(event.mimeData())
+        if path is not None:
+            event.acceptProposedAction()
+            self.load(window_actions.checkpoint_target(path))
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        self.prompt_editor.timer.stop()
+        self.worker.close()
+        super().closeEvent(event)

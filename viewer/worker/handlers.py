@@ -1,0 +1,180 @@
+"""The built-in worker handlers: load, device, probe, trace. Runs on the worker thread only.
+
+This is where torch gets imported in the app; the GUI thread never imports this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+
+import numpy as np
+import torch
+
+from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
+from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.families import family_name
+from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
+from transformer_viewer.model.trace import Trace
+from transformer_viewer.viewer.worker.requests import (
+    DeviceRequest,
+    LoadRequest,
+    LoadResult,
+    ModelInfo,
+    NewSession,
+    PredictRequest,
+    PredictResult,
+    ProbeResult,
+    TraceRequest,
+    TraceResult,
+)
+
+MEMORY_BUDGET_ENV = "TV_MEMORY_BUDGET_MB"  # MiB of captured arrays one trace may hold
+
+
+def memory_budget() -> tuple[int, str | None]:
+    """The capture budget in bytes from $TV_MEMORY_BUDGET_MB (else the default), and a warning
+    when the variable is set to something unusable (the default is used then)."""
+    raw = os.environ.get(MEMORY_BUDGET_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MEMORY_BUDGET, None
+    try:
+        mib = float(raw)
+    except ValueError:
+        mib = math.nan
+    if not (math.isfinite(mib) and mib > 0):
+        return DEFAULT_MEMORY_BUDGET, (f"{MEMORY_BUDGET_ENV}={raw!r} is not a positive number of MiB; using the "
+                                       f"default of {DEFAULT_MEMORY_BUDGET >> 20} MiB")
+    return max(1, int(mib * 2**20)), None
+
+
+class WorkerSession(Session):
+    """A Session plus what the viewer's handlers keep between requests.
+
+    `scratch` is free for the other handlers (the lens keeps its results there); it is emptied
+    whenever the prompt or the device changes, so nothing cached there outlives the activations
+    it used.
+    """
+
+    def __init__(self, loaded, **kwargs):
+        super().__init__(loaded, **kwargs)
+        self.prompt_text: str | None = None  # the text last given to set_prompt
+        self.clean: Trace | None = None  # unmasked trace of prompt_text
+        self.masked: tuple[tuple, Trace] | None = None  # (key, trace) of the last masked run
+        self.scratch: dict = {}
+
+    def ensure_prompt(self, text: str) -> bool:
+        """Tokenize `text` unless it is already the prompt; True when it changed."""
+        if text == self.prompt_text and self.tokens is not None:
+            return False
+        self.prompt_text = None  # a failing set_prompt leaves no half-set prompt behind
+        self.set_prompt(text)
+        self.prompt_text = text
+        self.forget()
+        return True
+
+    def prepare_analysis(self, text: str) -> None:
+        """Make `text` the prompt with its layer cache filled: what the lens, scan and generation
+        handlers start from."""
+        self.ensure_prompt(text)
+        if not self.tokens.ids:
+            raise ModelError("the prompt is empty; type some text first")
+        try:
+            self.residuals()
+        except ModelError:
+            self.predict(None)  # fills the layer cache with one clean run
+
+    def forget(self) -> None:
+        self.clean = None
+        self.masked = None
+        self.scratch.clear()
+
+    def info(self) -> ModelInfo:
+        c, lm = self.config, self.loaded
+        return ModelInfo(name=lm.name, format=lm.format, source=lm.source, n_layer=c.n_layer, n_head=c.n_head,
+                         n_embd=c.n_embd, block_size=c.block_size, n_params=int(lm.n_params),
+                         device=str(self.device), n_mlp=c.n_mlp, vocab_size=c.vocab_size,
+                         family=family_name(c, lm.training))
+
+
+def handle_probe(_session, _request, _progress, _is_cancelled) -> ProbeResult:
+    if torch.cuda.is_available():
+        return ProbeResult(True, torch.cuda.get_device_name(0))
+    return ProbeResult(False)
+
+
+def handle_load(_session, request: LoadRequest, progress, _is_cancelled) -> NewSession:
+    path = request.path
+    if path is None and not os.path.exists(bundled_checkpoint_path()):
+        raise ModelError("the bundled model is not installed yet; open a checkpoint with File > Open checkpoint")
+    progress(0, 0, f"loading {os.path.basename(os.path.normpath(path)) if path else 'the bundled model'}…")
+    device, warning = resolve_device_with_fallback(request.device)
+    loaded = load_checkpoint(path, device=device, n_head=request.n_head)
+    budget, budget_warning = memory_budget()
+    session = WorkerSession(loaded, memory_budget=budget)
+    warning = "; ".join(w for w in (warning, budget_warning) if w) or None
+    return NewSession(session, LoadResult(session.info(), warning))
+
+
+def handle_device(session: WorkerSession, request: DeviceRequest, progress, _is_cancelled) -> LoadResult:
+    device = resolve_device(request.device)
+    progress(0, 0, f"moving the model to {device}…")
+    session.model.to(device)
+    if session.tokens is not None:
+        session.set_tokens(session.tokens)  # the ids and cached activations follow the model
+    # Traces are numpy and still describe this prompt; only device-side caches are gone.
+    session.masked = None
+    session.scratch.clear()
+    return LoadResult(session.info())
+
+
+def _prediction_position(request: TraceRequest, T: int) -> int:
+    """The requested position clamped to the prompt (None: the last token)."""
+    return T - 1 if request.position is None else max(0, min(int(request.position), T - 1))
+
+
+def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_cancelled) -> TraceResult:
+    t0 = time.perf_counter()
+    session.ensure_prompt(request.text)
+    T = len(session.tokens.ids)
+    if T == 0:
+        raise ModelError("the prompt is empty; type some text first")
+    position = _prediction_position(request, T)
+    k = int(request.top_k)
+    clean = session.clean
+    if clean is None:
+        clean = session.run(None, "zero", position, k)
+    elif clean.next.position != position or len(clean.next.top_ids) != k:
+        # Same prompt, another prediction position: only the next-token distribution moves.
+        nxt = session.predict(None, "zero", position, k, update_cache=False)
+        clean = dataclasses.replace(clean, next=nxt)
+    session.clean = clean
+    mask = None if request.mask is None else np.asarray(request.mask, dtype=bool)
+    if mask is None or not mask.any():
+        trace = clean
+    else:
+        key = (mask.tobytes(), mask.shape, request.ablation)
+        if session.masked is None or session.masked[0] != key:
+            trace = session.run(mask, request.ablation, position, k)
+        else:
+            trace = session.masked[1]
+            if trace.next.position != position or len(trace.next.top_ids) != k:
+                nxt = session.predict(mask, request.ablation, position, k, update_cache=False)
+                trace = dataclasses.replace(trace, next=nxt)
+        session.masked = (key, trace)
+    return TraceResult(trace=trace, clean=clean, forward_ms=(time.perf_counter() - t0) * 1000.0)
+
+
+def handle_predict(session: WorkerSession, request: PredictRequest, _progress, _is_cancelled) -> PredictResult:
+    """The masked next-token distribution alone, from the cached clean run of the same prompt:
+    only the layers from the first changed one, only up to the predicted position, no capture.
+    It leaves the cache as it was, so the capture that follows still starts at that layer."""
+    if request.text != session.prompt_text or session.clean is None or session.tokens is None:
+        return PredictResult(None)  # no clean run of this prompt yet: the trace request does it all
+    position = _prediction_position(request, len(session.tokens.ids))
+    nxt = session.predict(np.asarray(request.mask, dtype=bool), request.ablation, position, int(request.top_k),
+                          update_cache=False)
+    return PredictResult(nxt)

@@ -1,0 +1,210 @@
+"""What the GUI asks the worker for, what comes back, and the table of handlers.
+
+A request is a frozen dataclass deriving from `Request`; `WorkerClient.submit` stamps it with
+a fresh `rid`. Requests of the same `kind` supersede each other: a newer one replaces an older
+one still waiting, cancels one already running, and makes its result stale (dropped).
+
+A handler is `handler(session, request, progress, is_cancelled) -> value`, run on the worker
+thread. `session` is the worker's `WorkerSession` (None before the first load, for handlers
+registered with `needs_session=False`); `progress(done, total, text="")` reports progress;
+`is_cancelled()` is a thread-safe flag a long handler polls (raise `Cancelled` to stop). The
+value travels back as `Result.value`; a `ModelError` comes back as a one-line `Failure`.
+A handler that creates a new session returns `NewSession(session, value)`.
+
+A request with its own computation lives in one module with its handler (lens.py, scan.py,
+generate.py beside this one): the handler imports the model code inside its body, so importing
+the module, which registers the handler, keeps torch off the GUI thread. The built-in
+handlers are registered here by dotted name for the same reason. This module imports neither
+Qt nor torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+Handler = Callable[[Any, Any, Callable[..., None], Callable[[], bool]], Any]
+
+
+class Cancelled(Exception):
+    """Raised by a handler that saw `is_cancelled()`; comes back as a cancelled Failure."""
+
+
+@dataclass(frozen=True)
+class Request:
+    kind: ClassVar[str] = "request"  # requests of one kind supersede each other
+    rid: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
+class LoadRequest(Request):
+    """Load a checkpoint (None: the bundled model). On failure the old model stays."""
+
+    kind: ClassVar[str] = "load"
+    path: str | None = None
+    device: str = "auto"
+    n_head: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceRequest(Request):
+    """Move the loaded model to `device` ("cpu", "cuda")."""
+
+    kind: ClassVar[str] = "device"
+    device: str = "cpu"
+
+
+@dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
+class TraceRequest(Request):
+    """Run `text` clean (cached per prompt) and, when `mask` has any head, masked too."""
+
+    kind: ClassVar[str] = "trace"
+    text: str = ""
+    mask: Any = None  # (L, nh) bool ndarray or None
+    ablation: str = "zero"
+    position: int | None = None  # prediction position; None: the last token
+    top_k: int = 10
+
+
+@dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
+class PredictRequest(TraceRequest):
+    """Only the next-token distribution of `text` under `mask`: the quick answer to a head
+    toggle, shown while the TraceRequest submitted after it redraws every view. Its own kind,
+    so the two do not supersede each other."""
+
+    kind: ClassVar[str] = "predict"
+
+
+@dataclass(frozen=True)
+class ProbeRequest(Request):
+    """What this machine offers (CUDA or not); the first thing the worker answers."""
+
+    kind: ClassVar[str] = "probe"
+
+
+# -- results ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Result:
+    request: Request
+    value: Any
+    elapsed_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Failure:
+    request: Request
+    message: str  # one line, for a dialog or the status bar
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class Progress:
+    request: Request
+    done: float
+    total: float  # 0: unknown (busy indicator)
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the GUI knows about the loaded model (no torch objects)."""
+
+    name: str
+    format: str
+    source: str
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    n_params: int
+    device: str
+    n_mlp: int = 0
+    vocab_size: int = 0
+    family: str = ""  # "Llama", "GPT-2-style", ...
+
+    @property
+    def params_text(self) -> str:
+        n = self.n_params
+        for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+            if n >= div:
+                return f"{n / div:.1f}{unit} params"
+        return f"{n} params"
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    info: ModelInfo
+    warning: str | None = None  # e.g. CUDA asked for, CPU used
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    trace: Any  # Trace under the mask (the clean one when nothing is masked)
+    clean: Any  # Trace of the unmasked model for the same prompt and position
+    forward_ms: float = 0.0  # model time this request really spent (0 when all came from caches)
+
+
+@dataclass(frozen=True)
+class PredictResult:
+    next: Any  # NextToken under the request's mask; None when there was no clean run to start from
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    cuda_available: bool
+    cuda_name: str = ""
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """Returned by a handler that built a session: the worker installs it, sends `value`."""
+
+    session: Any
+    value: Any
+
+
+# -- handler table ------------------------------------------------------------------------
+@dataclass
+class _Entry:
+    handler: Handler | str
+    needs_session: bool
+
+
+HANDLERS: dict[type, _Entry] = {}
+
+
+def register_handler(request_type: type, handler: Handler | str, *, needs_session: bool = True) -> None:
+    """Route `request_type` to `handler` (a callable or "module:function", imported on first use)."""
+    if not (isinstance(request_type, type) and issubclass(request_type, Request)):
+        raise TypeError(f"{request_type!r} is not a Request subclass")
+    HANDLERS[request_type] = _Entry(handler, needs_session)
+
+
+def lookup_handler(request_type: type) -> tuple[Handler, bool]:
+    """The handler for a request type (resolving a dotted name), and whether it needs a session."""
+    for cls in request_type.__mro__:
+        entry = HANDLERS.get(cls)
+        if entry is not None:
+            if isinstance(entry.handler, str):
+                module_name, _, attr = entry.handler.partition(":")
+                entry.handler = getattr(importlib.import_module(module_name), attr)
+            return entry.handler, entry.needs_session
+    raise KeyError(f"no handler registered for {request_type.__name__}")
+
+
+def session_mask(session, mask) -> np.ndarray:
+    """A request's head mask for the session's model (None: nothing masked)."""
+    L, nh = session.config.n_layer, session.config.n_head
+    return np.zeros((L, nh), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+
+
+_BUILTIN = "transformer_viewer.viewer.worker.handlers"
+register_handler(LoadRequest, f"{_BUILTIN}:handle_load", needs_session=False)
+register_handler(ProbeRequest, f"{_BUILTIN}:handle_probe", needs_session=False)
+register_handler(DeviceRequest, f"{_BUILTIN}:handle_device")
+register_handler(TraceRequest, f"{_BUILTIN}:handle_trace")
+register_handler(PredictRequest, f"{_BUILTIN}:handle_predict")
