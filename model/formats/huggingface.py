@@ -67,7 +67,7 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
     info = {
         "name": name or os.path.basename(os.path.normpath(folder)),
         # The tokenizer: GPT-2's built-in one, or this folder's own tokenizer.json.
-        "tokenizer": "gpt2" if found is None else folder,
+        "tokenizer": "gpt2" if found is None else os.path.abspath(folder),
         "training": {"source_format": "huggingface", "architectures": list(hf.get("architectures") or []),
                      "family": "GPT-2" if found is None else found[1].name},
         "key_name": key_name,

@@ -73,3 +73,18 @@ def test_a_cached_model_opens_by_name_offline(tmp_path, monkeypatch):
     ids = _ids(hf)
     with torch.no_grad():
         assert (model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
+
+
+def test_saved_rotary_tables_are_ignored(tmp_path):
+    """Older Llama saves carry each layer's rotary_emb.inv_freq buffer; we compute our own."""
+    from safetensors.torch import load_file, save_file
+
+    hf = build("llama")
+    save(hf, str(tmp_path))
+    path = str(tmp_path / "model.safetensors")
+    state = load_file(path)
+    state["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(4)
+    save_file(state, path, metadata={"format": "pt"})
+    ids = _ids(hf)
+    with torch.no_grad():
+        assert (load(tmp_path).model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4

@@ -83,6 +83,7 @@ def olmo2_fields(f: Fields) -> dict:
 
 def layers(t: Tensors, c: GPTConfig, norms: dict[str, str], fused: bool = False) -> None:
     """Per-layer tensors; `norms` maps our norm names (ln_1, ...) to the file's."""
+    t.drop(".rotary_emb.inv_freq")  # older saves carry the rotary table; we compute it
     for i in range(c.n_layer):
         a, o = f"layers.{i}.", f"blocks.{i}."
         if fused:

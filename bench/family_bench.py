@@ -1,0 +1,119 @@
+"""A Llama-architecture model of SmolLM2-135M's shape (30 layers, 9 heads, 3 key/value heads,
+width 576, MLP 1536, vocab 49152), random weights saved with save_pretrained: our full capture
+against Hugging Face's eager forward with attentions and hidden states, and a last-layer head
+toggle against a full Hugging Face forward. float32, CPU, timed round-robin in one process.
+
+    python bench/family_bench.py [--threads 2] [--out bench/results/family.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from common import interleaved, machine, quiet_transformers, set_threads, versions
+
+SHAPE = dict(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576,
+             intermediate_size=1536, vocab_size=49152, max_position_embeddings=2048, rope_theta=100000.0,
+             tie_word_embeddings=True, rms_norm_eps=1e-5)
+REPS = {256: 7, 1024: 3}
+GOAL_CAPTURE, GOAL_TOGGLE = 0.8, 0.1
+
+
+def make_folder(folder: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    quiet_transformers()
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**SHAPE)).eval().save_pretrained(folder)
+    return LlamaForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+
+
+def load_ours(folder: str):
+    """Through the reader and build_model: the app's path less its tokenizer (random weights have none)."""
+    from transformer_viewer.model.checkpoint import LoadedModel, build_model
+    from transformer_viewer.model.formats import huggingface
+
+    config, state, info = huggingface.read_folder(folder)
+    model = build_model(config, state, folder, key_name=info["key_name"])
+    return LoadedModel(model=model, config=config, format="huggingface", source=folder, name="smollm2-shape",
+                       training=info["training"])
+
+
+def tokens(T: int):
+    from transformer_viewer.model.tokenizer import Tokenized
+
+    ids = torch.randint(0, SHAPE["vocab_size"], (T,), generator=torch.Generator().manual_seed(T)).tolist()
+    return Tokenized(tuple(ids), tuple("t" for _ in ids), tuple((i, i + 1) for i in range(T)), "t" * T)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    set_threads(args.threads)
+    from transformer_viewer.model.session import Session
+
+    with tempfile.TemporaryDirectory() as folder:
+        hf = make_folder(folder)
+        loaded = load_ours(folder)
+    session = Session(loaded)
+    L, nh = loaded.config.n_layer, loaded.config.n_head
+    rows = []
+    for T, reps in REPS.items():
+        tok = tokens(T)
+        ids = torch.tensor([tok.ids])
+        with torch.inference_mode():
+            ref = hf(ids).logits[0]
+            ours = loaded.model(ids)[0][0]
+        diff = float((ours - ref).abs().max())
+        if diff > 1e-3:
+            raise SystemExit(f"logits disagree before timing ({diff:.3g}): not the same model")
+
+        def capture(tok=tok):
+            session.set_tokens(tok)  # drops the cache: a full capture
+            session.run()
+
+        def hf_capture(ids=ids):
+            with torch.inference_mode():
+                hf(ids, output_attentions=True, output_hidden_states=True, use_cache=False)
+
+        def hf_forward(ids=ids):
+            with torch.inference_mode():
+                hf(ids, use_cache=False)
+
+        toggled = [False]
+        mask = np.zeros((L, nh), dtype=bool)
+
+        def toggle(toggled=toggled, mask=mask):
+            toggled[0] = not toggled[0]
+            mask[L - 1, 0] = toggled[0]
+            session.predict(mask)
+
+        s = interleaved({"capture": capture, "hf_capture": hf_capture}, reps, warmup=1)
+        session.set_tokens(tok)
+        session.run()
+        t = interleaved({"toggle": toggle, "hf_forward": hf_forward}, reps, warmup=1)
+        row = {"tokens": T, "logit_diff": diff, "capture": s["capture"].to_dict(), "hf_capture": s["hf_capture"].to_dict(),
+               "toggle": t["toggle"].to_dict(), "hf_forward": t["hf_forward"].to_dict(),
+               "capture_ratio": s["capture"].median / s["hf_capture"].median,
+               "toggle_ratio": t["toggle"].median / t["hf_forward"].median}
+        rows.append(row)
+        print(f"T={T}: capture {row['capture']['median_s'] * 1e3:.0f} ms vs HF {row['hf_capture']['median_s'] * 1e3:.0f}"
+              f" ms ({row['capture_ratio']:.2f}x, goal <= {GOAL_CAPTURE}x); last-layer toggle "
+              f"{row['toggle']['median_s'] * 1e3:.1f} ms vs HF forward {row['hf_forward']['median_s'] * 1e3:.0f} ms "
+              f"({row['toggle_ratio']:.3f}x, goal <= {GOAL_TOGGLE}x)", flush=True)
+    result = {"machine": machine(), "versions": versions(), "threads": args.threads, "shape": SHAPE, "rows": rows}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
