@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/heatmap_redraw.py [64 256 1024]
 
-Goal (issue 4): <= 30 ms median for a 1024 x 1024 heatmap. Runs offscreen, one thread.
+Goal: <= 30 ms median for a 1024 x 1024 heatmap. Runs offscreen, one thread.
 """
 
 from __future__ import annotations

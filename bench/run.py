@@ -1,4 +1,4 @@
-"""Benchmarks against Hugging Face transformers and TransformerLens on the same weights (issue 6).
+"""Benchmarks against Hugging Face transformers and TransformerLens on the same weights.
 
     .venv/bin/python bench/run.py [--quick] [--out bench/results/latest.json] [--only capture,toggle,...]
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.text_file import decode_text
 from transformer_viewer.model.tokenizer import ENDOFTEXT_ID, Tokenizer
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -38,7 +39,7 @@ def read_text(path: str) -> tuple[str, str]:
             raw = lzma.decompress(raw)
         except lzma.LZMAError as e:
             raise ModelError(f"{path}: not a valid .xz file ({e})") from None
-    return raw.decode("utf-8", errors="replace"), digest
+    return decode_text(raw, path, "training data"), digest
 
 
 def load_corpus(paths: list[str], val_fraction: float = 0.05, tokenizer: Tokenizer | None = None) -> Corpus:

@@ -4,7 +4,7 @@ torch's default CPU GEMM for `F.linear` reaches 50-120 GFLOP/s on this project's
 machine; oneDNN's (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile's CPU
 backend uses) reaches 130-190 on the same float32 shapes, with the same dense weights and no
 copy of them. Measured on GPT-2-small shapes: 0.55-0.85x the time, and 0.4-0.6x for the
-768 x 50257 unembedding (bench/, issue 6).
+768 x 50257 unembedding (bench/).
 
 Only inference takes that path: while autograd records (training), `F.linear` runs, so its
 backward is torch's own. The two kernels sum in different orders (differences ~1e-6 relative);

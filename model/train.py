@@ -199,22 +199,31 @@ def save_state(model, opt, out, record, tc: TrainConfig, final_dtype=None) -> No
 
 def restore_optimizer(opt, out: str, step: int) -> bool:
     """Load the AdamW moments saved beside `out` at `step`; False (fresh moments) if there are
-    none or they belong to another step."""
+    none, they belong to another step, or the file is damaged (it is only an optimisation of
+    the resume, so a bad one is set aside, never a reason to stop)."""
     path = _optim_path(out)
     if not os.path.exists(path):
         return False
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(path, framework="pt") as f:
-        meta = f.metadata() or {}
-    if meta.get("step") != str(step):
+    restored = {}
+    try:
+        with safe_open(path, framework="pt") as f:
+            meta = f.metadata() or {}
+        if meta.get("step") != str(step):
+            return False
+        tensors = load_file(path)
+        for i, p in enumerate(p for g in opt.param_groups for p in g["params"]):
+            if f"{i}.exp_avg" not in tensors:
+                continue
+            avg, sq, count = tensors[f"{i}.exp_avg"], tensors[f"{i}.exp_avg_sq"], float(meta[f"{i}.step"])
+            if avg.shape != p.shape or sq.shape != p.shape or not (math.isfinite(count) and count >= 0):
+                return False
+            restored[p] = {"step": torch.tensor(count), "exp_avg": avg.to(p.device, p.dtype),
+                           "exp_avg_sq": sq.to(p.device, p.dtype)}
+    except (SafetensorError, OSError, KeyError, ValueError, RuntimeError):
         return False
-    tensors = load_file(path)
-    for i, p in enumerate(p for g in opt.param_groups for p in g["params"]):
-        if f"{i}.exp_avg" in tensors:
-            opt.state[p] = {"step": torch.tensor(float(meta[f"{i}.step"])),
-                            "exp_avg": tensors[f"{i}.exp_avg"].to(p.device, p.dtype),
-                            "exp_avg_sq": tensors[f"{i}.exp_avg_sq"].to(p.device, p.dtype)}
+    opt.state.update(restored)
     return True
 
 

@@ -1,4 +1,4 @@
-"""Export a view as PNG or SVG, or the matrix it shows as .npy or .csv. Every write is atomic.
+"""Export a view as PNG, SVG or PDF, or the matrix it shows as .npy or .csv. Every write is atomic.
 
 Every format is first rendered into memory, then written by `write_file`: a temporary file in
 the destination folder, each byte's write checked, flushed and counted, then moved over the
@@ -6,7 +6,8 @@ target with os.replace. A full disk or any other failure leaves the user's file 
 no temporary file behind. Rendering to memory matters for SVG: Qt's QSvgGenerator (used
 because pyqtgraph's SVGExporter crashes on ImageItems with PySide6 6.12) never reports a
 failed write, so writing through it to a file could not tell a short file from a whole one.
-The heatmap becomes an embedded <image>. Qt is imported only by the image exporters.
+SVG and PDF (Qt's QPdfWriter) are rendered in viewer/vector_export.py, with the heatmap's
+cells as vector rectangles. Qt is imported only by the image exporters.
 
 A view is anything with `export_target()` (the QGraphicsView to render) and `matrix()`,
 optionally `row_labels()` / `col_labels()`; a bare QGraphicsView, GraphicsLayoutWidget or
@@ -17,17 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
 import io
 import os
-import tempfile
 
 import numpy as np
 
 from transformer_viewer.model.atomic_write import write_bytes
 from transformer_viewer.model.errors import ModelError
 
-IMAGE_FORMATS = (".png", ".svg")
+IMAGE_FORMATS = (".png", ".svg", ".pdf")
 MATRIX_FORMATS = (".npy", ".csv")
 FORMATS = IMAGE_FORMATS + MATRIX_FORMATS
 
@@ -71,43 +70,6 @@ def write_file(path, data: bytes) -> str:
         raise ExportError(f"cannot write {path}: {e.strerror or e}; choose a folder you can write to") from None
     except OSError as e:
         raise ExportError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder's permissions") from None
-
-
-@contextlib.contextmanager
-def atomic_path(path):
-    """Yield a temporary path beside `path`; on success it replaces `path`, on failure it is removed.
-
-    Only for writers that report their own failures: the file is synced, and an empty one is
-    refused, but a short file cannot be told from a whole one here. Render to bytes and use
-    `write_file` instead wherever the writer can target memory."""
-    path = check_writable(path)
-    folder, name = os.path.split(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
-    except OSError as e:
-        raise ExportError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder's permissions") from None
-    os.close(fd)
-    try:
-        yield tmp
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        if os.path.getsize(tmp) == 0:
-            raise OSError(errno.EIO, "nothing was written")
-        _match_umask(tmp)
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise ExportError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder's permissions") from None
-        raise
-
-
-def _match_umask(path: str) -> None:
-    # mkstemp makes 0600 files; an exported picture should get the user's usual permissions.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
 
 
 # -- matrices ----------------------------------------------------------------------------------
@@ -226,15 +188,17 @@ def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = 
 
 def png_bytes(image) -> bytes:
     """A QImage encoded as PNG in memory."""
-    data = _in_memory(lambda device: image.save(device, "PNG"))
+    data = render_to_bytes(lambda device: image.save(device, "PNG"))
     if data is None:
         raise ExportError(f"Qt could not encode the {image.width()}x{image.height()} image as PNG; "
                           "export a smaller size")
     return data
 
 
-def _in_memory(write) -> bytes | None:
-    """The bytes `write(device)` puts into a QBuffer; None when it reports failure or writes nothing."""
+def render_to_bytes(write) -> bytes | None:
+    """The bytes `write(device)` puts into a QBuffer; None when it reports failure or writes nothing.
+    PNG renders through here, SVG and PDF into their own QBuffer (vector_export.py): every image
+    is whole in memory before `write_file` puts it on the disk."""
     from PySide6 import QtCore
 
     array = QtCore.QByteArray()
@@ -249,36 +213,21 @@ def _in_memory(write) -> bytes | None:
 
 
 def export_svg(target, path, size: tuple[int, int] | None = None, title: str = "transformer-viewer") -> str:
-    """Render `target` to SVG through QSvgGenerator: vector axes and text, the heatmap as an <image>."""
-    from PySide6 import QtCore, QtGui
-    from PySide6.QtSvg import QSvgGenerator
+    """Render `target` to SVG: vector axes, text and cells (see viewer/vector_export.py)."""
+    from transformer_viewer.viewer import vector_export
 
     if extension(path) != ".svg":
         raise ExportError(f"{os.fspath(path)}: export_svg writes .svg files")
-    view, widget = _graphics_view(target)
-    with _sized(view, widget, size) as (w, h):
+    return vector_export.export_svg(target, path, size=size, title=title)
 
-        def render(device) -> bool:
-            gen = QSvgGenerator()
-            gen.setOutputDevice(device)
-            gen.setSize(QtCore.QSize(w, h))
-            gen.setViewBox(QtCore.QRect(0, 0, w, h))
-            gen.setResolution(96)  # CSS pixels: width/height in mm then match w x h px
-            gen.setTitle(title)
-            gen.setDescription("exported by transformer-viewer")
-            painter = QtGui.QPainter()
-            if not painter.begin(gen):
-                return False
-            try:
-                _render(view, widget, painter, w, h)
-            finally:
-                painter.end()
-            return True
 
-        data = _in_memory(render)
-    if data is None:
-        raise ExportError(f"Qt could not render the {w}x{h} view as SVG; export a PNG instead")
-    return write_file(path, data)
+def export_pdf(target, path, size: tuple[int, int] | None = None, title: str = "transformer-viewer") -> str:
+    """Render `target` to a one-page vector PDF (Qt's QPdfWriter)."""
+    from transformer_viewer.viewer import vector_export
+
+    if extension(path) != ".pdf":
+        raise ExportError(f"{os.fspath(path)}: export_pdf writes .pdf files")
+    return vector_export.export_pdf(target, path, size=size, title=title)
 
 
 def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = None) -> str:
@@ -289,8 +238,10 @@ def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = N
         return export_png(view, path, scale=scale, size=size)
     if ext == ".svg":
         return export_svg(view, path, size=size)
+    if ext == ".pdf":
+        return export_pdf(view, path, size=size)
     if not hasattr(view, "matrix"):
-        raise ExportError(f"this view has no matrix to write to {ext}; export .png or .svg instead")
+        raise ExportError(f"this view has no matrix to write to {ext}; export .png, .svg or .pdf instead")
     rows = view.row_labels() if hasattr(view, "row_labels") else None
     cols = view.col_labels() if hasattr(view, "col_labels") else None
     return export_matrix(view.matrix(), path, rows, cols)

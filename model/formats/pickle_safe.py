@@ -8,7 +8,7 @@ scanned with `pickletools`, which executes nothing, to say what code it would ne
 
 from __future__ import annotations
 
-import io
+import collections
 import os
 import pickle
 import pickletools
@@ -136,9 +136,8 @@ def _refused(path: str, message: str) -> CheckpointError:
 def _bare_pickle_error(path: str) -> CheckpointError:
     """A pickle not written by torch.save: tell code-carrying from merely foreign, executing nothing."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-        globals_ = _pickle_globals(data)
+        with open(path, "rb") as f:  # streamed: a huge file is never read whole
+            globals_ = _pickle_globals(f)
     except (ValueError, EOFError, pickle.UnpicklingError, UnicodeDecodeError):
         return CheckpointError(f"{path}: truncated or corrupt pickle; re-save or re-download it")
     except OSError as e:
@@ -149,17 +148,18 @@ def _bare_pickle_error(path: str) -> CheckpointError:
                            "save the model with torch.save(model.state_dict(), ...)")
 
 
-def _pickle_globals(data: bytes) -> list[str]:
-    """Names of the classes/functions a pickle would import, read from its opcodes only."""
-    found, strings = [], []
-    for op, arg, _pos in pickletools.genops(io.BytesIO(data)):
+def _pickle_globals(stream) -> list[str]:
+    """The first class/function a pickle would import (a list, empty if none), read from its
+    opcodes only; the scan stops there, and keeps only the last two strings it passed."""
+    strings: collections.deque[str] = collections.deque(maxlen=2)
+    for op, arg, _pos in pickletools.genops(stream):
         if op.name in _STRING_OPS:
             strings.append(arg if isinstance(arg, str) else arg.decode("latin-1"))
         elif op.name in ("GLOBAL", "INST"):
-            found.append(str(arg).replace(" ", "."))
+            return [str(arg).replace(" ", ".")]
         elif op.name == "STACK_GLOBAL":
-            found.append(".".join(strings[-2:]) if len(strings) >= 2 else "an unnamed global")
-    return found
+            return [".".join(strings) if len(strings) == 2 else "an unnamed global"]
+    return []
 
 
 def _weights_only_reason(message: str) -> str:

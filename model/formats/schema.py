@@ -28,7 +28,11 @@ def describe_value(value: object) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
     kind = kinds.get(type(value), f"a {type(value).__name__}")
-    shown = repr(value)
+    if isinstance(value, list | tuple | dict) and len(value) > 8:
+        return f"{kind} of {len(value):,} items"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"an integer of about {int(value.bit_length() * 0.30103):,} digits"  # repr() refuses past 4,300
+    shown = repr(value[:41] if isinstance(value, str) else value)  # never the repr of a huge string
     if len(shown) > 40:
         shown = shown[:40] + "…"
     return f"{shown} ({kind})"
@@ -89,6 +93,8 @@ def check_model_args(args: dict) -> None:
         value = args[name]
         if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError(f"config field {name} must be an integer, got {describe_value(value)}")
+        if abs(value) >= 1 << 63:  # a pickle holds ints of any length; no size is that large
+            raise ValueError(f"config field {name} is out of range, got {describe_value(value)}")
     dropout = args.get("dropout", 0.0)
     if dropout is not None and not is_finite_number(dropout):
         raise ValueError(f"model_args dropout must be a finite number, got {describe_value(dropout)}")
@@ -120,11 +126,14 @@ def check_training(where: str, record: object) -> dict:
 
 
 def check_state_names(path: str, obj: object) -> None:
-    """Every key of a state dict (and of the dicts a checkpoint wraps it in) is a string: a
-    parameter is found by its name, and an int or tuple key names nothing."""
+    """Every key of a state dict is a string: a parameter is found by its name, and an int or
+    tuple key names nothing. Checked on the checkpoint itself when it is a dict, and on each
+    dict inside it that holds tensors (the state a wrapper carries); other members, such as a
+    record of losses by epoch, may use any keys."""
     dicts = [obj] if isinstance(obj, dict) else []
     if isinstance(obj, dict):
-        dicts += [v for v in obj.values() if isinstance(v, dict)]
+        dicts += [v for v in obj.values()
+                  if isinstance(v, dict) and any(isinstance(x, torch.Tensor) for x in v.values())]
     for d in dicts:
         for key in d:
             if not isinstance(key, str):

@@ -8,13 +8,13 @@ import threading
 
 import torch
 
+from tests.helpers.window import new_window, wait_idle  # noqa: F401 - the hardening tests import them from here
 from transformer_viewer.model.checkpoint import save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT
 
 TINY = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=64)
 PROMPT = "The cat sat on the mat. The cat"
-WAIT_MS = 60000  # a shared, busy machine; the tiny model answers in milliseconds when it is not
 
 
 def save_tiny(path, seed: int = 0, config: GPTConfig = TINY) -> str:
@@ -32,28 +32,6 @@ def one_line(message: str) -> bool:
 
 
 # -- GUI -------------------------------------------------------------------------------------
-def wait_idle(qtbot, window, condition=lambda: True, timeout: int = WAIT_MS) -> None:
-    qtbot.waitUntil(lambda: not window.worker.busy and bool(condition()), timeout=timeout)
-
-
-def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT, debounce_ms: int = 30):
-    from PySide6.QtCore import QSettings
-
-    from transformer_viewer.viewer.window.main_window import MainWindow
-
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
-    window = MainWindow(settings=settings, debounce_ms=debounce_ms)
-    qtbot.addWidget(window)
-    window.show()
-    if prompt is not None:
-        window.state.set_prompt(prompt)
-    if ckpt is not None:
-        window.load(ckpt, device="cpu")
-        wait_idle(qtbot, window, lambda: window.state.model_info is not None
-                  and (prompt is None or window.state.trace is not None))
-    return window
-
-
 class Dialogs:
     """Every message box the app opens, recorded instead of shown (none can block a test)."""
 

@@ -215,6 +215,10 @@ def build(root: str) -> list[Bad]:
          "bias must be true or false, got a tensor of shape (3,)")
     nano("ng_dropout_huge_int", lambda o: o["model_args"].__setitem__("dropout", 10**400),
          "dropout must be a finite number")
+    nano("ng_dropout_600_digits", lambda o: o["model_args"].__setitem__("dropout", 10**600),
+         "dropout must be a finite number, got an integer of about 600 digits")
+    nano("ng_n_layer_600_digits", lambda o: o["model_args"].__setitem__("n_layer", 10**600),
+         "n_layer is out of range, got an integer of about 600 digits")
     nano("ng_dropout_inf", lambda o: o["model_args"].__setitem__("dropout", float("inf")),
          "dropout must be a finite number")
     nano("ng_dropout_string", lambda o: o["model_args"].__setitem__("dropout", "0.1"), "dropout must be a finite number")
@@ -306,6 +310,9 @@ def build(root: str) -> list[Bad]:
     torch.save({("a", 1): torch.zeros(2), "tok_emb.weight": torch.zeros(2, 2)}, p("keys_tuple.pt"))
     add("keys_tuple", p("keys_tuple.pt"), "the key ('a', 1) (a tuple)", "keys")
     nano("keys_nanogpt_int", lambda o: o["model"].__setitem__(7, torch.zeros(1)), "the key 7 (an integer)", "keys")
+    nano("keys_int_outside_the_state", lambda o: o.update(  # losses by epoch, AdamW state by index: not names
+        epoch_losses={0: 1.5, 1: 1.2}, optimizer={"state": {0: {"exp_avg": torch.zeros(2)}}, "param_groups": []}),
+        None, "keys")
     torch.save({"model_state_dict": {3: torch.zeros(1), "tok_emb.weight": torch.zeros(4, 2),
                                      "blocks.0.attn.in_proj_weight": torch.zeros(6, 2)}, "config": {"n_head": 1}},
                p("keys_tutorial_int.pt"))

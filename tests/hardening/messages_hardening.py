@@ -180,6 +180,8 @@ CASES = [
          "field steps must be a non-negative integer, got 'ten' (a string)"),
     Case("nanoGPT bias a tensor", lambda c: nano_with(c, lambda o: o["model_args"].__setitem__("bias", torch.ones(2))),
          "model_args bias must be true or false, got a tensor of shape (2,)"),
+    Case("nanoGPT n_layer of 600 digits", lambda c: nano_with(c, lambda o: o["model_args"].__setitem__(
+        "n_layer", 10**600)), "config field n_layer is out of range, got an integer of about 600 digits"),
     Case("state dict with an int key", lambda c: nano_with(c, lambda o: o["model"].__setitem__(3, torch.ones(2))),
          "holds a dict with the key 3 (an integer), not a parameter name"),
     Case("tutorial layer index past the cap", tutorial_layer_past_the_cap,

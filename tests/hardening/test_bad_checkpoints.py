@@ -13,6 +13,7 @@ import pytest
 
 from tests.hardening.common import new_window, one_line, wait_idle
 from tests.hardening.corpus import EXTENSIONS, GOOD
+from tests.helpers.cli import cli, error_line
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.viewer.cli.main import main
@@ -24,18 +25,6 @@ def load_error(path: str) -> str:
     return str(info.value)
 
 
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def cli_error_line(rc: int, out: str, err: str) -> str:
-    assert rc == 2, (rc, out, err)
-    assert "Traceback" not in err and "Traceback" not in out
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 def test_the_corpus_covers_every_kind_of_damage(corpus):
@@ -113,9 +102,9 @@ def test_a_file_without_read_permission(tmp_path, monkeypatch, tiny_ckpt, capsys
         refuse_reads_of(monkeypatch, path)
         message = load_error(path)
         assert one_line(message) and "permission denied" in message
-        line = cli_error_line(*cli(capsys, "info", path))
+        line = error_line(*cli(capsys, "info", path))
         assert line == f"error: {message}"
-        line = cli_error_line(*cli(capsys, "predict", "--checkpoint", path, "--prompt", "hi"))
+        line = error_line(*cli(capsys, "predict", "--checkpoint", path, "--prompt", "hi"))
         assert line == f"error: {message}"
     finally:
         os.chmod(path, 0o644)

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from tests.hardening.common import new_window, one_line, wait_idle
+from transformer_viewer.model import atomic_write
 from transformer_viewer.model import device as device_module
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CaptureTooLargeError, DeviceError
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.session import Session
-from transformer_viewer.viewer import export as export_module
 from transformer_viewer.viewer.cli.main import main
 from transformer_viewer.viewer.window.actions import export
 from transformer_viewer.viewer.worker import handlers
@@ -178,7 +178,7 @@ EXPORT_FAULTS = [
     ("png Qt cannot encode", "heatmap", "e.png", ("QImage", "save"), cannot_encode, "could not encode"),
     ("svg on a read-only disk", "heatmap", "m.svg", (os, "replace"), read_only, "read-only file system"),
     ("png on a read-only disk", "heatmap", "r.png", (os, "replace"), read_only, "read-only file system"),
-    ("npy where temp files are denied", "heatmap", "d.npy", (export_module.tempfile, "mkstemp"), denied,
+    ("npy where temp files are denied", "heatmap", "d.npy", (atomic_write.tempfile, "mkstemp"), denied,
      "permission denied"),
     ("folder not writable", "heatmap", "w.csv", (os, "access"), lambda *a: False, "is not writable"),
 ]

@@ -136,7 +136,7 @@ def test_save_checkpoint_on_a_full_disk_keeps_the_previous_checkpoint(folder, mo
 
 TRAIN_FLAGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
                "--steps", "4", "--warmup", "1", "--eval-every", "2", "--eval-batches", "2", "--val-fraction", "0.2",
-               "--device", "cpu", "--seed", "5"]
+               "--device", "cpu", "--seed", "5", "--keep-optimizer"]  # the .optim file stays for --resume
 
 
 @pytest.mark.parametrize("fail_on", ["checkpoint", "optimizer"])
@@ -146,7 +146,8 @@ def test_train_snapshot_on_a_full_disk_is_one_line_and_keeps_the_last_snapshot(t
     folder = tmp_path / "run"
     folder.mkdir()
     out = str(folder / "m.safetensors")
-    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS]) == 0
+    # --keep-optimizer: the resume below must find the optimizer state a finished run removes.
+    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS, "--keep-optimizer"]) == 0
     capsys.readouterr()
     saved = {name: open(folder / name, "rb").read() for name in os.listdir(folder)}
     assert set(saved) == {"m.safetensors", "m.safetensors.optim"}
@@ -182,3 +183,28 @@ def test_train_snapshot_on_a_full_disk_is_one_line_and_keeps_the_last_snapshot(t
         assert open(folder / "m.safetensors.optim", "rb").read() == saved["m.safetensors.optim"]
     loaded = load_checkpoint(out)  # whatever is there loads
     assert loaded.training["steps"] in (4, 6)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "other shapes"])
+def test_resume_sets_a_damaged_optimizer_file_aside(tmp_path, capsys, damage):
+    """The AdamW moments beside a checkpoint only speed up a resume: a damaged file means fresh
+    moments, said in the record, never a traceback."""
+    data = write_text(tmp_path / "text.txt")
+    out = str(tmp_path / "m.safetensors")
+    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS]) == 0
+    optim = out + ".optim"
+    if damage == "garbage":
+        with open(optim, "wb") as f:
+            f.write(os.urandom(300))
+    else:
+        from safetensors import safe_open
+        from safetensors.torch import load_file, save_file
+
+        with safe_open(optim, framework="pt") as f:
+            meta = f.metadata()
+        save_file({k: torch.zeros(3) for k in load_file(optim)}, optim, metadata=meta)
+    more = [f if f != "4" else "6" for f in TRAIN_FLAGS]
+    assert main(["train", "--data", data, "--out", out, *more, "--resume"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    record = load_checkpoint(out).training
+    assert record["steps"] == 6 and record["resumed"][-1]["optimizer_restored"] is False

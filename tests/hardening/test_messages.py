@@ -19,6 +19,7 @@ import torch
 
 from tests.hardening.common import TINY, one_line
 from tests.hardening.message_case import Case, Ctx, area_cases, raised
+from transformer_viewer.model import atomic_write
 from transformer_viewer.model import device as device_module
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.config import GPTConfig
@@ -242,7 +243,7 @@ def temp_denied(ctx):
     def denied(*_a, **_kw):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
-    ctx.mp.setattr(ex.tempfile, "mkstemp", denied)
+    ctx.mp.setattr(atomic_write.tempfile, "mkstemp", denied)
     return export_error(ctx, lambda: ex.export_matrix(np.zeros((2, 2)), ctx.tmp / "m.csv"))
 
 
@@ -492,7 +493,7 @@ CASES = [
          "has no matrix to write"),
     Case("File > Export before any run", lambda c: window_export_without_trace(c, "heatmap", str(c.tmp / "a.png")),
          "nothing to export yet: load a model and run a prompt first"),
-    Case("File > Export the grid as .npy", window_export_grid_as_npy, "the heads grid exports as .png or .svg"),
+    Case("File > Export the grid as .npy", window_export_grid_as_npy, "the heads grid exports as .png, .svg or .pdf"),
     # -- analysis: generation, head detection, logit lens, scans, diffs ---------------------------------------
     Case("generate a negative count", lambda c: gen(c, n_tokens=-1), "the number of tokens to generate must be between 0"),
     Case("generate at a negative temperature", lambda c: gen(c, temperature=-1.0), "temperature must be 0 (greedy)"),

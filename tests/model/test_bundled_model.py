@@ -42,7 +42,7 @@ def test_it_beats_the_unigram_by_one_and_a_half_nats(bundled):
     assert {f["path"] for f in t["data"]} == {"shakespeare.txt.xz", "kjv.txt.xz"}
 
 
-@pytest.mark.xfail(strict=True, reason="the model card's goal, not met yet: the best head (0.3) is a recent-window "
+@pytest.mark.xfail(strict=True, reason="a previous-token head of 0.5, not met yet: the best head (0.3) is a recent-window "
                    "head scoring 0.29 (assets/MODEL.md); strict, so a model that meets it turns this red")
 def test_it_has_a_previous_token_head(scores):
     layer, head, value = scores.best("previous_token")

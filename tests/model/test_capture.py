@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.checkpoint_common import tiny_loaded
+from tests.helpers.models import tiny_loaded
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.session import Session

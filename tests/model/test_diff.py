@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tests.model.analysis_common import tiny_session
+from tests.helpers.models import tiny_session
 from transformer_viewer.model.diff import lens_diff, trace_diff
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.lens import logit_lens

@@ -1,4 +1,4 @@
-"""The speed paths of capture (bench/, issue 6) compute exactly what the plain paths compute.
+"""The speed paths of capture (bench/) compute exactly what the plain paths compute.
 
 No-grad attention works by query blocks in a reusable workspace, the unembedding by vocabulary
 blocks, head norms through Gram matrices: each is checked against the straightforward version.
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.model.tolerances import assert_float32_close, model_reduction
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT, QUERY_BLOCK, AttentionWorkspace, attention_workspace
@@ -123,7 +124,7 @@ def test_inference_linear_matches_f_linear(shape, bias):
         with plain_kernels():
             plain = linear(x, w, b)
     assert fast.shape == plain.shape == (*shape[:-1], 48)
-    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+    assert_float32_close(fast, plain, reduction=shape[-1], what="oneDNN vs torch linear")
     assert torch.equal(plain, torch.nn.functional.linear(x, w, b))
 
 
@@ -156,7 +157,11 @@ def test_session_runs_agree_with_plain_kernels_to_rounding(monkeypatch):
     n_fast = len(took)
     with plain_kernels():
         plain = s.run()
-    np.testing.assert_allclose(fast.attention, plain.attention, atol=1e-5)
-    np.testing.assert_allclose(fast.next.probs, plain.next.probs, atol=1e-6)
-    np.testing.assert_allclose(fast.token_logprobs[1:], plain.token_logprobs[1:], atol=1e-4)
+    K, L = model_reduction(CFG), CFG.n_layer
+    for layer in range(L):
+        assert_float32_close(fast.attention[layer], plain.attention[layer], reduction=K, depth=layer + 1, scale=1.0,
+                             what=f"layer {layer} attention")
+    assert_float32_close(fast.next.probs, plain.next.probs, reduction=K, depth=L + 1, scale=1.0, what="next-token probs")
+    assert_float32_close(fast.token_logprobs[1:], plain.token_logprobs[1:], reduction=K, depth=L + 1,
+                         what="token log-probabilities")
     assert not any(took[n_fast:])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.analysis_common import session_for
+from tests.helpers.models import session_for
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.heads import (

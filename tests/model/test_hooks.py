@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.checkpoint_common import tiny_loaded
+from tests.helpers.models import tiny_loaded
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import GPT

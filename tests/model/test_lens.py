@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.analysis_common import tiny_session
+from tests.helpers.models import tiny_session
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import count_hooks
 from transformer_viewer.model.lens import lens_labels, logit_lens
@@ -51,10 +51,10 @@ def test_intermediate_rows_match_a_manual_lens_and_ranks():
 
 
 def test_padded_vocab_rows_are_ignored():
-    from tests.model.analysis_common import TINY, tiny_loaded
+    from tests.helpers.models import TINY, scaled_init_loaded
     from transformer_viewer.model.session import Session
 
-    loaded = tiny_loaded(config=TINY.replace(vocab_size=50304))
+    loaded = scaled_init_loaded(config=TINY.replace(vocab_size=50304))
     with torch.no_grad():
         loaded.model.wte.weight[50257:] = 100.0  # padding rows that would win every argmax
     s = Session(loaded)

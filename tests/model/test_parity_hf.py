@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.checkpoint_common import hf_config, hf_model
+from tests.helpers.models import hf_config, hf_model
 from tests.model.tolerances import assert_float32_close, float32_atol, model_reduction
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.hooks import hooks

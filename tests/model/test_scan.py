@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.analysis_common import tiny_session
+from tests.helpers.models import tiny_session
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import count_hooks
 from transformer_viewer.model.scan import head_scan, kl_divergence

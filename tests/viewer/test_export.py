@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from PySide6 import QtGui
 
+from transformer_viewer.model import atomic_write
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer import export as ex
 from transformer_viewer.viewer.export import (
@@ -66,13 +67,13 @@ def test_png_has_header_and_scaled_size(view, tmp_path):
     assert leftovers(tmp_path) == []
 
 
-def test_svg_parses_and_contains_the_heatmap_image(view, tmp_path):
+def test_svg_parses_and_draws_the_heatmap_as_cells(view, tmp_path):
     path = export_svg(view, tmp_path / "a.svg")
     root = ET.parse(path).getroot()
     assert root.tag == f"{SVG_NS}svg"
-    images = root.iter(f"{SVG_NS}image")
-    hrefs = [im.get("{http://www.w3.org/1999/xlink}href") or im.get("href") or "" for im in images]
-    assert any(h.startswith("data:image/png;base64,") for h in hrefs)
+    images = list(root.iter(f"{SVG_NS}image"))
+    assert len(images) == 1 and images[0].get("width") == "1"  # only the colour bar's gradient is a bitmap
+    assert len(list(root.iter(f"{SVG_NS}rect"))) >= 7 * 4  # 7 rows of runs of equal cells (28 nonzero cells)
     text = "".join(root.itertext())
     assert "layer 0 head 1" in text and "query" in text  # titles and axes stay text, not pixels
     assert leftovers(tmp_path) == []
@@ -100,7 +101,7 @@ def test_export_view_dispatches_images(view, tmp_path):
 
 
 def test_unknown_extension_is_a_one_line_error(view, tmp_path):
-    with pytest.raises(ExportError, match=r"use a file name ending in \.png, \.svg, \.npy, \.csv") as e:
+    with pytest.raises(ExportError, match=r"use a file name ending in \.png, \.svg, \.pdf, \.npy, \.csv") as e:
         export_view(view, tmp_path / "x.bmp")
     assert "\n" not in str(e.value)
     assert isinstance(e.value, ModelError)  # so the CLI and the app's dialog handle it
@@ -192,7 +193,7 @@ def test_folder_refusing_the_temp_file(view, tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(ex.tempfile, "mkstemp", refuse)  # as a read-only mount would, even for root
+    monkeypatch.setattr(atomic_write.tempfile, "mkstemp", refuse)  # as a read-only mount would, even for root
     with pytest.raises(ExportError, match="Permission denied; choose a folder you can write to"):
         export_view(view, tmp_path / "a.csv")
     assert os.listdir(tmp_path) == []

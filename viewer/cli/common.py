@@ -7,15 +7,42 @@ import argparse
 from transformer_viewer.model.errors import ModelError
 
 
-def add_checkpoint_arguments(parser: argparse.ArgumentParser, positional: bool = False) -> None:
-    if positional:
-        parser.add_argument("checkpoint", nargs="?", default=None,
-                            help="checkpoint file, Hugging Face folder or cached model name (default: the bundled model)")
-    else:
-        parser.add_argument("--checkpoint", default=None,
-                            help="checkpoint file, Hugging Face folder or cached model name (default: the bundled model)")
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, plus: a command with `add_checkpoint_arguments` gets args.checkpoint from either
+    spelling, and two different checkpoints are a usage error like any other."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extras = super().parse_known_args(args, namespace)
+        if hasattr(ns, "checkpoint_positional"):
+            try:
+                checkpoint_from_args(ns)
+            except ModelError as e:
+                self.error(str(e))
+        return ns, extras
+
+
+CHECKPOINT_HELP = "checkpoint file, Hugging Face folder or cached model name (default: the bundled model)"
+
+
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """CHECKPOINT as a positional argument or as --checkpoint, in every command alike;
+    `checkpoint_from_args` reconciles the two."""
+    parser.add_argument("checkpoint_positional", nargs="?", default=None, metavar="CHECKPOINT", help=CHECKPOINT_HELP)
+    parser.add_argument("--checkpoint", default=None, metavar="CHECKPOINT", help="the same, given by name")
     parser.add_argument("--n-head", type=int, default=None, help="head count, for tutorial-style state dicts that cannot say")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default: auto)")
+
+
+def checkpoint_from_args(args) -> str | None:
+    """The checkpoint named positionally or by --checkpoint (None: the bundled model). Sets
+    args.checkpoint to it, so later code reads one attribute."""
+    positional = getattr(args, "checkpoint_positional", None)
+    named = getattr(args, "checkpoint", None)
+    if positional is not None and named is not None and positional != named:
+        raise ModelError(f"two checkpoints given ({positional} and --checkpoint {named}); pass one")
+    args.checkpoint = named if named is not None else positional
+    args.checkpoint_positional = None
+    return args.checkpoint
 
 
 def load_from_args(args):
@@ -23,7 +50,24 @@ def load_from_args(args):
     from transformer_viewer.model.device import resolve_device
 
     device = resolve_device(args.device)
-    return load_checkpoint(args.checkpoint, device=device, n_head=getattr(args, "n_head", None))
+    return load_checkpoint(checkpoint_from_args(args), device=device, n_head=getattr(args, "n_head", None))
+
+
+def check_mask_syntax(specs: list[str] | None) -> None:
+    """Say a malformed --mask before any model loads; ranges are checked once the model is known."""
+    for spec in specs or []:
+        _split_mask_spec(spec)
+
+
+def _split_mask_spec(spec: str) -> tuple[int, str]:
+    try:
+        layer_s, head_s = spec.split(".")
+        layer = int(layer_s)
+        if head_s != "*":
+            int(head_s)
+    except ValueError:
+        raise ModelError(f"bad --mask {spec!r}: write LAYER.HEAD (0-based), e.g. --mask 3.1, or LAYER.* for a whole layer") from None
+    return layer, head_s
 
 
 def parse_mask_spec(specs: list[str] | None, n_layer: int, n_head: int):
@@ -32,12 +76,8 @@ def parse_mask_spec(specs: list[str] | None, n_layer: int, n_head: int):
 
     mask = np.zeros((n_layer, n_head), dtype=bool)
     for spec in specs or []:
-        try:
-            layer_s, head_s = spec.split(".")
-            layer = int(layer_s)
-            heads = range(n_head) if head_s == "*" else [int(head_s)]
-        except ValueError:
-            raise ModelError(f"bad --mask {spec!r}: write LAYER.HEAD (0-based), e.g. --mask 3.1, or LAYER.* for a whole layer") from None
+        layer, head_s = _split_mask_spec(spec)
+        heads = range(n_head) if head_s == "*" else [int(head_s)]
         if not 0 <= layer < n_layer:
             raise ModelError(f"--mask {spec}: layer {layer} does not exist; the model has layers 0..{n_layer - 1}")
         for h in heads:

@@ -1,4 +1,4 @@
-"""`transformer-viewer export`: render a view to PNG/SVG, or write its matrix to .npy/.csv, without a window.
+"""`transformer-viewer export`: render a view to PNG/SVG/PDF, or write its matrix to .npy/.csv, without a window.
 
 Every view the registry marks exportable can be written (`--view NAME`). The view is built
 exactly as the window builds it, from a `ViewerState` holding this prompt's traces and an
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", action="store_true", help="log colour scale (1e-4 .. 1)")
     parser.add_argument("--scale", type=float, default=1.0, help="PNG pixel scale (default: 1; 2 for print)")
     parser.add_argument("--size", type=_size, default=None, metavar="WxH", help="layout size in pixels (default: per view)")
-    parser.add_argument("--out", required=True, help="output file: .png, .svg, .npy or .csv")
+    parser.add_argument("--out", required=True, help="output file: .png, .svg or .pdf (vector), .npy or .csv")
     g = parser.add_argument_group("residual, mlp, logit-lens, scan and diff views")
     g.add_argument("--diff", action="store_true",
                    help="residual/mlp/logit-lens: show masked minus clean (needs --mask)")
@@ -78,12 +78,9 @@ def _quiet_offscreen(mode, context, message: str) -> None:
 
 
 def run(args) -> int:
-    from transformer_viewer.viewer.export import check_writable, export_view, extension
+    from transformer_viewer.viewer.export import export_view
 
-    extension(args.out)
-    check_writable(args.out)  # fail before loading a model
-    if args.colormap:
-        _check_colormap(args.colormap)
+    check_arguments(args)  # everything that needs no model, said before one loads
 
     import torch
 
@@ -122,6 +119,27 @@ def run(args) -> int:
     return 0
 
 
+def check_arguments(args) -> None:
+    """Every argument that can be judged without the model: the output file, the numbers, the
+    mask's syntax and the colormap."""
+    from transformer_viewer.viewer.cli.common import check_mask_syntax
+    from transformer_viewer.viewer.export import check_writable, extension
+
+    extension(args.out)
+    check_writable(args.out)
+    if not 0 < args.scale <= 16:
+        raise ModelError(f"--scale {args.scale:g} is out of range; give a pixel scale above 0 and at most 16 (2 for print)")
+    for flag in ("layer", "head", "query"):
+        value = getattr(args, flag)
+        if value is not None and value < 0:
+            raise ModelError(f"--{flag} {value}: counts from 0; give 0 or more")
+    check_mask_syntax(args.mask)
+    if getattr(args, "rows", 1) < 1:
+        raise ModelError(f"--rows must be at least 1, got {args.rows}")
+    if args.colormap:
+        _check_colormap(args.colormap)
+
+
 def _state(worker, mask, args):
     """A ViewerState as the window would hold it after running `args.prompt` under `mask`."""
     from transformer_viewer.viewer.state import ViewerState
@@ -152,6 +170,8 @@ class _ProgressBar:
     def __call__(self, progress) -> None:
         from tqdm import tqdm
 
+        if not sys.stderr.isatty():
+            return  # in a log file a bar is a stray line of carriage returns
         if self._bar is None:
             self._bar = tqdm(total=0, unit="head", file=sys.stderr, leave=False, dynamic_ncols=True)
         self._bar.total, self._bar.n = int(progress.total), int(progress.done)

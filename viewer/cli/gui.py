@@ -17,11 +17,10 @@ SCREENSHOT_TIMEOUT_S = 120
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", nargs="?", default=None,
-                        help="checkpoint file or Hugging Face folder (default: the bundled model)")
+    from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
+
+    add_checkpoint_arguments(parser)
     parser.add_argument("--prompt", default=None, help="text to run at start (default: an example prompt)")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default: auto)")
-    parser.add_argument("--n-head", type=int, default=None, help="head count, for state dicts that cannot say")
     parser.add_argument("--head", metavar="LAYER.HEAD", default=None,
                         help="the head to show once the model has loaded, e.g. 0.3 (default: 0.0)")
     parser.add_argument("--screenshot", metavar="FILE.png", default=None,
@@ -43,9 +42,11 @@ def run(args) -> int:
 
     check_qt_platform()  # one line naming the packages, instead of Qt aborting the process
     t0 = time.perf_counter()
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QSettings, qInstallMessageHandler
     from PySide6.QtWidgets import QApplication
 
+    if os.environ.get("QT_QPA_PLATFORM") == "offscreen" and QApplication.instance() is None:
+        qInstallMessageHandler(quiet_offscreen_messages)
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "transformer-viewer"])
     app.setApplicationName("transformer-viewer")
     # The worker starts importing torch and loading before the window is even built; its
@@ -67,6 +68,9 @@ def run(args) -> int:
         settings = QSettings(os.path.join(scratch, "settings.ini"), QSettings.IniFormat)  # leave the user's alone
     window = MainWindow(settings=settings, worker=worker, pending=pending)
     window.device_choice = args.device
+    from transformer_viewer.viewer.window.empty_states import install_empty_states
+
+    install_empty_states(window).set_loading(args.checkpoint)
     window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     head_error: list[str] = []
     if head is not None:
@@ -92,6 +96,13 @@ def run(args) -> int:
         return 2
     print(f"wrote {os.path.abspath(args.screenshot)} ({shot.size[0]}x{shot.size[1]})")
     return 0
+
+
+def quiet_offscreen_messages(_mode, _context, message: str) -> None:
+    """Qt's messages on stderr, less the offscreen platform's note that it cannot pass window
+    size hints on (every dock warns once per screenshot); nothing a user can act on."""
+    if "propagateSizeHints" not in message:
+        print(message, file=sys.stderr)
 
 
 def parse_head(text: str) -> tuple[int, int]:
@@ -174,11 +185,14 @@ class Screenshot:
         QApplication.processEvents()
         st = self.window.state
         if error is None and st.trace is None:
-            error = self.window.last_error or "no trace was drawn"
+            error = self.window.last_error or (
+                "the prompt is empty; pass some text with --prompt" if not (st.prompt or "").strip()
+                else "no trace was drawn")
         try:
-            image = self.window.grab().toImage()
-            self.size = (image.width(), image.height())
-            write_file(self.path, png_bytes(image))
+            if error is None:  # a failed screenshot writes no file: a picture of an error is no screenshot
+                image = self.window.grab().toImage()
+                self.size = (image.width(), image.height())
+                write_file(self.path, png_bytes(image))
         except (OSError, ModelError) as e:
             error = f"{self.path}: {e}"
         finally:

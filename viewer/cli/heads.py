@@ -20,14 +20,17 @@ COLUMNS = {
     "duplicate_token": "dup-token",
     "entropy": "entropy",
 }
-SORT_CHOICES = ["layer", "previous-token", "first-token", "induction", "duplicate-token", "entropy"]
+MAX_TEXT_BYTES = 16 * 2**20  # the scores read a few thousand positions; bound what a file makes us hold
+# "sink" names the first-token score too: attention that parks on the first token is what the
+# literature calls an attention sink.
+SORT_CHOICES = ["layer", "previous-token", "first-token", "sink", "induction", "duplicate-token", "entropy"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--sort", default="layer", choices=SORT_CHOICES,
-                   help="order the heads by this score, highest first (default: layer, head)")
+                   help="order the heads by this score, highest first; sink is the first-token score (default: layer, head)")
     p.add_argument("--ascending", action="store_true", help="lowest first (e.g. --sort entropy --ascending)")
     p.add_argument("--top", type=int, default=None, metavar="N", help="show only the first N heads")
     p.add_argument("--text", default=None, metavar="FILE",
@@ -41,8 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _read_passages(path: str) -> list[str]:
     if not os.path.isfile(path):
         raise ModelError(f"{path}: text file not found")
-    with open(path, encoding="utf-8", errors="replace") as f:
-        passages = [p.strip() for p in f.read().split("\n\n")]
+    from transformer_viewer.model.text_file import decode_text
+
+    if os.path.getsize(path) > MAX_TEXT_BYTES:
+        raise ModelError(f"{path}: {os.path.getsize(path):,} bytes is more text than head scores need; "
+                         f"give at most {MAX_TEXT_BYTES // 2**20} MB")
+    with open(path, "rb") as f:
+        passages = [p.strip() for p in decode_text(f.read(), path, "passages").split("\n\n")]
     passages = [p for p in passages if p]
     if not passages:
         raise ModelError(f"{path}: the text file is empty; give it some natural text")
@@ -70,7 +78,10 @@ def run(args) -> int:
     rows = scores.rows(sort=args.sort, descending=not args.ascending, top=args.top)
     if args.json:
         doc = {"model": loaded.name, "source": loaded.source, "n_layer": loaded.config.n_layer,
-               "n_head": loaded.config.n_head, "descriptions": dict(SCORES), **scores.to_dict(), "heads": rows}
+               "n_head": loaded.config.n_head, "descriptions": dict(SCORES), **scores.to_dict(),
+               "sort": args.sort, "top": args.top, "heads": rows}
+        if args.top is not None:
+            del doc["scores"]  # every head's matrix would undo --top; the rows carry the shown heads' scores
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
@@ -79,7 +90,7 @@ def run(args) -> int:
           f"{scores.induction_batch} random sequences of {scores.induction_length} tokens seen twice (seed {scores.seed})")
     print(format_table(rows))
     best = [(COLUMNS[k], *scores.best(k)) for k in ("previous_token", "first_token", "induction", "duplicate_token")]
-    print("highest: " + ", ".join(f"{title} {layer}.{head} ({value:.2f})" for title, layer, head, value in best))
+    print("highest: " + ", ".join(f"{title} L{layer}H{head} = {value:.2f}" for title, layer, head, value in best))
     return 0
 
 

@@ -11,7 +11,7 @@ from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_checkpoint_arguments(p, positional=True)
+    add_checkpoint_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 

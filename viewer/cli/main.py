@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from transformer_viewer.viewer.cli.common import ArgumentParser
+
 # name -> (module, one-line help). Modules are imported only when their command runs, so
 # `predict` never pays for Qt and the window never waits for argparse of every command.
 SUBCOMMANDS = {
@@ -18,21 +20,21 @@ SUBCOMMANDS = {
     "train": ("transformer_viewer.viewer.cli.train", "train a small model on text files"),
     "heads": ("transformer_viewer.viewer.cli.heads", "score every head: previous-token, induction, sink, ..."),
     "scan": ("transformer_viewer.viewer.cli.scan", "head-importance scan: ablate each head, measure the effect"),
-    "export": ("transformer_viewer.viewer.cli.export", "render a view to PNG/SVG/NPY/CSV without a window"),
+    "export": ("transformer_viewer.viewer.cli.export", "render a view to PNG/SVG/PDF/NPY/CSV without a window"),
 }
 GUI_MODULE = "transformer_viewer.viewer.cli.gui"
 
 
 def build_parser(name: str) -> argparse.ArgumentParser:
     module_name, help_text = SUBCOMMANDS[name]
-    parser = argparse.ArgumentParser(prog=f"transformer-viewer {name}", description=help_text)
+    parser = ArgumentParser(prog=f"transformer-viewer {name}", description=help_text)
     importlib.import_module(module_name).add_arguments(parser)
     return parser
 
 
 def gui_parser() -> argparse.ArgumentParser:
     commands = "\n".join(f"  {n:<9}{h}" for n, (_, h) in SUBCOMMANDS.items())
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="transformer-viewer",
         description="See inside GPT-style transformers. With no subcommand, opens the window.",
         epilog=f"subcommands (transformer-viewer COMMAND --help):\n{commands}",

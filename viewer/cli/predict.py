@@ -2,8 +2,8 @@
 [--mask L.H ...] [--ablation zero|mean] [--device auto|cpu|cuda] [--json]`: the prompt's tokens
 and the top-k next tokens at one position, optionally with attention heads ablated.
 
-`--json` prints one object: {"tokens": [{"id", "text"}...], "position": P,
-"top": [{"id", "token", "prob", "logit"}...]}.
+`--json` prints one object: {"tokens": [{"id", "text"}...], "position": P, "mask": ["L.H"...],
+"ablation": "zero"|"mean"|null (null when no head is masked), "top": [{"id", "token", "prob", "logit"}...]}.
 """
 
 from __future__ import annotations
@@ -41,17 +41,22 @@ def predict(session, args) -> dict:
     return {
         "tokens": [{"id": int(i), "text": tok.decode([i])} for i in session.tokens.ids],
         "position": int(nxt.position),
+        # What was run, so a saved result says which heads it lacks and how they were removed.
+        "mask": [f"{layer}.{head}" for layer, head in zip(*mask.nonzero(), strict=True)],
+        "ablation": args.ablation if mask.any() else None,
         "top": [{"id": int(i), "token": tok.decode([int(i)]), "prob": float(p), "logit": float(lg)}
                 for i, p, lg in zip(nxt.top_ids, nxt.top_probs, nxt.top_logits, strict=True)],
     }
 
 
 def run(args) -> int:
-    from transformer_viewer.model.session import Session
-    from transformer_viewer.viewer.cli.common import load_from_args
+    from transformer_viewer.viewer.cli.common import check_mask_syntax, load_from_args
 
     if args.top_k < 1:
         raise ModelError(f"--top-k must be at least 1, got {args.top_k}")
+    check_mask_syntax(args.mask)
+    from transformer_viewer.model.session import Session  # torch: only once the arguments are good
+
     session = Session(load_from_args(args))
     session.set_prompt(args.prompt)
     if session.dropped:

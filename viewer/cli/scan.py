@@ -54,14 +54,17 @@ def parse_token(spec: str | None, tokenizer, n_vocab: int, what: str = "--target
 
 
 def run(args) -> int:
-    import torch
+    from transformer_viewer.viewer.cli.common import check_mask_syntax
+
+    if args.top is not None and args.top < 1:
+        raise ModelError(f"--top must be at least 1, got {args.top}")
+    check_mask_syntax(args.mask)
+    import torch  # only once the arguments are good
     from tqdm import tqdm
 
     from transformer_viewer.model.scan import head_scan
     from transformer_viewer.model.session import Session
 
-    if args.top is not None and args.top < 1:
-        raise ModelError(f"--top must be at least 1, got {args.top}")
     loaded = load_from_args(args)
     session = Session(loaded)
     session.set_prompt(args.prompt)
@@ -71,7 +74,8 @@ def run(args) -> int:
     base = parse_mask_spec(args.mask, c.n_layer, c.n_head)
     target = parse_token(args.target, session.tokenizer, session.n_vocab, "--target")
     distractor = parse_token(args.distractor, session.tokenizer, session.n_vocab, "--distractor")
-    bar = None if args.no_progress else tqdm(total=0, unit="head", file=sys.stderr, dynamic_ncols=True, leave=False)
+    # A bar only on a terminal: in a log file it is a stray line of carriage returns.
+    bar = None if args.no_progress or not sys.stderr.isatty() else tqdm(total=0, unit="head", file=sys.stderr, dynamic_ncols=True, leave=False)
 
     def progress(done, total):
         if bar is not None:

@@ -82,10 +82,10 @@ class ExportButton(QtWidgets.QToolButton):
         super().__init__(parent)
         self.view, self.name = view, name
         self.setText("Export")
-        self.setToolTip("Save this view as PNG or SVG, or its matrix as .npy or .csv")
+        self.setToolTip("Save this view as PNG, SVG or PDF, or its matrix as .npy or .csv")
         self.setPopupMode(QtWidgets.QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QtWidgets.QMenu(self)
-        for ext, text in ((".png", "PNG image…"), (".svg", "SVG image…"), (".npy", "Matrix as .npy…"),
+        for ext, text in ((".png", "PNG image…"), (".svg", "SVG image…"), (".pdf", "PDF document…"), (".npy", "Matrix as .npy…"),
                           (".csv", "Matrix as .csv…")):
             menu.addAction(text, lambda e=ext: self.dialog(e))
         self.setMenu(menu)

@@ -32,6 +32,10 @@ class ViewEntry:
     export_size: tuple[int, int] | None = (900, 820)  # layout size for export; None: the widget's sizeHint
     configure: Callable | None = None  # configure(view, args): apply the export command's arguments
 
+    def __post_init__(self) -> None:
+        if self.place not in PLACES:
+            raise ValueError(f"view {self.title!r}: place must be one of {', '.join(PLACES)}, got {self.place!r}")
+
     def widget_class(self) -> type:
         module, _, name = self.widget.partition(":")
         return getattr(importlib.import_module(module), name)
@@ -118,6 +122,8 @@ VIEWS: tuple[ViewEntry, ...] = (
               export_size=(760, 560), configure=_configure_scan),
     ViewEntry("Attention diff", f"{_V}.diff_view:AttentionDiffView", "tab", export_name="diff",
               configure=_configure_diff),
+    ViewEntry("Head attribution", f"{_V}.attribution_view:AttributionView", "tab", uses_worker=True,
+              export_name="attribution", export_size=(760, 560)),
     ViewEntry("Continue", f"{_V}.generate_control:GenerateControl", "right-below", uses_worker=True),
 )
 

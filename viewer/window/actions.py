@@ -57,6 +57,7 @@ class WindowActions:
         ex = self.export_menu = m.addMenu("&Export")
         self._action(ex, "Heatmap as &PNG…", lambda: self.export_dialog("heatmap", ".png"))
         self._action(ex, "Heatmap as &SVG…", lambda: self.export_dialog("heatmap", ".svg"))
+        self._action(ex, "Heatmap as P&DF…", lambda: self.export_dialog("heatmap", ".pdf"))
         self._action(ex, "All heads grid as P&NG…", lambda: self.export_dialog("grid", ".png"))
         self._action(ex, "Displayed matrix as .&npy…", lambda: self.export_dialog("heatmap", ".npy"))
         self._action(ex, "Displayed matrix as .&csv…", lambda: self.export_dialog("heatmap", ".csv"))
@@ -137,7 +138,8 @@ class WindowActions:
         st = self.w.state
         name = (f"attention_L{st.layer}H{st.head}" if what == "heatmap" else "all_heads") + ext
         folder = str(self.w.settings.value(EXPORT_DIR_KEY, os.getcwd()))
-        filters = {".png": "PNG image (*.png)", ".svg": "SVG image (*.svg)", ".npy": "NumPy array (*.npy)",
+        filters = {".png": "PNG image (*.png)", ".svg": "SVG image (*.svg)", ".pdf": "PDF document (*.pdf)",
+                   ".npy": "NumPy array (*.npy)",
                    ".csv": "CSV table (*.csv)"}
         path, _ = QFileDialog.getSaveFileName(self.w, "Export", os.path.join(folder, name), filters[ext])
         if path:
@@ -237,7 +239,7 @@ def default_prompt() -> str:
 
 
 def export(window, what: str, path: str, scale: float = 1.0) -> str | None:
-    """Export the heatmap ("heatmap": .png/.svg/.npy/.csv) or the heads grid ("grid": .png/.svg);
+    """Export the heatmap ("heatmap": .png/.svg/.pdf/.npy/.csv) or the heads grid ("grid": .png/.svg/.pdf);
     returns the path written, or None after showing the one-line error."""
     from transformer_viewer.model.errors import ModelError
     from transformer_viewer.viewer.export import export_view
@@ -247,7 +249,7 @@ def export(window, what: str, path: str, scale: float = 1.0) -> str | None:
         if window.state.trace is None:
             raise ModelError("nothing to export yet: load a model and run a prompt first")
         if what == "grid" and os.path.splitext(path)[1].lower() in (".npy", ".csv"):
-            raise ModelError("the heads grid exports as .png or .svg; export one head's matrix from the heatmap")
+            raise ModelError("the heads grid exports as .png, .svg or .pdf; export one head's matrix from the heatmap")
         written = export_view(view, path, scale=scale)
     except (ModelError, OSError) as e:
         window.show_error(str(e).splitlines()[0] if str(e) else type(e).__name__)

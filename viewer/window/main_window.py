@@ -283,7 +283,8 @@ class MainWindow(QMainWindow):
         value = answer.value
         self.state.set_traces(value.trace, value.clean)
         info = self.state.model_info
-        self.status.show_forward(value.forward_ms, value.trace.first_layer_run, info.n_layer if info else 0)
+        self.status.show_forward(value.forward_ms, value.trace.first_layer_run, info.n_layer if info else 0,
+                                 compute_ms=value.compute_ms)
 
     def _on_trace_failed(self, failure) -> None:
         if failure.cancelled:

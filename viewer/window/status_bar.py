@@ -42,15 +42,28 @@ class StatusBar(QStatusBar):
                                   f"context {info.block_size}")
         self.device_label.setText(info.device)
 
-    def show_forward(self, ms: float, first_layer: int = 0, n_layer: int = 0) -> None:
+    def show_forward(self, ms: float, first_layer: int = 0, n_layer: int = 0, compute_ms: float | None = None) -> None:
+        """`ms`: the clock time of the last run on the worker; `compute_ms`: the worker thread's
+        own CPU time in it. They differ when the window was redrawing meanwhile (a head toggle
+        shows its prediction first, and the views redraw while the capture runs) or other
+        programs had the CPU: the clock time alone made a toggle look dearer than a full forward."""
         text = f"forward {ms:.1f} ms"
+        notes = []
+        if compute_ms is not None and ms > 1.5 * compute_ms + 5:
+            text = f"forward {compute_ms:.1f} ms computing of {ms:.0f} ms"
         if first_layer and first_layer >= n_layer:
-            text += " (all layers cached)"
+            notes.append("all layers cached")
         elif first_layer == 1:
-            text += " (layer 0 cached)"
+            notes.append("layer 0 cached")
         elif first_layer:
-            text += f" (layers 0\u2013{first_layer - 1} cached)"
-        self.forward_label.setText(text)
+            notes.append(f"layers 0\u2013{first_layer - 1} cached")
+        self.forward_label.setText(text + (f" ({'; '.join(notes)})" if notes else ""))
+        tip = "clock time of the last forward pass on the worker thread"
+        if compute_ms is not None:
+            tip = (f"last forward pass: {compute_ms:.1f} ms of the worker thread's own CPU time, {ms:.1f} ms on the "
+                   f"clock; the difference is time spent waiting while the window redrew its views (they share "
+                   f"Python's interpreter lock) or other programs used the CPU")
+        self.forward_label.setToolTip(tip)
 
     def set_busy(self, busy: bool) -> None:
         if busy:

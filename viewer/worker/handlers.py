@@ -137,7 +137,7 @@ def _prediction_position(request: TraceRequest, T: int) -> int:
 
 
 def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_cancelled) -> TraceResult:
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.thread_time()
     session.ensure_prompt(request.text)
     T = len(session.tokens.ids)
     if T == 0:
@@ -165,7 +165,8 @@ def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_c
                 nxt = session.predict(mask, request.ablation, position, k, update_cache=False)
                 trace = dataclasses.replace(trace, next=nxt)
         session.masked = (key, trace)
-    return TraceResult(trace=trace, clean=clean, forward_ms=(time.perf_counter() - t0) * 1000.0)
+    return TraceResult(trace=trace, clean=clean, forward_ms=(time.perf_counter() - t0) * 1000.0,
+                       compute_ms=(time.thread_time() - cpu0) * 1000.0)
 
 
 def handle_predict(session: WorkerSession, request: PredictRequest, _progress, _is_cancelled) -> PredictResult:

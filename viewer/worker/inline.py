@@ -8,6 +8,7 @@ is raised to the caller (the command line turns a `ModelError` into its one-line
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from transformer_viewer.viewer.worker.requests import NewSession, Progress, Request, Result, lookup_handler
 
@@ -35,8 +36,6 @@ class InlineWorker:
         self._rid = 0
 
     def submit(self, request: Request, on_result=None, on_failure=None, on_progress=None) -> InlineHandle:
-        from dataclasses import replace
-
         self._rid += 1
         request = replace(request, rid=self._rid)
 

@@ -145,7 +145,10 @@ class LoadResult:
 class TraceResult:
     trace: Any  # Trace under the mask (the clean one when nothing is masked)
     clean: Any  # Trace of the unmasked model for the same prompt and position
-    forward_ms: float = 0.0  # model time this request really spent (0 when all came from caches)
+    forward_ms: float = 0.0  # clock time the request took on the worker (0 when all came from caches)
+    # The worker thread's own CPU time in it: the clock time also holds waits while the GUI
+    # thread (redrawing the views, holding the GIL) or other programs had the CPU.
+    compute_ms: float | None = None
 
 
 @dataclass(frozen=True)

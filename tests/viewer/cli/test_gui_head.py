@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.viewer.shell_common import new_window, wait_idle
+from tests.helpers.window import new_window, wait_idle
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli import gui
 from transformer_viewer.viewer.cli.main import gui_parser

@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from tests.viewer.shell_common import PROMPT, WAIT_MS, reference_session
+from tests.helpers.window import PROMPT, WAIT_MS, reference_session
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError, ModelError
 from transformer_viewer.viewer.worker.client import NO_MODEL, WorkerClient
@@ -74,7 +74,7 @@ def slow_load_handler(_session, request, _progress, _is_cancelled):
 
 register_handler(SlowRequest, slow_handler, needs_session=False)
 register_handler(SlowLoadRequest, slow_load_handler, needs_session=False)
-register_handler(BrokenRequest, "tests.viewer.test_worker:broken_handler", needs_session=False)
+register_handler(BrokenRequest, "tests.viewer.worker.test_client:broken_handler", needs_session=False)
 
 
 class Collector:

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.checkpoint_common import TINY, hf_config, hf_model, nanogpt_checkpoint, save_tiny
+from tests.helpers.cli import cli
+from tests.helpers.models import TINY, hf_config, hf_model, nanogpt_checkpoint, save_tiny
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
 from transformer_viewer.model.session import Session
 from transformer_viewer.model.tokenizer import Tokenizer
-from transformer_viewer.viewer.cli.main import main
 
 PROMPT = "The cat sat on the mat because"
 
@@ -26,12 +26,6 @@ def ckpt(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "tiny.safetensors"
     save_tiny(path, seed=31)
     return str(path)
-
-
-def cli(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def assert_one_line_error(rc, out, err):
@@ -103,7 +97,8 @@ def test_predict_json_shape_and_values(capsys, ckpt):
                      "--device", "cpu")
     assert rc == 0
     result = json.loads(out)
-    assert set(result) == {"tokens", "position", "top"}
+    assert set(result) == {"tokens", "position", "mask", "ablation", "top"}
+    assert result["mask"] == [] and result["ablation"] is None
     ids = Tokenizer().encode(PROMPT)
     assert [t["id"] for t in result["tokens"]] == ids
     assert "".join(t["text"] for t in result["tokens"]) == PROMPT

@@ -2,14 +2,14 @@
 
 import hashlib
 import lzma
+import os
 
 import pytest
 
+from tests.model.test_train import write_text
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.tokenizer import Tokenizer
 from transformer_viewer.viewer.cli.main import main
-
-from .test_train import write_text
 
 TINY_FLAGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
               "--steps", "4", "--warmup", "1", "--eval-every", "2", "--eval-batches", "2", "--val-fraction", "0.2",
@@ -55,13 +55,55 @@ def test_plain_and_xz_give_the_same_curve(texts, tmp_path, capsys):
 
 def test_resume_continues(texts, tmp_path, capsys):
     out = tmp_path / "r.safetensors"
-    assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS]) == 0
+    assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS, "--keep-optimizer"]) == 0
+    assert os.path.exists(str(out) + ".optim")
     more = [f if f != "4" else "6" for f in TINY_FLAGS]  # --steps 6
     assert main(["train", "--data", texts[0], "--out", str(out), *more, "--resume"]) == 0
     assert "resuming " + str(out) + " at step 4" in capsys.readouterr().err
     t = load_checkpoint(str(out)).training
     assert t["steps"] == 6 and [h["step"] for h in t["history"]] == [2, 4, 6]
-    assert t["resumed"][0]["from_step"] == 4
+    assert t["resumed"][0]["from_step"] == 4 and t["resumed"][0]["optimizer_restored"] is True
+    assert not os.path.exists(str(out) + ".optim")  # removed once the run finished
+
+
+def test_finished_run_leaves_no_optimizer_file_and_a_clean_log(texts, tmp_path, capsys):
+    """stderr here is not a terminal (a log file): no progress bar, each evaluation line once."""
+    out = tmp_path / "m.safetensors"
+    assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS]) == 0
+    err = capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["m.safetensors"]
+    assert "\r" not in err and "step/s" not in err and "it/s" not in err
+    assert err.count("step 2: train") == 1 and err.count("step 4: train") == 1
+
+
+def test_every_option_says_what_it_does_and_its_default():
+    from transformer_viewer.viewer.cli.main import build_parser
+
+    parser = build_parser("train")
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, action.option_strings
+        assert action.required or "default" in action.help, action.option_strings
+    assert ".optim" in parser.format_help() and "--keep-optimizer" in parser.format_help()
+
+
+def test_output_folder_and_resume_are_checked_before_training(texts, tmp_path, capsys):
+    missing = tmp_path / "missing" / "x.safetensors"
+    assert main(["train", "--data", texts[0], "--out", str(missing), *TINY_FLAGS]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err and "training tokens" not in err
+    out = tmp_path / "none.safetensors"
+    assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {out}: no checkpoint to resume from; drop --resume to start a new run\n"
+
+
+def test_binary_data_is_not_text(tmp_path, capsys):
+    junk = tmp_path / "random.bin"
+    junk.write_bytes(bytes(range(256)) * 64)
+    assert main(["train", "--data", str(junk), "--out", str(tmp_path / "m.safetensors"), *TINY_FLAGS]) == 2
+    assert "not a text file" in capsys.readouterr().err
 
 
 def test_sinusoidal_positions(texts, tmp_path, capsys):
@@ -91,17 +133,17 @@ def test_init_flags_reach_the_model_and_the_record(texts, tmp_path, capsys):
 
 
 def test_ctrl_c_exits_cleanly_with_the_model_saved(texts, tmp_path, capsys, monkeypatch):
-    import tqdm
+    from transformer_viewer.viewer.cli import train as cli_train
 
     out = tmp_path / "c.safetensors"
-    real = tqdm.tqdm.set_postfix
+    real = cli_train.Progress.on_step
 
-    def interrupt_at_3(self, *a, **kw):
-        real(self, *a, **kw)
-        if self.n == 3:
+    def interrupt_at_3(self, info):
+        real(self, info)
+        if info["step"] == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(tqdm.tqdm, "set_postfix", interrupt_at_3)
+    monkeypatch.setattr(cli_train.Progress, "on_step", interrupt_at_3)
     assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS]) == 130
     err = capsys.readouterr().err
     assert "interrupted at step 3" in err and "--resume" in err and "Traceback" not in err

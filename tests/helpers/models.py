@@ -1,5 +1,9 @@
-"""Builders shared by the checkpoint, parity and CLI tests: tiny random models of our own and
-of Hugging Face's GPT-2, written to disk in each layout the loader reads."""
+"""Tiny models for every test folder: random models of our own and of Hugging Face's GPT-2,
+written to disk in each layout the loader reads, and sessions on them.
+
+Two weight recipes, both seeded: `tiny_loaded` draws every weight at a scale that makes
+attention peaked (checkpoints, capture, parity); `scaled_init_loaded` keeps GPT-2's
+initialisation and scales it up (the analysis tests: lens, scan, generation, diffs)."""
 
 from __future__ import annotations
 
@@ -136,3 +140,33 @@ def nanogpt_from_ours(model: GPT) -> dict:
     model_args = dict(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, block_size=c.block_size,
                       bias=c.bias, vocab_size=c.vocab_size, dropout=0.0)
     return {"model": state, "model_args": model_args, "iter_num": 1, "best_val_loss": 3.0}
+
+
+# -- GPT-2's init, scaled up: the analysis tests ---------------------------------------------
+ANALYSIS_PROMPT = "The cat sat on the mat because the cat was tired"
+
+
+def scaled_init_loaded(config: GPTConfig = TINY, seed: int = 0) -> LoadedModel:
+    torch.manual_seed(seed)
+    model = GPT(config).eval()
+    # GPT-2's init leaves every logit near zero; larger weights make predictions and masks matter.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.mul_(8.0 if "wte" not in name else 15.0)
+    return LoadedModel(model=model, config=config, format="native", source="<tiny>", name="tiny")
+
+
+def session_for(model: GPT):
+    """A session on a model built in the test (hand-set weights, hooks of its own)."""
+    from transformer_viewer.model.session import Session
+
+    return Session(LoadedModel(model=model, config=model.config, format="native", source="<test>", name="test"))
+
+
+def tiny_session(prompt: str = ANALYSIS_PROMPT, seed: int = 0):
+    from transformer_viewer.model.session import Session
+
+    s = Session(scaled_init_loaded(seed=seed))
+    s.set_prompt(prompt)
+    return s

@@ -122,7 +122,7 @@ def test_bad_arguments_are_one_line(ckpt, capsys, tmp_path, qapp, extra, message
 
 def test_bad_out_fails_before_loading(capsys, tmp_path, qapp):
     rc, _, err = export(capsys, str(tmp_path / "missing.safetensors"), tmp_path / "a.bmp")
-    assert rc == 2 and "use a file name ending in .png, .svg, .npy, .csv" in err
+    assert rc == 2 and "use a file name ending in .png, .svg, .pdf, .npy, .csv" in err
     rc, _, err = export(capsys, str(tmp_path / "missing.safetensors"), tmp_path / "nope" / "a.png")
     assert rc == 2 and "does not exist" in err and "missing.safetensors" not in err
 
@@ -137,7 +137,7 @@ def test_a_registry_entry_is_an_export_choice(ckpt, capsys, tmp_path, monkeypatc
     """The export command offers every view the registry marks exportable, built as the window builds it."""
     from transformer_viewer.viewer.views import registry
 
-    assert {"attention", "grid", "residual", "mlp", "logit-lens", "scan", "diff"} == set(registry.exportable())
+    assert {"attention", "grid", "residual", "mlp", "logit-lens", "scan", "diff", "attribution"} == set(registry.exportable())
     probe = registry.ViewEntry("Probe", "transformer_viewer.viewer.views.diff_view:AttentionDiffView", "tab",
                                export_name="probe", export_size=(300, 200))
     monkeypatch.setattr(registry, "VIEWS", (*registry.VIEWS, probe))

@@ -9,7 +9,7 @@ from PySide6.QtGui import QImage
 
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli import gui
-from transformer_viewer.viewer.cli.main import gui_parser
+from transformer_viewer.viewer.cli.main import gui_parser, main
 
 
 def parse(*argv) -> argparse.Namespace:
@@ -41,9 +41,21 @@ def test_screenshot_of_a_bad_checkpoint_fails_with_its_message(qapp, tmp_path, c
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"junk")
     out = tmp_path / "shot.png"
+    out.write_bytes(b"the user's earlier picture")
     assert gui.run(parse(str(bad), "--screenshot", str(out))) == 2
-    assert "bad.pt" in capsys.readouterr().err
-    assert out.exists()  # the window as it was, with the error in its status bar
+    err = capsys.readouterr().err.strip()
+    assert "bad.pt" in err and len(err.splitlines()) == 1
+    assert out.read_bytes() == b"the user's earlier picture"  # a failed screenshot writes nothing
+    # The same words `info` uses for the same file.
+    assert main(["info", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == err
+
+
+def test_screenshot_of_an_empty_prompt_writes_no_file(qapp, tiny_ckpt, tmp_path, capsys):
+    out = tmp_path / "shot.png"
+    assert gui.run(parse(tiny_ckpt, "--prompt", "", "--device", "cpu", "--screenshot", str(out))) == 2
+    assert capsys.readouterr().err.strip() == "error: the prompt is empty; pass some text with --prompt"
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("name", ["shot.jpg", "missing/shot.png"])

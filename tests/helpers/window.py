@@ -1,4 +1,4 @@
-"""Shared pieces of the app-shell tests: a tiny random checkpoint and a loaded main window."""
+"""A tiny checkpoint and a loaded main window, for the window, view, worker and hardening tests."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from transformer_viewer.model.gpt import GPT
 
 TINY = dict(block_size=64, vocab_size=50257, n_layer=2, n_head=4, n_embd=32)
 PROMPT = "The cat sat on the mat. The cat"
-WAIT_MS = 30000  # the machine is shared; a forward of the tiny model takes milliseconds
+WAIT_MS = 60000  # generous for a busy machine; a forward of the tiny model takes milliseconds
 
 
 def make_checkpoint(path, seed: int = 0, **overrides) -> str:
@@ -40,16 +40,16 @@ def idle(window) -> bool:
 
 
 def wait_idle(qtbot, window, condition=lambda: True, timeout: int = WAIT_MS) -> None:
-    qtbot.waitUntil(lambda: idle(window) and condition(), timeout=timeout)
+    qtbot.waitUntil(lambda: idle(window) and bool(condition()), timeout=timeout)
 
 
-def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT):
+def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT, debounce_ms: int = 30):
     from PySide6.QtCore import QSettings
 
     from transformer_viewer.viewer.window.main_window import MainWindow
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
-    window = MainWindow(settings=settings, debounce_ms=30)
+    window = MainWindow(settings=settings, debounce_ms=debounce_ms)
     qtbot.addWidget(window)
     window.show()
     if prompt is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from tests.viewer.shell_common import new_window, wait_idle
+from tests.helpers.window import new_window, wait_idle
 from transformer_viewer.viewer.window.gc_guard import INTERVAL_S
 
 

@@ -1,12 +1,12 @@
 """`transformer-viewer scan`: table, JSON, token parsing, errors."""
 
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
-from tests.model.analysis_common import PROMPT, tiny_loaded
+from tests.helpers.models import ANALYSIS_PROMPT as PROMPT
+from tests.helpers.models import scaled_init_loaded
 from transformer_viewer.model.checkpoint import save_checkpoint
 from transformer_viewer.model.scan import head_scan
 from transformer_viewer.model.session import Session
@@ -18,7 +18,7 @@ from transformer_viewer.viewer.cli.scan import parse_token
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     path = tmp_path_factory.mktemp("scan") / "tiny.safetensors"
-    save_checkpoint(tiny_loaded().model, str(path))
+    save_checkpoint(scaled_init_loaded().model, str(path))
     return str(path)
 
 
@@ -31,7 +31,7 @@ def _scan_json(capsys, *argv):
 
 def test_json_equals_the_library_scan(ckpt, capsys):
     data = _scan_json(capsys, "--checkpoint", ckpt, "--prompt", PROMPT, "--target", " the", "--mask", "0.3")
-    s = Session(tiny_loaded())
+    s = Session(scaled_init_loaded())
     s.set_prompt(PROMPT)
     base = np.zeros((2, 4), dtype=bool)
     base[0, 3] = True
@@ -47,7 +47,10 @@ def test_json_equals_the_library_scan(ckpt, capsys):
         assert h["target_prob"] == pytest.approx(float(ref.target_probs[h["layer"], h["head"]]), rel=1e-5)
 
 
-def test_table_and_progress(ckpt, capsys):
+def test_table_and_progress(ckpt, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the bar is drawn on terminals only
     rc = main(["scan", "--checkpoint", ckpt, "--prompt", PROMPT, "--distractor", "262", "--sort", "kl", "--top", "3"])
     out = capsys.readouterr()
     assert rc == 0
@@ -80,8 +83,6 @@ def test_parse_token():
     assert parse_token(None, tok, 50257) is None
 
 
-@pytest.mark.skipif(importlib.util.find_spec("transformer_viewer.viewer.cli.predict") is None,
-                    reason="viewer/cli/predict.py is not written yet")
 def test_scan_equals_predict_cli_with_the_head_masked(ckpt, capsys):
     data = _scan_json(capsys, "--checkpoint", ckpt, "--prompt", PROMPT)
     target = data["target"]["id"]

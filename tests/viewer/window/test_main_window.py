@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
-from tests.viewer.shell_common import PROMPT, mask_of, new_window, reference_session, wait_idle
+from tests.helpers.window import PROMPT, mask_of, new_window, reference_session, wait_idle
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.tokenizer import Tokenizer

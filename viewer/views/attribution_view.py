@@ -1,0 +1,70 @@
+"""Head attribution: each head's direct effect on the logit of the predicted token at the
+selected position, layers x heads on a diverging scale (red raises the logit, blue lowers it).
+
+Computed on the worker (an AttributionRequest per trace or position) while the view is shown;
+a click on a cell selects that head.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6 import QtCore, QtWidgets
+
+from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
+from transformer_viewer.viewer.views.logits_panel import token_label
+from transformer_viewer.viewer.views.parts import ExportButton, head_labels, layer_labels
+
+
+class AttributionView(HeatmapExport, QtWidgets.QWidget):
+    def __init__(self, state, worker, parent=None):
+        super().__init__(parent)
+        self.state, self.worker = state, worker
+        self.result = None
+        self._asked = None  # (trace, position) of the last request
+        self.heatmap = HeatmapView()
+        self.info = QtWidgets.QLabel("run a prompt to see each head's direct effect on the prediction")
+        self.info.setWordWrap(True)
+        self.export_button = ExportButton(self, "head_attribution")
+        bar = QtWidgets.QHBoxLayout()
+        bar.setContentsMargins(4, 2, 4, 0)
+        bar.addWidget(self.info, 1)
+        bar.addWidget(self.export_button)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(bar)
+        layout.addWidget(self.heatmap, 1)
+        self.heatmap.cell_clicked.connect(lambda row, col: state.set_selection(layer=row, head=col))
+        state.trace_changed.connect(lambda _t: self.request())
+        state.selection_changed.connect(self.request)  # the position follows the selected token
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt name
+        super().showEvent(event)
+        self.request()
+
+    def request(self) -> None:
+        """Ask for the attribution of the shown trace at the selected position, once each."""
+        from transformer_viewer.viewer.worker.attribution import AttributionRequest
+
+        st = self.state
+        asked = self._asked
+        if st.trace is None or not self.isVisible() or (asked is not None and asked[0] is st.trace
+                                                        and asked[1] == st.query_index):
+            return
+        self._asked = (st.trace, st.query_index)
+        self.worker.submit(AttributionRequest(text=st.prompt, position=st.query_index, mask=st.trace.mask,
+                                              ablation=st.trace.ablation),
+                           on_result=lambda answer: self.set_result(answer.value))
+
+    def set_result(self, result) -> None:
+        self.result = result
+        L, nh = result.direct.shape
+        self.heatmap.set_data(result.direct, layer_labels(L), head_labels(nh), levels=None, diverging=True,
+                              title=f"direct effect on the logit of {token_label(result.token_id)!r} "
+                                    f"at position {result.position}", row_name="layer", col_name="head")
+        layer, head = np.unravel_index(int(np.argmax(np.abs(result.direct))), result.direct.shape)
+        self.info.setText(f"logit {result.logit:.2f}; largest direct effect: L{layer}H{head} "
+                          f"({result.direct[layer, head]:+.2f})")
+
+    def sizeHint(self) -> QtCore.QSize:
+        return QtCore.QSize(640, 480)

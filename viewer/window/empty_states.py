@@ -1,0 +1,124 @@
+"""Plain messages in place of plots that have nothing to show yet.
+
+Before the model has loaded, and until a prompt has run, the plots would show placeholder axes
+(a -500..500 "head (x0.001)" grid, a one-cell "L0" mask, an empty -0.5..0.5 heatmap), which
+read as data. Each such view gets an EmptyState: a label with the window's plain background,
+laid over the whole view, saying what it waits for ("loading the bundled model…", "type a
+prompt"). It hides itself as soon as the view has something to draw.
+"""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtWidgets import QLabel, QWidget
+
+LOADING = "loading the model\u2026"
+NO_MODEL = "no model loaded: open a checkpoint from the File menu"
+TYPE_A_PROMPT = "type a prompt"
+RUNNING = "running the prompt\u2026"
+# The tabs beside the heatmap that draw from the trace (the head scan runs on request).
+TRACE_TABS = ("Residual stream", "MLP neurons", "Logit lens", "Attention diff")
+
+
+class EmptyState(QLabel):
+    """A message covering `view` (its child, kept at its size) while there is nothing to show."""
+
+    def __init__(self, view: QWidget):
+        super().__init__(view)
+        self.view = view
+        self.setObjectName("EmptyState")
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setWordWrap(True)
+        self.setAutoFillBackground(True)  # the window's plain background hides the axes beneath
+        self.setStyleSheet("QLabel#EmptyState { color: palette(mid); font-size: 13pt; }")
+        self._follow = _FollowSize(self)
+        view.installEventFilter(self._follow)
+        self.setGeometry(view.rect())
+        self.hide()
+
+    def show_message(self, text: str | None) -> None:
+        """Cover the view with `text`; None uncovers it."""
+        if text is None:
+            self.hide()
+            return
+        self.setText(text)
+        self.setGeometry(self.view.rect())
+        self.raise_()
+        self.show()
+
+
+class _FollowSize(QObject):
+    def __init__(self, label: EmptyState):
+        super().__init__(label)
+        self.label = label
+
+    def eventFilter(self, obj, event) -> bool:
+        if event.type() == QEvent.Type.Resize:
+            self.label.setGeometry(obj.rect())
+        return False
+
+
+def loading_text(checkpoint: str | None) -> str:
+    if checkpoint is None:
+        return "loading the bundled model\u2026"
+    return f"loading {os.path.basename(os.path.normpath(checkpoint)) or checkpoint}\u2026"
+
+
+class EmptyStates:
+    """The window's empty states: which message each view shows, from the state and the worker."""
+
+    def __init__(self, window):
+        self.window = window
+        self.loading = LOADING
+        self.load_failed = False
+        # Views that need a trace; the head mask needs only the model (its shape).
+        self.trace_views = [window.attention.heatmap, window.head_grid]
+        views = getattr(window, "views", {})
+        self.trace_views += [views[t] for t in TRACE_TABS if t in views]
+        self.states = {id(v): EmptyState(v) for v in [*self.trace_views, window.mask_grid]}
+        st = window.state
+        for signal in (st.model_changed, st.trace_changed, st.prompt_changed):
+            signal.connect(lambda *_: self.refresh())
+        window.worker.failed.connect(self._on_failure)
+        self.refresh()
+
+    def set_loading(self, checkpoint: str | None) -> None:
+        """Say which checkpoint is loading (the window does not know what the launcher asked for)."""
+        self.loading = loading_text(checkpoint)
+        self.load_failed = False
+        self.refresh()
+
+    def _on_failure(self, failure) -> None:
+        from transformer_viewer.viewer.worker.requests import LoadRequest
+
+        if isinstance(failure.request, LoadRequest) and self.window.state.model_info is None:
+            self.load_failed = True
+            self.refresh()
+
+    def message(self) -> str | None:
+        """What the trace views say now; None when they have a trace to draw."""
+        st = self.window.state
+        if st.model_info is None:
+            return NO_MODEL if self.load_failed else self.loading
+        if st.trace is not None:
+            return None
+        return RUNNING if (st.prompt or "").strip() else TYPE_A_PROMPT
+
+    def refresh(self) -> None:
+        text = self.message()
+        for view in self.trace_views:
+            self.states[id(view)].show_message(text)
+        mask_text = None if self.window.state.model_info is not None else text
+        self.states[id(self.window.mask_grid)].show_message(mask_text)
+
+    def shown(self, view) -> str | None:
+        """The message covering `view`, or None (for tests and screenshots)."""
+        state = self.states.get(id(view))
+        return state.text() if state is not None and not state.isHidden() else None
+
+
+def install_empty_states(window) -> EmptyStates:
+    window.empty_states = EmptyStates(window)
+    return window.empty_states
