@@ -19,10 +19,15 @@ from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import native, tensor_bounds
 from transformer_viewer.model.gpt import GPT
-from transformer_viewer.model.tokenizer import GPT2_VOCAB
+from transformer_viewer.model.tokenizer import (
+    GPT2_PADDED_VOCAB,
+    GPT2_VOCAB,
+    TextTokenizer,
+    Tokenizer,
+    load_tokenizer,
+)
 
 BUNDLED_NAME = "bundled.safetensors"
-VOCAB_PADDING = 256  # rows past the tokenizer a vocabulary may be padded with (alignment for speed)
 
 
 def bundled_checkpoint_path() -> str:
@@ -36,7 +41,7 @@ class LoadedModel:
     format: str  # "native", "nanogpt", "huggingface", "tutorial"
     source: str  # the path or name it came from
     name: str  # short display name
-    tokenizer: str = "gpt2"
+    tokenizer: TextTokenizer = field(default_factory=Tokenizer)  # GPT-2's unless the model brought its own
     training: dict = field(default_factory=dict)
 
     @property
@@ -58,26 +63,41 @@ def load_checkpoint(path_or_name: str | None = None, device: str | torch.device 
         raise CheckpointError(f"the bundled model is not installed ({source} is missing); give a checkpoint path")
     fmt, reader = detect.find_reader(source)
     config, state, info = reader(source, n_head=n_head)
-    check_tokenizer(config, info.get("tokenizer", "gpt2"), source)
+    tokenizer = model_tokenizer(info.get("tokenizer", "gpt2"), fmt, source, config)
+    check_tokenizer(config, tokenizer, source)
     model = build_model(config, state, source, key_name=info.get("key_name"))
     model.to(device=device, dtype=dtype)
     name = info.get("name") or _display_name(source)
     return LoadedModel(model=model, config=config, format=fmt, source=source, name=name,
-                       tokenizer=info.get("tokenizer", "gpt2"), training=info.get("training", {}))
+                       tokenizer=tokenizer, training=info.get("training", {}))
 
 
-def check_tokenizer(config: GPTConfig, tokenizer: str, source: str) -> None:
-    """The app has GPT-2's tokenizer only: a model made for another one would get ids it never
-    learned. Rows past GPT-2's 50257 are fine up to the next multiple of VOCAB_PADDING (nanoGPT
-    pads to 50304): no token id reaches them and the session ignores their logits."""
-    if tokenizer != "gpt2":
-        raise CheckpointError(f"{source}: the model needs the {tokenizer!r} tokenizer; transformer-viewer has "
-                              "only GPT-2's, so it cannot run this model")
-    limit = -(-GPT2_VOCAB // VOCAB_PADDING) * VOCAB_PADDING
-    if config.vocab_size > limit:
-        raise CheckpointError(f"{source}: vocab_size {config.vocab_size} is larger than GPT-2's tokenizer "
-                              f"({GPT2_VOCAB} tokens, padded at most to {limit}); the model was trained with "
-                              "another tokenizer, which transformer-viewer does not have")
+def model_tokenizer(spec: str, fmt: str, source: str, config: GPTConfig):
+    """The tokenizer a reader's info names: "gpt2", or (Hugging Face folders only) the folder with
+    the model's tokenizer.json. A file's own metadata never names a path we would read."""
+    if spec == "gpt2":
+        return Tokenizer()
+    if fmt != "huggingface" or not isinstance(spec, str) or not os.path.isdir(spec):
+        raise CheckpointError(f"{source}: the model needs the {spec!r} tokenizer, which a {fmt} checkpoint cannot "
+                              "bring along (only GPT-2's is built in; a Hugging Face folder brings its tokenizer.json)")
+    return load_tokenizer(spec, config.vocab_size)
+
+
+def check_tokenizer(config: GPTConfig, tokenizer, source: str) -> None:
+    """Every id the tokenizer makes must have an embedding row. GPT-2's own tokenizer also caps
+    the rows: past GPT-2's 50257 they are fine up to the next multiple of VOCAB_PADDING (nanoGPT
+    pads to 50304; no token id reaches them and the session ignores their logits), but more
+    means the model was trained with another tokenizer, whose ids GPT-2's would not produce."""
+    if tokenizer.spec == "gpt2":
+        if config.vocab_size > GPT2_PADDED_VOCAB:
+            raise CheckpointError(f"{source}: vocab_size {config.vocab_size} is larger than GPT-2's tokenizer "
+                                  f"({GPT2_VOCAB} tokens, padded at most to {GPT2_PADDED_VOCAB}); the model was "
+                                  "trained with another tokenizer: give its Hugging Face folder with tokenizer.json")
+        return
+    if tokenizer.n_vocab > config.vocab_size:
+        raise CheckpointError(f"{source}: its tokenizer.json has {tokenizer.n_vocab} tokens but the model's embedding "
+                              f"only {config.vocab_size} rows; the tokenizer belongs to another model, restore this "
+                              "model's own tokenizer.json")
 
 
 def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,

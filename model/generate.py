@@ -18,6 +18,7 @@ import torch
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import check_intervention, head_mask_hooks
+from transformer_viewer.model.tokenizer import decode_after
 
 MAX_NEW_TOKENS = 4096
 
@@ -105,7 +106,7 @@ def generate(session, n_tokens: int, temperature: float = 0.0, top_k: int | None
             new_probs.append(prob)
             if progress:
                 progress(n + 1, n_tokens)
-    new_text = session.tokenizer.decode(new_ids) if new_ids else ""
+    new_text = decode_after(session.tokenizer, prompt, new_ids)
     return Generation(
         prompt_ids=np.asarray(prompt, dtype=np.int64), new_ids=np.asarray(new_ids, dtype=np.int64),
         new_probs=np.asarray(new_probs, dtype=np.float32), new_text=new_text, text=prompt_text + new_text,

@@ -220,8 +220,8 @@ def detect_heads(session, texts: list[str] | None = None, text_ids: list[list[in
 
     Text scores use `text_ids` if given, else `texts` (default: NATURAL_TEXT) tokenized with
     the session's tokenizer; each text is cut to the model's context and positions are pooled
-    over all texts. The random sequences start with `prefix` (default: <|endoftext|> where the
-    vocabulary has it).
+    over all texts. The random sequences start with `prefix` (default: what the tokenizer starts
+    a document with, e.g. <|endoftext|> or a BOS, where the vocabulary has it).
     """
     model = session.model
     cfg = model.config
@@ -250,7 +250,9 @@ def detect_heads(session, texts: list[str] | None = None, text_ids: list[list[in
             sums["entropy"] += attention_entropy(pat) * weight
             positions += weight
 
-        prefix = default_prefix(model) if prefix is None else list(prefix)
+        if prefix is None:
+            prefix = [i for i in session.tokenizer.document_prefix() if i < cfg.vocab_size]
+        prefix = list(prefix)
         offset = len(prefix)
         n = default_induction_length(model, offset) if induction_length is None else int(induction_length)
         ids = repeated_random_tokens(model, n, induction_batch, seed, prefix)

@@ -13,6 +13,7 @@ Hooks are registered for each forward (model/hooks.py) and always removed afterw
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import time
 from collections import OrderedDict
@@ -30,7 +31,7 @@ from transformer_viewer.model.hooks import caching, hooks, reading
 from transformer_viewer.model.interventions import check_intervention, first_changed_layer, head_mask_hooks
 from transformer_viewer.model.linear import linear
 from transformer_viewer.model.overview import OverviewPooler, cell_size, n_cells
-from transformer_viewer.model.tokenizer import Tokenized, Tokenizer
+from transformer_viewer.model.tokenizer import Tokenized
 from transformer_viewer.model.trace import NextToken, Trace, resid_labels
 
 DEFAULT_MEMORY_BUDGET = 4 << 30  # bytes of captured arrays one trace may hold
@@ -54,13 +55,13 @@ class Session:
     Not thread-safe: the viewer keeps one on its worker thread.
     """
 
-    def __init__(self, loaded: LoadedModel, tokenizer: Tokenizer | None = None,
+    def __init__(self, loaded: LoadedModel, tokenizer=None,
                  pattern_dtype=np.float16, memory_budget: int = DEFAULT_MEMORY_BUDGET, keep_full: bool = False):
         self.loaded = loaded
         self.keep_full = keep_full  # also keep every (T, T) pattern and (T, n_mlp) activation in the trace
         self.model = loaded.model.eval()
         self.config = loaded.config
-        self.tokenizer = tokenizer or Tokenizer()
+        self.tokenizer = tokenizer or loaded.tokenizer  # the model's own (GPT-2's unless it brought one)
         self.pattern_dtype = np.dtype(pattern_dtype)
         self.memory_budget = memory_budget
         self.n_vocab = min(self.config.vocab_size, self.tokenizer.n_vocab)  # padded rows are ignored
@@ -87,6 +88,8 @@ class Session:
             raise ModelError(f"{len(tok.ids)} tokens do not fit the model's context of {self.config.block_size}")
         if tok.ids and max(tok.ids) >= self.config.vocab_size:
             raise ModelError(f"token id {max(tok.ids)} is outside this model's vocabulary of {self.config.vocab_size}")
+        if len(tok.special) != len(tok.ids):
+            tok = dataclasses.replace(tok, special=tuple(self.tokenizer.is_special(i) for i in tok.ids))
         self.tokens = tok
         self._ids = torch.tensor([tok.ids], dtype=torch.long, device=self.device)  # (1, T)
         self._clear_cache()
@@ -196,7 +199,7 @@ class Session:
             token_ids=np.asarray(tok.ids, dtype=np.int64), labels=tok.labels, spans=tok.spans, text=tok.text,
             dropped_tokens=self.dropped, overview_cell=cell_size(T), resid_labels=resid_labels(L),
             token_logprobs=token_lp, next=nxt, mask=mask.copy(), ablation=ablation, forward_ms=elapsed,
-            first_layer_run=start, run_id=run_id, **arrays,
+            first_layer_run=start, run_id=run_id, special=tok.special, **arrays,
         )
         self._cached_trace = trace
         return trace

@@ -1,14 +1,21 @@
-"""The GPT-2 tokenizer through tiktoken, built offline from the ranks file that ships in assets/.
+"""Tokenizers: what every backend offers, and GPT-2's through tiktoken.
 
-Nothing is ever downloaded: tiktoken is handed the ranks directly, and the file's sha256 is
-checked so a damaged install fails loudly instead of tokenizing wrongly.
+A model's tokenizer is found by its spec: "gpt2" (GPT-2's, built offline from the ranks file that
+ships in assets/; the file's sha256 is checked so a damaged install fails loudly instead of
+tokenizing wrongly) or a Hugging Face folder whose `tokenizer.json` the `tokenizers` library runs
+(`hf_tokenizer.HFTokenizer`). Both offer the same interface, which the session, the CLI and the
+views use: `encode`, `decode`, `tokenize` / `tokenize_last` (ids, visible labels, character spans,
+special flags), `label`, `is_special`, `token_bytes`, `document_prefix`, `n_vocab`, `spec`,
+`describe()`. Nothing is ever downloaded.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from importlib import resources
+from typing import Protocol
 
 import tiktoken
 import tiktoken.load
@@ -18,6 +25,8 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|
 ENDOFTEXT = "<|endoftext|>"
 ENDOFTEXT_ID = 50256
 GPT2_VOCAB = 50257
+VOCAB_PADDING = 256  # rows past the tokenizer a vocabulary may be padded with (alignment for speed)
+GPT2_PADDED_VOCAB = -(-GPT2_VOCAB // VOCAB_PADDING) * VOCAB_PADDING  # nanoGPT's 50304 fits
 
 _VISIBLE = {" ": "·", "\n": "⏎", "\t": "⇥", "\r": "␍"}
 
@@ -64,20 +73,53 @@ class Tokenized:
     labels: tuple[str, ...]  # visible label per token
     spans: tuple[tuple[int, int], ...]  # character span [start, end) of each token in the text
     text: str
+    special: tuple[bool, ...] = ()  # per token: a special token (BOS, <|endoftext|>), shown apart
+
+
+class TextTokenizer(Protocol):
+    """What the session, the CLI and the views need of a tokenizer, whatever its backend."""
+
+    spec: str  # "gpt2", or the folder holding the tokenizer.json
+    n_vocab: int  # one past the largest id it makes
+    prefix: tuple[int, ...]  # ids it starts every text with (a BOS), possibly none
+    bos_id: int | None
+    eos_id: int | None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+    def decode(self, ids) -> str: ...
+    def tokenize(self, text: str) -> Tokenized: ...
+    def tokenize_last(self, text: str, n: int) -> tuple[Tokenized, int]: ...
+    def label(self, i: int) -> str: ...
+    def is_special(self, i: int) -> bool: ...
+    def token_bytes(self, i: int) -> bytes: ...
+    def document_prefix(self) -> list[int]: ...
+    def describe(self) -> str: ...
 
 
 class Tokenizer:
     """GPT-2 BPE with display labels and character spans."""
 
-    name = "gpt2"
+    name = spec = "gpt2"
+    prefix: tuple[int, ...] = ()  # GPT-2 starts a text with nothing
+    bos_id = eos_id = ENDOFTEXT_ID
 
     def __init__(self):
         self.enc = gpt2_encoding()
         self.n_vocab = self.enc.n_vocab
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         # `<|endoftext|>` typed by the user is the special token, not five ordinary pieces.
         return self.enc.encode(text, allowed_special={ENDOFTEXT})
+
+    def is_special(self, i: int) -> bool:
+        return int(i) == ENDOFTEXT_ID
+
+    def document_prefix(self) -> list[int]:
+        """<|endoftext|>: the separator GPT-2 saw before every document."""
+        return [ENDOFTEXT_ID]
+
+    def describe(self) -> str:
+        return "gpt2"
 
     def decode(self, ids) -> str:
         return self.enc.decode(list(ids), errors="replace")
@@ -90,8 +132,11 @@ class Tokenizer:
 
     def tokenize(self, text: str) -> Tokenized:
         ids = self.encode(text)
-        labels = tuple(self.label(i) for i in ids)
-        return Tokenized(tuple(ids), labels, tuple(self.spans(ids, text)), text)
+        return self._tokenized(ids, tuple(self.spans(ids, text)), text)
+
+    def _tokenized(self, ids, spans, text: str) -> Tokenized:
+        return Tokenized(tuple(ids), tuple(self.label(i) for i in ids), tuple(spans), text,
+                         tuple(i == ENDOFTEXT_ID for i in ids))
 
     def tokenize_last(self, text: str, n: int) -> tuple[Tokenized, int]:
         """The last `n` tokens of `text` (their text and spans start where they do) and how many
@@ -101,14 +146,14 @@ class Tokenizer:
         ids = self.encode(text)
         dropped = max(0, len(ids) - n)
         if not dropped:
-            return Tokenized(tuple(ids), tuple(self.label(i) for i in ids), tuple(self.spans(ids, text)), text), 0
+            return self._tokenized(ids, self.spans(ids, text), text), 0
         kept = ids[dropped:]
         head = self.enc.decode_bytes(ids[:dropped])
         complete = _complete_prefix(head)
         start = min(len(complete.decode("utf-8", errors="replace")), len(text))
         tail = text[start:]
         spans = self.spans(kept, tail, pending=head[len(complete):])
-        return Tokenized(tuple(kept), tuple(self.label(i) for i in kept), tuple(spans), tail), dropped
+        return self._tokenized(kept, spans, tail), dropped
 
     def spans(self, ids, text: str, pending: bytes = b"") -> list[tuple[int, int]]:
         """Character span of each token. A token that ends mid-character gets the characters it
@@ -136,3 +181,61 @@ def _complete_prefix(b: bytes) -> bytes:
         except UnicodeDecodeError:
             continue
     return b  # not UTF-8 at all: count it as it decodes with replacement
+
+
+def load_tokenizer(spec: str = "gpt2", vocab_size: int | None = None):
+    """The tokenizer a spec names: "gpt2", or a folder holding a tokenizer.json (`vocab_size`: the
+    model's, for the message when the file is missing). A folder is read once per state of its
+    files, so the worker and the window share one tokenizer (a 256k vocabulary takes a second)."""
+    if spec == "gpt2":
+        return Tokenizer()
+    from transformer_viewer.model.hf_tokenizer import HFTokenizer
+    from transformer_viewer.model.tokenizer_files import SIDE_FILES, tokenizer_json_path
+
+    folder = os.path.abspath(spec)
+    tokenizer_json_path(folder, vocab_size)  # a missing file is refused before anything is cached
+    stamp = []
+    for name in ("tokenizer.json", *SIDE_FILES):
+        try:
+            st = os.stat(os.path.join(folder, name))
+            stamp.append((name, st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamp.append((name, None, None))
+    return _load_folder(HFTokenizer, folder, tuple(stamp))
+
+
+@functools.lru_cache(maxsize=2)  # the model in use and the one before: a 256k vocabulary is ~100 MB
+def _load_folder(cls, folder: str, _stamp: tuple):
+    return cls(folder)
+
+
+def decode_after(tokenizer, prefix_ids, new_ids) -> str:
+    """The text `new_ids` add after `prefix_ids`. Decoding them alone can differ: a SentencePiece
+    decoder drops the space a text starts with, and a character may begin before them."""
+    if not len(new_ids):
+        return ""
+    head = tokenizer.decode(prefix_ids)
+    full = tokenizer.decode([*prefix_ids, *new_ids])
+    return full[len(head):] if full.startswith(head) else tokenizer.decode(new_ids)
+
+
+def parse_token(spec: str | None, tokenizer, n_vocab: int, what: str = "--target") -> int | None:
+    """A token given as an integer id or as text that is exactly one token of `tokenizer`."""
+    from transformer_viewer.model.errors import ModelError
+
+    if spec is None:
+        return None
+    if spec.strip().lstrip("-").isdigit() and spec == spec.strip():
+        i = int(spec)
+        if not 0 <= i < n_vocab:
+            raise ModelError(f"{what} {i}: token ids run from 0 to {n_vocab - 1}")
+        return i
+    ids = tokenizer.encode(spec, add_special_tokens=False)
+    if len(ids) != 1:
+        pieces = " + ".join(repr(tokenizer.token_bytes(i).decode("utf-8", errors="replace")) for i in ids) or "nothing"
+        noun = "GPT-2 tokens" if tokenizer.spec == "gpt2" else "tokens of this model's tokenizer"
+        raise ModelError(f"{what} {spec!r} is {len(ids)} {noun} ({pieces}), not one; pass a single token "
+                         f"(often with its leading space, e.g. ' Paris') or an integer id")
+    if ids[0] >= n_vocab:
+        raise ModelError(f"{what} {spec!r} is token {ids[0]}, outside this model's vocabulary of {n_vocab}")
+    return ids[0]

@@ -47,6 +47,7 @@ class Trace:
     ablation: str  # "zero" or "mean"
     forward_ms: float
     first_layer_run: int  # 0 for a full run; l when layers < l were reused from the cache
+    special: tuple[bool, ...] = ()  # per token: a special token (BOS, <|endoftext|>), shown apart
     run_id: int = 0  # which of the session's runs made it (what on-demand recomputation starts from)
     attention: np.ndarray | None = None  # (L, nh, T, T) float16, only from a session made with keep_full
     mlp_post: np.ndarray | None = None  # (L, T, n_mlp), post-activation, only with keep_full

@@ -49,6 +49,7 @@ class ViewerState(QObject):
         self.mask = np.zeros((1, 1), dtype=bool)
         self.ablation = "zero"
         self.neuron: int | None = None
+        self._tokenizer = None  # (spec, tokenizer) of the model last asked about
 
     # -- derived --------------------------------------------------------------------------
     @property
@@ -74,6 +75,16 @@ class ViewerState(QObject):
     @property
     def is_masked(self) -> bool:
         return bool(self.mask.any())
+
+    def tokenizer(self):
+        """The loaded model's tokenizer, for labelling token ids. The worker has just loaded it
+        from the same files, so this is its cached object; kept per model, never re-read."""
+        from transformer_viewer.model.tokenizer import load_tokenizer  # no torch
+
+        spec = self.model_info.tokenizer if self.model_info else "gpt2"
+        if self._tokenizer is None or self._tokenizer[0] != spec:
+            self._tokenizer = (spec, load_tokenizer(spec))
+        return self._tokenizer[1]
 
     # -- setters --------------------------------------------------------------------------
     def set_model(self, info: ModelInfo | None) -> None:

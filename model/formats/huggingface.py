@@ -26,6 +26,7 @@ from transformer_viewer.model.formats import (
     shard_index,
     untrusted_json,
 )
+from transformer_viewer.model.tokenizer_files import folder_tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 # HF activation_function -> ours. "gelu_new" and "gelu_pytorch_tanh" are the same tanh curve.
@@ -66,8 +67,8 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
         key_name = lambda k: names.get(k, k)  # noqa: E731
     info = {
         "name": name or os.path.basename(os.path.normpath(folder)),
-        # The tokenizer: GPT-2's built-in one, or this folder's own tokenizer.json.
-        "tokenizer": "gpt2" if found is None else os.path.abspath(folder),
+        # "gpt2" (GPT-2's built-in tokenizer), or this folder, whose tokenizer.json is loaded with the model.
+        "tokenizer": folder_tokenizer(folder, hf),
         "training": {"source_format": "huggingface", "architectures": list(hf.get("architectures") or []),
                      "family": "GPT-2" if found is None else found[1].name},
         "key_name": key_name,

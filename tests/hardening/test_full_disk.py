@@ -146,8 +146,7 @@ def test_train_snapshot_on_a_full_disk_is_one_line_and_keeps_the_last_snapshot(t
     folder = tmp_path / "run"
     folder.mkdir()
     out = str(folder / "m.safetensors")
-    # --keep-optimizer: the resume below must find the optimizer state a finished run removes.
-    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS, "--keep-optimizer"]) == 0
+    assert main(["train", "--data", data, "--out", out, *TRAIN_FLAGS]) == 0
     capsys.readouterr()
     saved = {name: open(folder / name, "rb").read() for name in os.listdir(folder)}
     assert set(saved) == {"m.safetensors", "m.safetensors.optim"}

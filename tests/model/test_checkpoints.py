@@ -67,7 +67,7 @@ def test_native_round_trip(tmp_path):
     path = tmp_path / "m.safetensors"
     model = save_tiny(path)
     loaded = load_checkpoint(str(path))
-    assert loaded.format == "native" and loaded.config == TINY and loaded.tokenizer == "gpt2"
+    assert loaded.format == "native" and loaded.config == TINY and loaded.tokenizer.spec == "gpt2"
     x = ids(TINY.vocab_size)
     # Both under no_grad, so both take the same GEMM (model/linear.py): the same weights must then
     # give the same bits, on every CPU and thread count.

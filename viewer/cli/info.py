@@ -27,7 +27,7 @@ def describe(loaded) -> dict:
         "switches": switches(loaded.config),
         "config": loaded.config.to_dict(),
         "n_params": int(loaded.n_params),
-        "tokenizer": loaded.tokenizer,
+        "tokenizer": loaded.tokenizer.describe(),
         "device": str(loaded.device),
         "training": loaded.training,
     }

@@ -38,13 +38,18 @@ def predict(session, args) -> dict:
     mask = parse_mask_spec(args.mask, c.n_layer, c.n_head)
     nxt = session.run(mask=mask, ablation=args.ablation, position=args.position, top_k=args.top_k).next
     tok = session.tokenizer
+
+    def text(i) -> str:  # what the token stands for (a SentencePiece piece keeps its space)
+        return tok.token_bytes(int(i)).decode("utf-8", errors="replace")
+
     return {
-        "tokens": [{"id": int(i), "text": tok.decode([i])} for i in session.tokens.ids],
+        "tokens": [{"id": int(i), "text": text(i), "special": bool(s)}
+                   for i, s in zip(session.tokens.ids, session.tokens.special, strict=True)],
         "position": int(nxt.position),
         # What was run, so a saved result says which heads it lacks and how they were removed.
         "mask": [f"{layer}.{head}" for layer, head in zip(*mask.nonzero(), strict=True)],
         "ablation": args.ablation if mask.any() else None,
-        "top": [{"id": int(i), "token": tok.decode([int(i)]), "prob": float(p), "logit": float(lg)}
+        "top": [{"id": int(i), "token": text(i), "prob": float(p), "logit": float(lg)}
                 for i, p, lg in zip(nxt.top_ids, nxt.top_probs, nxt.top_logits, strict=True)],
     }
 

@@ -11,6 +11,7 @@ import json
 import sys
 
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.tokenizer import parse_token
 from transformer_viewer.viewer.cli.common import add_checkpoint_arguments, load_from_args, parse_mask_spec
 
 
@@ -18,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(p)
     p.add_argument("--prompt", required=True, help="the text to run")
     p.add_argument("--target", default=None,
-                   help="token whose log-probability is measured: one GPT-2 token as text (e.g. ' Paris') "
+                   help="token whose log-probability is measured: one token of the model's tokenizer as text (e.g. ' Paris') "
                         "or an integer id; digits alone are an id, so write a number token with its space, ' 42' (default: the baseline's top token)")
     p.add_argument("--distractor", default=None,
                    help="measure the logit difference target - distractor (equal to the log-prob difference)")
@@ -32,25 +33,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=None, help="print only the first N heads")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def parse_token(spec: str | None, tokenizer, n_vocab: int, what: str = "--target") -> int | None:
-    """A token given as an integer id or as text that is exactly one GPT-2 token."""
-    if spec is None:
-        return None
-    if spec.strip().lstrip("-").isdigit() and spec == spec.strip():
-        i = int(spec)
-        if not 0 <= i < n_vocab:
-            raise ModelError(f"{what} {i}: token ids run from 0 to {n_vocab - 1}")
-        return i
-    ids = tokenizer.encode(spec)
-    if len(ids) != 1:
-        pieces = " + ".join(repr(tokenizer.token_bytes(i).decode("utf-8", errors="replace")) for i in ids) or "nothing"
-        raise ModelError(f"{what} {spec!r} is {len(ids)} GPT-2 tokens ({pieces}), not one; pass a single token "
-                         f"(often with its leading space, e.g. ' Paris') or an integer id")
-    if ids[0] >= n_vocab:
-        raise ModelError(f"{what} {spec!r} is token {ids[0]}, outside this model's vocabulary of {n_vocab}")
-    return ids[0]
 
 
 def run(args) -> int:
@@ -114,7 +96,9 @@ def _as_json(result, order, session, name) -> dict:
     tok = session.tokenizer
 
     def token(i):
-        return None if i is None else {"id": int(i), "token": tok.decode([i]), "label": tok.label(i)}
+        if i is None:
+            return None
+        return {"id": int(i), "token": tok.token_bytes(i).decode("utf-8", errors="replace"), "label": tok.label(i)}
     return {
         "model": name,
         "prompt": session.tokens.text,

@@ -122,9 +122,10 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
             return
         lens, q = r.lens, st.query_index
         diff = self.diff.active
-        tokens = [[token_label(i) for i in row] for row in lens.top_ids.tolist()]
+        tok = st.tokenizer()  # the loaded model's
+        tokens = [[token_label(i, tok) for i in row] for row in lens.top_ids.tolist()]
         if diff:
-            clean_tokens = [[token_label(i) for i in row] for row in r.clean.top_ids.tolist()]
+            clean_tokens = [[token_label(i, tok) for i in row] for row in r.clean.top_ids.tolist()]
             self.heatmap.hover_prefix = "clean top token"
             self.heatmap.set_data(r.diff, lens.row_labels, trace.labels, levels=None, diverging=True,
                                   title="masked − clean probability of the clean model's top token",
@@ -141,7 +142,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         compact_axes(self.heatmap)
         self._draw_ranks(r, q)
         self._fill_table(r, q, tokens)
-        final = token_label(int(lens.final_ids[q]))
+        final = token_label(int(lens.final_ids[q]), self.state.tokenizer())
         first = int(np.argmax(lens.final_ranks[:, q] == 0))
         self.info.setText(f"position {q} ({trace.labels[q]!r}): final top token {final!r}, "
                           f"top from {lens.row_labels[first]} on")
@@ -158,7 +159,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         plot.plot(x, r.lens.final_ranks[:, q] + 1.0, pen=MAIN_PEN, symbol="o", symbolSize=5,
                   symbolBrush=(30, 100, 200), name="masked" if r.clean is not r.lens else None)
         set_depth_ticks(self.rank_plot, r.lens.row_labels)
-        final = token_label(int(r.lens.final_ids[q]))
+        final = token_label(int(r.lens.final_ids[q]), self.state.tokenizer())
         plot.setTitle(f"rank + 1 of the final top token {final!r}", size="9pt")
         shrinkable_title(plot)
 

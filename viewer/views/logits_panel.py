@@ -4,7 +4,6 @@ and KL(baseline || masked) over the whole vocabulary."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +22,7 @@ from PySide6.QtWidgets import (
 
 BAR_ROLE = Qt.UserRole + 1
 _BASE_BAR, _MASK_BAR = QColor(90, 140, 220, 110), QColor(220, 90, 70, 110)
+_SPECIAL = QColor(110, 60, 170)  # special tokens (BOS, <|endoftext|>), as the token strip draws them
 
 
 @dataclass(frozen=True)
@@ -51,18 +51,23 @@ def compare(baseline, masked) -> Comparison:
     return Comparison(top, float(p[top]), float(q[top]), rank, max(kl, 0.0))
 
 
-@functools.lru_cache(maxsize=1)
-def _tokenizer():
-    from transformer_viewer.model.tokenizer import Tokenizer  # tiktoken only, no torch
+def token_label(token_id: int, tokenizer=None) -> str:
+    """The visible label of a token id in `tokenizer` (default: GPT-2's)."""
+    if tokenizer is None:
+        from transformer_viewer.model.tokenizer import load_tokenizer  # tiktoken only, no torch
 
-    return Tokenizer()
-
-
-def token_label(token_id: int) -> str:
+        tokenizer = load_tokenizer("gpt2")
     try:
-        return _tokenizer().label(int(token_id))
+        return tokenizer.label(int(token_id))
     except Exception:  # noqa: BLE001 - an id past the tokenizer (padded vocab) still needs a name
         return f"<{int(token_id)}>"
+
+
+def _is_special(tokenizer, token_id: int) -> bool:
+    try:
+        return bool(tokenizer.is_special(int(token_id)))
+    except Exception:  # noqa: BLE001 - an id past the tokenizer (padded vocab) is no special token
+        return False
 
 
 def format_prob(p: float) -> str:
@@ -145,11 +150,11 @@ class LogitsPanel(QWidget):
         self.comparison = c = compare(base, masked)
         if n == 0:
             self.summary.setText(f"No heads masked: the masked column equals the baseline. "
-                                 f"Top token {token_label(c.top_id)!r} at p = {format_prob(c.p_baseline)}.")
+                                 f"Top token {token_label(c.top_id, self.state.tokenizer())!r} at p = {format_prob(c.p_baseline)}.")
             return
         sign = "+" if c.delta >= 0 else "\u2212"
         self.summary.setText(
-            f"{n} head{'s' if n != 1 else ''} masked ({ablation}). Baseline top {token_label(c.top_id)!r}: "
+            f"{n} head{'s' if n != 1 else ''} masked ({ablation}). Baseline top {token_label(c.top_id, self.state.tokenizer())!r}: "
             f"p {format_prob(c.p_baseline)} \u2192 {format_prob(c.p_masked)} ({sign}{format_prob(abs(c.delta))}), "
             f"rank 1 \u2192 {c.new_rank}. "
             f"KL(baseline \u2016 masked) = {c.kl:.4f} nats.{note}")
@@ -158,18 +163,23 @@ class LogitsPanel(QWidget):
         k = max(len(base.top_ids), len(masked.top_ids))
         self.table.setRowCount(k)
         top = int(base.top_ids[0])
+        tok = self.state.tokenizer()
         for row in range(k):
             self._set(row, 0, str(row + 1), align=Qt.AlignRight)
             for col, nt, color in ((1, base, _BASE_BAR), (3, masked, _MASK_BAR)):
                 if row >= len(nt.top_ids):
                     continue
                 tid, prob = int(nt.top_ids[row]), float(nt.top_probs[row])
-                item = self._set(row, col, token_label(tid))
-                item.setToolTip(f"id {tid}, p = {prob:.5g}, logit {float(nt.top_logits[row]):.3f}")
-                if col == 3 and tid == top:
-                    font = item.font()
-                    font.setBold(True)
-                    item.setFont(font)
+                item = self._set(row, col, token_label(tid, tok))
+                special = _is_special(tok, tid)
+                item.setToolTip(f"id {tid}, p = {prob:.5g}, logit {float(nt.top_logits[row]):.3f}"
+                                + (", a special token" if special else ""))
+                font = item.font()
+                font.setBold(col == 3 and tid == top)
+                font.setItalic(special)  # not text: drawn like the token strip's special chips
+                item.setFont(font)
+                if special:
+                    item.setForeground(_SPECIAL)
                 p_item = self._set(row, col + 1, format_prob(prob), align=Qt.AlignRight)
                 p_item.setData(BAR_ROLE, prob)
                 p_item.setData(Qt.UserRole + 2, color)

@@ -99,16 +99,13 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
 
     # -- commands -------------------------------------------------------------------------
     def tokenizer(self):
-        if self._tokenizer is None:
-            from transformer_viewer.model.tokenizer import Tokenizer
-
-            self._tokenizer = Tokenizer()
-        return self._tokenizer
+        """The loaded model's tokenizer (one given to the view, as the CLI export does, wins)."""
+        return self._tokenizer if self._tokenizer is not None else self.state.tokenizer()
 
     def parse_inputs(self, names: tuple[str, str] = ("target", "distractor")) -> tuple[int | None, int | None]:
         """(target, distractor) from the two fields; raises ModelError with one line that calls
         them by `names`."""
-        from transformer_viewer.viewer.cli.scan import parse_token
+        from transformer_viewer.model.tokenizer import parse_token
 
         info = self.state.model_info
         n_vocab = min(info.vocab_size or 50257, self.tokenizer().n_vocab) if info else self.tokenizer().n_vocab
@@ -188,7 +185,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
 
     # -- drawing --------------------------------------------------------------------------
     def _token(self, i: int | None) -> str:
-        return "" if i is None else repr(token_label(i))
+        return "" if i is None else repr(token_label(i, self.tokenizer()))
 
     def refresh(self, *_args) -> None:
         r = self.result

@@ -21,6 +21,7 @@ MODES = {"none": "nothing", "attention": "attention from the query", "surprisal"
 _ACCENT = {"attention": QColor(255, 140, 0), "surprisal": QColor(220, 60, 60)}
 _NEG, _POS = QColor(60, 110, 220), QColor(40, 160, 80)
 _BASE = QColor(238, 238, 238)
+_SPECIAL = QColor(110, 60, 170)  # border and text of special tokens (BOS, <|endoftext|>): not text of the prompt
 
 
 def _mix(a: QColor, b: QColor, t: float) -> QColor:
@@ -73,12 +74,14 @@ class ChipCanvas(QWidget):
         self._row_tops: list[int] = []  # y of each line, for hit testing
         self._row_first: list[int] = []  # first chip index of each line
         self.colors: list[QColor] = []
+        self.special: tuple[bool, ...] = ()
         self.selected: int | None = None
         self.tooltip_for = lambda i: ""
         self._laid_out_width = -1
 
-    def set_tokens(self, labels: tuple[str, ...]) -> None:
+    def set_tokens(self, labels: tuple[str, ...], special: tuple[bool, ...] = ()) -> None:
         self.labels = tuple(labels)
+        self.special = tuple(special) if len(special) == len(self.labels) else (False,) * len(self.labels)
         fm = QFontMetrics(self.font())
         self._short = [lab if len(lab) <= MAX_CHARS else lab[: MAX_CHARS - 1] + "…" for lab in self.labels]
         self._widths = [fm.horizontalAdvance(s or " ") + 2 * PAD_X for s in self._short]
@@ -143,6 +146,8 @@ class ChipCanvas(QWidget):
             return
         first = max(0, bisect.bisect_right(self._row_tops, exposed.top() - 40) - 1)
         start = self._row_first[first]
+        plain, italic = p.font(), p.font()
+        italic.setItalic(True)
         for i in range(start, len(self.rects)):
             r = self.rects[i]
             if r.top() > exposed.bottom():
@@ -152,10 +157,15 @@ class ChipCanvas(QWidget):
             bg = self.colors[i] if i < len(self.colors) else _BASE
             p.setBrush(bg)
             selected = i == self.selected
-            p.setPen(QPen(QColor(20, 20, 20), 2.5) if selected else QPen(bg.darker(125), 1))
+            special = i < len(self.special) and self.special[i]
+            if selected:
+                p.setPen(QPen(QColor(20, 20, 20), 2.5))
+            else:
+                p.setPen(QPen(_SPECIAL, 1.5, Qt.DashLine) if special else QPen(bg.darker(125), 1))
             p.drawRoundedRect(r.adjusted(1, 1, -1, -1), 4, 4)
             light = 0.299 * bg.red() + 0.587 * bg.green() + 0.114 * bg.blue() > 140
-            p.setPen(QColor(0, 0, 0) if light else QColor(255, 255, 255))
+            p.setPen((_SPECIAL if special else QColor(0, 0, 0)) if light else QColor(255, 255, 255))
+            p.setFont(italic if special else plain)
             p.drawText(r.adjusted(PAD_X, 0, -PAD_X + 1, 0), Qt.AlignVCenter | Qt.AlignLeft, self._short[i])
 
     def mousePressEvent(self, event) -> None:  # noqa: N802
@@ -210,7 +220,7 @@ class TokenStrip(QWidget):
         state.trace_changed.connect(self._on_trace)
         state.selection_changed.connect(self.refresh)
         state.neuron_changed.connect(self._on_neuron)
-        self._labels: tuple[str, ...] = ()
+        self._labels: tuple = ((), ())  # (labels, special flags) the chips show
 
     def show_selected(self) -> None:
         """Scroll so the query's line is visible, snapped to whole lines (none cut at the top)."""
@@ -242,9 +252,10 @@ class TokenStrip(QWidget):
 
     def _on_trace(self, trace) -> None:
         labels = trace.labels if trace is not None else ()
-        if labels != self._labels:
-            self._labels = labels
-            self.canvas.set_tokens(labels)
+        special = getattr(trace, "special", ()) if trace is not None else ()
+        if (labels, special) != self._labels:
+            self._labels = (labels, special)
+            self.canvas.set_tokens(labels, special)
         self.refresh()
 
     def refresh(self) -> None:
@@ -276,6 +287,8 @@ class TokenStrip(QWidget):
         if trace is None or i >= trace.n_tokens:
             return ""
         lines = [f"{trace.labels[i]!r}   id {int(trace.token_ids[i])}   position {i}"]
+        if i < len(trace.special) and trace.special[i]:
+            lines.append("special token: added by the tokenizer or typed as its name, not ordinary text")
         lp = math.nan if trace.token_logprobs is None else float(trace.token_logprobs[i])
         if trace.token_logprobs is None:
             lines.append("p: still being computed for the masked model")

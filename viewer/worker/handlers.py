@@ -100,7 +100,7 @@ class WorkerSession(Session):
         return ModelInfo(name=lm.name, format=lm.format, source=lm.source, n_layer=c.n_layer, n_head=c.n_head,
                          n_embd=c.n_embd, block_size=c.block_size, n_params=int(lm.n_params),
                          device=str(self.device), n_mlp=c.n_mlp, vocab_size=c.vocab_size,
-                         family=family_name(c, lm.training))
+                         family=family_name(c, lm.training), tokenizer=self.tokenizer.spec)
 
 
 def handle_probe(_session, _request, _progress, _is_cancelled) -> ProbeResult:

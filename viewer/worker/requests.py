@@ -134,6 +134,7 @@ class ModelInfo:
     n_mlp: int = 0
     vocab_size: int = 0
     family: str = ""  # "Llama", "GPT-2-style", ...
+    tokenizer: str = "gpt2"  # the model's tokenizer spec: "gpt2" or the folder of its tokenizer.json
 
     @property
     def params_text(self) -> str:

@@ -102,7 +102,7 @@ def test_predict_json_shape_and_values(capsys, ckpt):
     ids = Tokenizer().encode(PROMPT)
     assert [t["id"] for t in result["tokens"]] == ids
     assert "".join(t["text"] for t in result["tokens"]) == PROMPT
-    assert all(set(t) == {"id", "text"} for t in result["tokens"])
+    assert all(set(t) == {"id", "text", "special"} for t in result["tokens"])
     assert result["position"] == len(ids) - 1
     assert len(result["top"]) == 5 and all(set(t) == {"id", "token", "prob", "logit"} for t in result["top"])
     nxt = _expected(ckpt, top_k=5)

@@ -10,9 +10,8 @@ from tests.helpers.models import scaled_init_loaded
 from transformer_viewer.model.checkpoint import save_checkpoint
 from transformer_viewer.model.scan import head_scan
 from transformer_viewer.model.session import Session
-from transformer_viewer.model.tokenizer import Tokenizer
+from transformer_viewer.model.tokenizer import Tokenizer, parse_token
 from transformer_viewer.viewer.cli.main import main
-from transformer_viewer.viewer.cli.scan import parse_token
 
 
 @pytest.fixture(scope="module")

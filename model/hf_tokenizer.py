@@ -1,0 +1,270 @@
+"""A model's own `tokenizer.json`, run by Hugging Face's `tokenizers` library.
+
+Same interface as the GPT-2 `Tokenizer`: ids, visible labels, each token's character span in the
+prompt, and which tokens are special. Labels are made from the vocabulary entry itself, whatever
+the tokenizer's style: byte-level BPE (`Ġ` is a space byte), SentencePiece-style Metaspace (`▁` is a
+space), byte-fallback pieces (`<0x0A>` is the byte 0x0A); special tokens keep their text (`<s>`)
+and are flagged, so views can show them apart.
+
+The tokens a text starts with (Llama's and Gemma's BOS) are the post-processor's, unless
+`tokenizer_config.json` says `add_bos_token` explicitly. A prompt never gets an EOS appended: it is
+text to be continued, and an EOS at its end would ask what follows the end of the document.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+
+from tokenizers import Tokenizer as BackendTokenizer
+
+from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.tokenizer import Tokenized, visible_label
+from transformer_viewer.model.tokenizer_files import (
+    MAX_TOKENIZER_JSON,
+    SpecialTokens,
+    read_special_tokens,
+    read_text,
+    tokenizer_json_path,
+)
+
+MAX_INSERT = 16  # characters a normalizer may put in at once (Llama's "▁" is one)
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+METASPACE = "▁"
+
+
+@functools.lru_cache(maxsize=1)
+def byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet backwards: the printable character each byte was mapped to -> the byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+class HFTokenizer:
+    """A folder's tokenizer.json with the BOS settings of its side files."""
+
+    name = "tokenizer.json"
+
+    def __init__(self, folder: str):
+        self.spec = os.path.abspath(folder)
+        path = tokenizer_json_path(folder)
+        text = read_text(path, MAX_TOKENIZER_JSON, "tokenizer.json")
+        try:
+            # The library's parser bounds nesting (128 levels) and numbers; what it refuses is one line.
+            self._tk = BackendTokenizer.from_str(text)
+        except Exception as e:  # noqa: BLE001 - the library raises plain Exception for every malformed file
+            line = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise CheckpointError(f"{path}: not a tokenizer the tokenizers library can read ({line}); "
+                                  "restore the model's own tokenizer.json") from None
+        del text
+        # A prompt is never cut or padded behind our back: truncation is ours (tokenize_last).
+        self._tk.no_truncation()
+        self._tk.no_padding()
+        # The style, from the pieces as the library read them (small JSON, not the whole vocabulary).
+        spec = {part: _state(getattr(self._tk, part)) for part in ("normalizer", "pre_tokenizer", "decoder")}
+        self._byte_level = _has_type(spec["pre_tokenizer"], "ByteLevel") or _has_type(spec["decoder"], "ByteLevel")
+        self._space = _metaspace_char(spec)
+        longest = _longest_insert(spec["normalizer"])
+        if longest > MAX_INSERT:
+            # Each space of a prompt would grow by that much: a pasted page could take gigabytes.
+            raise CheckpointError(f"{path}: its normalizer inserts {longest} characters at a time, where a real "
+                                  f"tokenizer inserts one or two (at most {MAX_INSERT}); restore the model's own "
+                                  "tokenizer.json")
+        self._byte_fallback = bool(getattr(self._tk.model, "byte_fallback", False))
+        self._kind = type(self._tk.model).__name__  # BPE, Unigram, WordPiece, WordLevel
+        added = self._tk.get_added_tokens_decoder()
+        self._special = frozenset(i for i, t in added.items() if t.special)
+        # Ids run from 0; added tokens may sit past the model's own (get_vocab would build a
+        # dict of every token: a second for a 250k vocabulary).
+        self.n_vocab = max(self._tk.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1)
+        self._setup_special(read_special_tokens(folder))
+
+    def _setup_special(self, st: SpecialTokens) -> None:
+        config = os.path.join(self.spec, "tokenizer_config.json")
+        self.bos_id = self._tk.token_to_id(st.bos) if st.bos is not None else st.bos_id
+        self.eos_id = self._tk.token_to_id(st.eos) if st.eos is not None else st.eos_id
+        if st.add_bos is None:
+            self.prefix = tuple(self._post_processor_prefix())
+        elif st.add_bos:
+            if self.bos_id is None:
+                what = f"its bos_token {st.bos!r} is not in tokenizer.json" if st.bos else "it names no bos_token"
+                raise CheckpointError(f"{config}: add_bos_token is true but {what}; restore the model's own "
+                                      "tokenizer files")
+            self.prefix = (self.bos_id,)
+        else:
+            self.prefix = ()
+        if self.bos_id is None and self.prefix:
+            self.bos_id = self.prefix[0]
+        # BOS and EOS are shown as special even where the file forgot to mark them so.
+        self._special |= {i for i in (self.bos_id, self.eos_id, *self.prefix) if i is not None}
+
+    def _post_processor_prefix(self) -> list[int]:
+        """The ids tokenizer.json's post-processor puts before a text (its template's BOS)."""
+        plain = self._tk.encode("a", add_special_tokens=False).ids
+        full = self._tk.encode("a").ids
+        for start in range(len(full) - len(plain) + 1):
+            if full[start:start + len(plain)] == plain:
+                return full[:start]
+        return []
+
+    # -- ids ------------------------------------------------------------------------------
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """The ids the model sees for `text` (with the BOS it expects unless add_special_tokens=False).
+        Special tokens typed in the text (`<s>`) are those tokens, as in the model's own tokenizer."""
+        ids = self._tk.encode(text, add_special_tokens=False).ids
+        return [*self.prefix, *ids] if add_special_tokens else ids
+
+    def decode(self, ids) -> str:
+        return self._tk.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def document_prefix(self) -> list[int]:
+        """What a document starts with for this model: its BOS when it adds one, else its BOS or
+        EOS token (the separator GPT-2-style models see between documents), else nothing."""
+        if self.prefix:
+            return list(self.prefix)
+        sep = self.bos_id if self.bos_id is not None else self.eos_id
+        return [] if sep is None else [sep]
+
+    # -- labels ---------------------------------------------------------------------------
+    def is_special(self, i: int) -> bool:
+        return int(i) in self._special
+
+    def token_bytes(self, i: int) -> bytes:
+        """The bytes a token stands for (a special token: its text)."""
+        piece = self._tk.id_to_token(int(i))
+        if piece is None:
+            raise KeyError(f"token id {i} is not in the vocabulary")
+        if int(i) in self._special:
+            return piece.encode("utf-8")
+        if self._byte_fallback:
+            m = _BYTE_PIECE.fullmatch(piece)
+            if m:
+                return bytes([int(m.group(1), 16)])
+        if self._byte_level:
+            table = byte_decoder()
+            if all(c in table for c in piece):
+                return bytes(table[c] for c in piece)
+            return piece.encode("utf-8")  # an added token stored as plain text
+        return piece.replace(self._space, " ").encode("utf-8")
+
+    def label(self, i: int) -> str:
+        if int(i) in self._special:
+            return self._tk.id_to_token(int(i))
+        return visible_label(self.token_bytes(i))
+
+    # -- prompts --------------------------------------------------------------------------
+    def tokenize(self, text: str) -> Tokenized:
+        return self.tokenize_last(text, None)[0]
+
+    def tokenize_last(self, text: str, n: int | None) -> tuple[Tokenized, int]:
+        """The text's tokens, keeping the last `n` (the BOS stays first: the model expects it) and
+        how many were dropped; the kept text starts where the first kept token does."""
+        enc = self._tk.encode(text, add_special_tokens=False)
+        ids = enc.ids
+        prefix = list(self.prefix)
+        keep = len(ids) if n is None else max(0, min(len(ids), n - len(prefix)))
+        if n is not None and n < len(prefix):
+            prefix = prefix[len(prefix) - n:]
+        dropped = len(ids) - keep
+        if dropped:
+            # Spans of the kept tokens only (and the one before, where the first kept span starts):
+            # a 1 MB paste costs its encoding, not a Python pass over every token.
+            first = dropped - 1
+            offsets = [enc.token_to_chars(i) or (0, 0) for i in range(first, len(ids))]
+            spans = _spans(offsets, len(text))[1:]
+        else:
+            spans = _spans(enc.offsets, len(text))
+        ids = ids[dropped:]
+        start = spans[0][0] if dropped and spans else (len(text) if dropped else 0)
+        tail = text[start:]
+        spans = [(a - start, b - start) for a, b in spans]
+        all_ids = tuple(prefix + ids)
+        return Tokenized(
+            ids=all_ids,
+            labels=tuple(self.label(i) for i in all_ids),
+            spans=tuple([(0, 0)] * len(prefix) + spans),
+            text=tail,
+            special=tuple(self.is_special(i) for i in all_ids),
+        ), dropped
+
+    def describe(self) -> str:
+        style = ("byte-level " if self._byte_level else "") + self._kind + (" with byte fallback" if self._byte_fallback else "")
+        bos = f", starts texts with {self.label(self.prefix[0])!r}" if self.prefix else ""
+        return f"tokenizer.json ({style}, {self.n_vocab} tokens{bos})"
+
+
+def _spans(offsets, n_chars: int) -> list[tuple[int, int]]:
+    """Contiguous character spans from the library's offsets. A token ends where the next one's
+    text starts, at the latest: the offsets of pieces of one character all cover the character,
+    and the character belongs to the token that completes it (as for GPT-2's tokenizer). The
+    library trims spaces off some offsets; contiguity gives them back to their token."""
+    ends = [min(e, n_chars) for _s, e in offsets]
+    later_start = n_chars
+    for i in range(len(offsets) - 1, -1, -1):
+        ends[i] = min(ends[i], later_start)
+        later_start = min(later_start, offsets[i][0])
+    if ends:
+        ends[-1] = n_chars  # whatever a normalizer dropped at the end belongs to the last token
+    spans, done = [], 0
+    for e in ends:
+        end = max(done, e)
+        spans.append((done, end))
+        done = end
+    return spans
+
+
+def _state(part) -> dict | None:
+    """A normalizer's, pre-tokenizer's or decoder's own spec, as JSON the library writes."""
+    return None if part is None else json.loads(part.__getstate__())
+
+
+def _has_type(node, kind: str) -> bool:
+    """Whether a pre-tokenizer/decoder spec, or one nested in a Sequence, is of type `kind`."""
+    if isinstance(node, dict):
+        return node.get("type") == kind or any(_has_type(v, kind) for v in node.values() if isinstance(v, list))
+    if isinstance(node, list):
+        return any(_has_type(v, kind) for v in node)
+    return False
+
+
+def _longest_insert(node) -> int:
+    """The longest text a normalizer spec inserts (a Replace's content, a Prepend's prefix)."""
+    if isinstance(node, dict):
+        own = [len(node[k]) for k in ("content", "prepend") if isinstance(node.get(k), str)]
+        return max([*own, *(_longest_insert(v) for v in node.values() if isinstance(v, (dict, list)))], default=0)
+    if isinstance(node, list):
+        return max((_longest_insert(v) for v in node), default=0)
+    return 0
+
+
+def _metaspace_char(spec: dict) -> str:
+    """The character that stands for a space in vocabulary entries: Metaspace's replacement, or the
+    one a Replace decoder turns into a space (Llama 2's), else SentencePiece's usual `▁`."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("type") == "Metaspace" and isinstance(node.get("replacement"), str):
+                found.append(node["replacement"])
+            if (node.get("type") == "Replace" and node.get("content") == " "
+                    and isinstance(node.get("pattern"), dict) and isinstance(node["pattern"].get("String"), str)):
+                found.append(node["pattern"]["String"])
+            for v in node.values():
+                if isinstance(v, (dict, list)):
+                    walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(spec.get("pre_tokenizer"))
+    walk(spec.get("decoder"))
+    return next((c for c in found if c), METASPACE)

@@ -1,0 +1,138 @@
+"""The tokenizer files of a Hugging Face folder, read as untrusted input.
+
+`tokenizer.json` is the tokenizer itself (read by the `tokenizers` library);
+`tokenizer_config.json`, `special_tokens_map.json` and `generation_config.json` say which tokens
+are BOS and EOS and whether a BOS starts every text. Every file's size is bounded before it is
+read, and each malformed file gives one line naming it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import untrusted_json
+from transformer_viewer.model.tokenizer import GPT2_PADDED_VOCAB, GPT2_VOCAB
+
+TOKENIZER_JSON = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+GENERATION_CONFIG = "generation_config.json"
+SENTENCEPIECE_MODEL = "tokenizer.model"
+SIDE_FILES = (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP, GENERATION_CONFIG)
+# The largest published tokenizer.json files (Gemma 3's 262k tokens) are about 33 MB.
+MAX_TOKENIZER_JSON = 128 << 20
+MAX_SIDE_FILE = 16 << 20  # tokenizer_config.json may list every added token; the others are tiny
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """What the side files say about BOS and EOS. None: the file does not say."""
+
+    bos: str | None = None
+    eos: str | None = None
+    bos_id: int | None = None  # from generation_config.json, when no token text is given
+    eos_id: int | None = None
+    add_bos: bool | None = None  # tokenizer_config.json's add_bos_token
+
+
+def folder_tokenizer(folder: str, hf_config: dict) -> str:
+    """The tokenizer spec of a Hugging Face folder: the folder itself, whose tokenizer.json is
+    loaded with the model; or "gpt2" (read offline through tiktoken) for a GPT-2-family model
+    with GPT-2's vocabulary, or one that brings no tokenizer.json (GPT-2's is then the only
+    candidate, and a prompt with ids past its vocabulary is refused when it is set)."""
+    vocab = hf_config.get("vocab_size", GPT2_VOCAB)
+    if hf_config.get("model_type") == "gpt2":
+        gpt2_vocab = isinstance(vocab, int) and GPT2_VOCAB <= vocab <= GPT2_PADDED_VOCAB
+        if gpt2_vocab or not os.path.isfile(os.path.join(folder, TOKENIZER_JSON)):
+            return "gpt2"
+    return os.path.abspath(folder)
+
+
+def read_text(path: str, limit: int, what: str) -> str:
+    """The UTF-8 text of `path`, refused when it is larger than `limit` bytes."""
+    try:
+        size = os.path.getsize(path)
+        if size > limit:
+            raise CheckpointError(f"{path}: {size} bytes, more than the {limit >> 20} MiB a {what} may have; "
+                                  f"restore the model's own {os.path.basename(path)}")
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except PermissionError:
+        raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the folder") from None
+    try:
+        return data[:limit].decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{path}: not UTF-8 text; restore the model's own {os.path.basename(path)}") from None
+
+
+def read_json_object(path: str, what: str) -> dict:
+    """A side file's JSON object, parsed with the bounds every checkpoint JSON gets (size, nesting,
+    numbers)."""
+    fix = f"restore the model's own {what}"
+    try:
+        obj = untrusted_json.read_file(path, fix, max_bytes=MAX_SIDE_FILE)
+    except PermissionError:
+        raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: not a JSON object; {fix}")
+    return obj
+
+
+def tokenizer_json_path(folder: str, vocab_size: int | None = None) -> str:
+    """The folder's tokenizer.json; a folder without one is refused, saying why GPT-2's would not do."""
+    path = os.path.join(folder, TOKENIZER_JSON)
+    if os.path.isfile(path):
+        return path
+    vocab = f" ({vocab_size} tokens)" if vocab_size else ""
+    why = (f"the model's vocabulary{vocab} is its own, so GPT-2's tokenizer would feed it the wrong ids")
+    if os.path.isfile(os.path.join(folder, SENTENCEPIECE_MODEL)):
+        raise CheckpointError(f"{folder}: has tokenizer.model but no tokenizer.json, and {why}; convert it once with "
+                              "transformers (AutoTokenizer.from_pretrained(folder).save_pretrained(folder))")
+    raise CheckpointError(f"{folder}: tokenizer.json is missing, and {why}; copy the model's tokenizer.json "
+                          "into the folder")
+
+
+def read_special_tokens(folder: str) -> SpecialTokens:
+    """BOS/EOS from tokenizer_config.json, then special_tokens_map.json, then generation_config.json."""
+    found: dict = {}
+    config_path = os.path.join(folder, TOKENIZER_CONFIG)
+    for name in (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        data = read_json_object(path, name)
+        for key in ("bos", "eos"):
+            if f"{key}_token" in data:  # checked in every file, used from the first that names it
+                found.setdefault(key, _token_text(data[f"{key}_token"], path, f"{key}_token"))
+        if path == config_path and "add_bos_token" in data:
+            if not isinstance(data["add_bos_token"], bool):
+                raise CheckpointError(f"{path}: add_bos_token is {data['add_bos_token']!r}, not true or false; "
+                                      "restore the model's own tokenizer_config.json")
+            found["add_bos"] = data["add_bos_token"]
+    path = os.path.join(folder, GENERATION_CONFIG)
+    if os.path.isfile(path):
+        data = read_json_object(path, GENERATION_CONFIG)
+        for key in ("bos", "eos"):
+            value = data.get(f"{key}_token_id")
+            if isinstance(value, list):  # several EOS ids: the first is the one a text ends with
+                value = value[0] if value else None
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                found[f"{key}_id"] = value
+    return SpecialTokens(bos=found.get("bos"), eos=found.get("eos"), bos_id=found.get("bos_id"),
+                         eos_id=found.get("eos_id"), add_bos=found.get("add_bos"))
+
+
+def _token_text(value, path: str, key: str) -> str | None:
+    """A special token as the files spell it: a string, null, or {"content": ...} (older files)."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    if value is None or isinstance(value, str):
+        return value
+    raise CheckpointError(f"{path}: {key} is {type(value).__name__}, not a token string; "
+                          f"restore the model's own {os.path.basename(path)}")
