@@ -26,6 +26,8 @@ from transformer_viewer.model.formats import (
     shard_index,
     untrusted_json,
 )
+from transformer_viewer.model.formats.hf_families.common import Fields
+from transformer_viewer.model.formats.schema import describe_value
 from transformer_viewer.model.tokenizer_files import folder_tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -98,34 +100,34 @@ def config_from_hf(hf: dict, folder: str) -> GPTConfig:
     if model_type != "gpt2":
         raise CheckpointError(f"{folder}: config.json says model_type {model_type!r} ({arch}); only the GPT-2 "
                               "family (model_type \"gpt2\": gpt2, distilgpt2, gpt2-medium, ...) is supported")
-    act = hf.get("activation_function", "gelu_new")
-    if act not in ACTIVATIONS:
-        raise CheckpointError(f"{folder}: activation_function {act!r} is not supported; "
+    f = Fields(hf, folder, arch)  # every value type-checked: the file is untrusted
+    act = f.get("activation_function", "gelu_new")
+    if not isinstance(act, str) or act not in ACTIVATIONS:
+        raise CheckpointError(f"{folder}: activation_function {describe_value(act)} is not supported; "
                               f"use one of {', '.join(ACTIVATIONS)}")
     for field, ok, why in (
         ("scale_attn_weights", True, "unscaled attention"),
         ("scale_attn_by_inverse_layer_idx", False, "attention scaled by 1/layer"),
         ("add_cross_attention", False, "cross-attention"),
     ):
-        if bool(hf.get(field, ok)) != ok:
+        if f.flag(field, ok) != ok:
             raise CheckpointError(f"{folder}: config.json sets {field}={hf[field]} ({why}), which this decoder "
                                   "does not implement")
-    n_embd = hf.get("n_embd", 768)
     n_inner = hf.get("n_inner")
     try:
         return GPTConfig(
-            block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
-            vocab_size=hf.get("vocab_size", 50257),
-            n_layer=hf.get("n_layer", 12),
-            n_head=hf.get("n_head", 12),
-            n_embd=n_embd,
-            dropout=float(hf.get("resid_pdrop", 0.0) or 0.0),
+            block_size=f.int("n_positions", f.int("n_ctx", 1024)),
+            vocab_size=f.int("vocab_size", 50257),
+            n_layer=f.int("n_layer", 12),
+            n_head=f.int("n_head", 12),
+            n_embd=f.int("n_embd", 768),
+            dropout=f.num("resid_pdrop", 0.0),
             bias=True,
             activation=ACTIVATIONS[act],
             positional="learned",
-            tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
-            layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-            n_mlp=n_inner if n_inner is not None else 0,
+            tie_embeddings=f.flag("tie_word_embeddings", True),
+            layer_norm_eps=f.num("layer_norm_epsilon", 1e-5),
+            n_mlp=f.int("n_inner") if n_inner is not None else 0,
         )
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{folder}: bad config.json: {e}") from None
