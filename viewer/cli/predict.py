@@ -69,7 +69,10 @@ def run(args) -> int:
               f"kept its last {len(session.tokens.ids)}, positions count from there", file=sys.stderr)
     result = predict(session, args)
     if args.json:
-        print(json.dumps(result, ensure_ascii=False))
+        from transformer_viewer.viewer.cli.info import json_safe
+
+        # Strict JSON: a model whose finite weights overflow gives NaN logits, which JSON cannot hold.
+        print(json.dumps(json_safe(result), ensure_ascii=False, allow_nan=False))
     else:
         print(format_text(result, session, args))
     return 0

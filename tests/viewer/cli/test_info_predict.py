@@ -114,6 +114,22 @@ def test_predict_json_shape_and_values(capsys, ckpt):
     assert probs == sorted(probs, reverse=True)
 
 
+def test_predict_json_stays_strict_json_when_logits_overflow(capsys, tmp_path):
+    """Finite weights can still overflow float32 (3e38 * 4): the logits are NaN, and JSON has no NaN."""
+    from tests.helpers.models import tiny_gpt
+    from transformer_viewer.model.checkpoint import save_checkpoint
+
+    model = tiny_gpt(TINY, 5)
+    with torch.no_grad():
+        model.blocks[0].mlp.c_proj.weight.fill_(3e38)
+    path = tmp_path / "overflowing.safetensors"
+    save_checkpoint(model, str(path))
+    rc, out, _ = cli(capsys, "predict", str(path), "--prompt", PROMPT, "--json", "--top-k", "3")
+    assert rc == 0
+    result = json.loads(out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert any(t["logit"] is None for t in result["top"])
+
+
 def test_predict_with_masks_position_and_mean_ablation(capsys, ckpt):
     argv = ["predict", "--checkpoint", ckpt, "--prompt", PROMPT, "--json", "--device", "cpu", "--position", "3"]
     _, clean_out, _ = cli(capsys, *argv)
