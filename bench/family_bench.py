@@ -65,7 +65,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         hf = make_folder(folder)
         loaded = load_ours(folder)
-    session = Session(loaded)
+    session = Session(loaded, keep_full=True)  # what the window keeps today: every full pattern
     L, nh = loaded.config.n_layer, loaded.config.n_head
     rows = []
     result = {"machine": machine(), "versions": versions(), "threads": args.threads, "shape": SHAPE, "rows": rows}

@@ -44,7 +44,7 @@ def main(folder: str, threads: int, reps: int, lengths: list[int]) -> dict:
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     loaded, _ = common.load_ours(folder)
-    session = Session(loaded)
+    session = Session(loaded, keep_full=True)  # what the window keeps today: every full pattern
     L, nh = loaded.config.n_layer, loaded.config.n_head
     rows = []
     for T in lengths:

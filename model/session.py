@@ -169,7 +169,11 @@ class Session:
         L = self.config.n_layer
         arrays = self._trace_arrays(T, start)
         resid_names = [f"blocks.{layer}.hook_resid_pre" for layer in range(start, L)]
-        poolers = {layer: OverviewPooler(self.config.n_head, T, self.device) for layer in range(start, L)}
+        # A prompt of at most MAX_CELLS tokens is its own overview: with the full patterns kept,
+        # the trace shares them instead of pooling 1 x 1 cells (a copy of every pattern).
+        share = self.keep_full and cell_size(T) == 1
+        poolers = {} if share else {layer: OverviewPooler(self.config.n_head, T, self.device)
+                                    for layer in range(start, L)}
         # Overviews pooled from the blocks of pattern rows as they pass; with keep_full, from
         # the whole pattern the trace keeps anyway.
         observers = {} if self.keep_full else poolers
@@ -180,6 +184,8 @@ class Session:
             final = self.model.run_blocks(x, start)
         for layer, pooler in poolers.items():
             pooler.finish(arrays["overview_max"][layer], arrays["overview_mean"][layer])
+        if share:
+            arrays["overview_max"] = arrays["overview_mean"] = arrays["attention"]
         new_resid = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
         for layer in range(start, L):
             new_resid[layer] = kept[f"blocks.{layer}.hook_resid_pre"]
@@ -291,9 +297,10 @@ class Session:
             if self.keep_full:
                 readers += [
                     (f"{b}.attn.hook_pattern", partial(_store, arrays["attention"][layer])),
-                    (f"{b}.attn.hook_pattern", partial(poolers[layer], 0)),
                     (f"{b}.mlp.hook_post", partial(_store, arrays["mlp_post"][layer])),
                 ]
+                if layer in poolers:
+                    readers.append((f"{b}.attn.hook_pattern", partial(poolers[layer], 0)))
         readers.append((f"blocks.{L - 1}.hook_resid_post", partial(_store_norm, norms[2 * L + 1])))
         return readers
 

@@ -72,16 +72,7 @@ def read_text(path: str, limit: int, what: str) -> str:
 def read_json_object(path: str, what: str) -> dict:
     """A side file's JSON object, parsed with the bounds every checkpoint JSON gets (size, nesting,
     numbers)."""
-    fix = f"restore the model's own {what}"
-    try:
-        obj = untrusted_json.read_file(path, fix, max_bytes=MAX_SIDE_FILE)
-    except PermissionError:
-        raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{path}: not a JSON object; {fix}")
-    return obj
+    return untrusted_json.read_object(path, f"restore the model's own {what}", max_bytes=MAX_SIDE_FILE)
 
 
 def tokenizer_json_path(folder: str, vocab_size: int | None = None) -> str:

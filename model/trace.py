@@ -63,7 +63,7 @@ class Trace:
                   self.mlp_argmax, self.mlp_mean, self.head_norms, self.token_logprobs, self.next.probs,
                   self.next.top_ids, self.next.top_probs, self.next.top_logits, self.mask, self.attention,
                   self.mlp_post]
-        return sum(a.nbytes for a in arrays if a is not None)
+        return sum(a.nbytes for a in {id(a): a for a in arrays if a is not None}.values())  # shared once
 
 
 def resid_labels(n_layer: int) -> tuple[str, ...]:

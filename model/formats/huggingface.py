@@ -81,16 +81,7 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
 def read_config_json(folder: str) -> dict:
     """config.json, parsed with bounds (size, nesting, numbers): it is as untrusted as the weights."""
     path = os.path.join(folder, "config.json")
-    fix = "restore the model's config.json"
-    try:
-        hf = untrusted_json.read_file(path, fix)
-    except PermissionError:
-        raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
-    if not isinstance(hf, dict):
-        raise CheckpointError(f"{path}: not a JSON object; restore the model's config.json")
-    return hf
+    return untrusted_json.read_object(path, "restore the model's config.json")
 
 
 def config_from_hf(hf: dict, folder: str) -> GPTConfig:

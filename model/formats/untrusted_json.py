@@ -71,6 +71,20 @@ def read_file(path: str, fix: str, where: str | None = None, max_bytes: int = MA
     return parse(read_bytes(path, max_bytes, fix), where or path, fix)
 
 
+def read_object(path: str, fix: str, max_bytes: int = MAX_JSON_BYTES) -> dict:
+    """A JSON object from a file (config.json, tokenizer_config.json, ...), with the bounds above; a
+    file that cannot be read or holds anything but an object is one line ending in `fix`."""
+    try:
+        obj = read_file(path, fix, max_bytes=max_bytes)
+    except PermissionError:
+        raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: not a JSON object; {fix}")
+    return obj
+
+
 def read_bytes(path: str, max_bytes: int, fix: str) -> bytes:
     """The whole file, refused unread when it is larger than `max_bytes`."""
     with open(path, "rb") as f:
