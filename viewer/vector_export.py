@@ -133,10 +133,10 @@ def _scenes(target):
 
 def render_svg(target, size=None, title: str = "transformer-viewer") -> bytes:
     """The SVG document of `target`, in memory."""
-    from PySide6 import QtCore, QtGui
+    from PySide6 import QtCore
     from PySide6.QtSvg import QSvgGenerator
 
-    from transformer_viewer.viewer.export import _render, _sized
+    from transformer_viewer.viewer.export import _sized
 
     view, widget, scenes = _scenes(target)
     buffer = QtCore.QBuffer()
@@ -149,13 +149,7 @@ def render_svg(target, size=None, title: str = "transformer-viewer") -> bytes:
         gen.setResolution(96)  # CSS pixels: width/height in mm then match w x h px
         gen.setTitle(title)
         gen.setDescription("exported by transformer-viewer")
-        painter = QtGui.QPainter()
-        if not painter.begin(gen):
-            raise ExportError(f"Qt could not render the {w}x{h} view as SVG; export a PNG instead")
-        try:
-            _render(view, widget, painter, w, h)
-        finally:
-            painter.end()
+        _paint(gen, "SVG", view, widget, w, h)
     return finish_svg(bytes(buffer.data()))
 
 
@@ -163,7 +157,7 @@ def render_pdf(target, size=None, title: str = "transformer-viewer") -> bytes:
     """A one-page vector PDF of `target`, the page the size of the view (1 px = 1/96 inch)."""
     from PySide6 import QtCore, QtGui
 
-    from transformer_viewer.viewer.export import _render, _sized
+    from transformer_viewer.viewer.export import _sized
 
     view, widget, scenes = _scenes(target)
     buffer = QtCore.QBuffer()
@@ -175,14 +169,23 @@ def render_pdf(target, size=None, title: str = "transformer-viewer") -> bytes:
         writer.setCreator("transformer-viewer")
         page = QtGui.QPageSize(QtCore.QSizeF(w * 72 / 96, h * 72 / 96), QtGui.QPageSize.Unit.Point, "view")
         writer.setPageLayout(QtGui.QPageLayout(page, QtGui.QPageLayout.Orientation.Portrait, QtCore.QMarginsF(0, 0, 0, 0)))
-        painter = QtGui.QPainter()
-        if not painter.begin(writer):
-            raise ExportError(f"Qt could not render the {w}x{h} view as PDF; export a PNG instead")
-        try:
-            _render(view, widget, painter, w, h)
-        finally:
-            painter.end()
+        _paint(writer, "PDF", view, widget, w, h)
     return bytes(buffer.data())
+
+
+def _paint(device, kind: str, view, widget, w: int, h: int) -> None:
+    """Render the view onto a vector paint device; a device Qt cannot paint on is one line."""
+    from PySide6 import QtGui
+
+    from transformer_viewer.viewer.export import _render
+
+    painter = QtGui.QPainter()
+    if not painter.begin(device):
+        raise ExportError(f"Qt could not render the {w}x{h} view as {kind}; export a PNG instead")
+    try:
+        _render(view, widget, painter, w, h)
+    finally:
+        painter.end()
 
 
 def export_svg(target, path, size=None, title: str = "transformer-viewer") -> str:

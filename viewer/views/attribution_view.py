@@ -12,7 +12,7 @@ from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
 from transformer_viewer.viewer.views.logits_panel import token_label
-from transformer_viewer.viewer.views.parts import ExportButton, head_labels, layer_labels
+from transformer_viewer.viewer.views.parts import ExportButton, head_labels, layer_labels, view_bar
 
 
 class AttributionView(HeatmapExport, QtWidgets.QWidget):
@@ -25,10 +25,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         self.info = QtWidgets.QLabel("run a prompt to see each head's direct effect on the prediction")
         self.info.setWordWrap(True)
         self.export_button = ExportButton(self, "head_attribution")
-        bar = QtWidgets.QHBoxLayout()
-        bar.setContentsMargins(4, 2, 4, 0)
-        bar.addWidget(self.info, 1)
-        bar.addWidget(self.export_button)
+        bar = view_bar(self.info, self.export_button)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)

@@ -11,7 +11,7 @@ import numpy as np
 from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
-from transformer_viewer.viewer.views.parts import ExportButton
+from transformer_viewer.viewer.views.parts import ExportButton, view_bar
 
 
 def attention_diff(trace, clean, layer: int, head: int) -> np.ndarray:
@@ -27,10 +27,7 @@ class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
         self.info = QtWidgets.QLabel("")
         self.info.setWordWrap(True)
         self.export_button = ExportButton(self, "attention_diff")
-        bar = QtWidgets.QHBoxLayout()
-        bar.setContentsMargins(4, 2, 4, 0)
-        bar.addWidget(self.info, 1)
-        bar.addWidget(self.export_button)
+        bar = view_bar(self.info, self.export_button)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)

@@ -26,6 +26,7 @@ from transformer_viewer.viewer.views.parts import (
     depth_plot,
     set_depth_ticks,
     shrinkable_title,
+    view_bar,
 )
 
 
@@ -48,11 +49,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         self.info = QtWidgets.QLabel("")
         self.info.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
 
-        bar = QtWidgets.QHBoxLayout()
-        bar.setContentsMargins(4, 2, 4, 0)
-        bar.addWidget(self.diff)
-        bar.addWidget(self.info, 1)
-        bar.addWidget(self.export_button)
+        bar = view_bar(self.info, self.export_button, self.diff)
         side = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         side.setChildrenCollapsible(False)
         side.addWidget(self.rank_plot)

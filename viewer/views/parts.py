@@ -72,6 +72,17 @@ class AdaptiveSplitter(QtWidgets.QSplitter):
         super().resizeEvent(event)
 
 
+def view_bar(info: QtWidgets.QLabel, export_button: QtWidgets.QWidget, *controls) -> QtWidgets.QHBoxLayout:
+    """The row above a view: its controls, its info line taking the spare width, its export button."""
+    bar = QtWidgets.QHBoxLayout()
+    bar.setContentsMargins(4, 2, 4, 0)
+    for widget in controls:
+        bar.addWidget(widget)
+    bar.addWidget(info, 1)
+    bar.addWidget(export_button)
+    return bar
+
+
 class ExportButton(QtWidgets.QToolButton):
     """"Export ▾": PNG, SVG, .npy, .csv of `view` (which has the export protocol)."""
 

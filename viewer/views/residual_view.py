@@ -23,6 +23,7 @@ from transformer_viewer.viewer.views.parts import (
     head_labels,
     set_depth_ticks,
     shrinkable_title,
+    view_bar,
 )
 
 NORM_COLORMAP = "viridis"
@@ -57,12 +58,7 @@ class ResidualView(QtWidgets.QWidget):
         self.info = QtWidgets.QLabel("")
         self.info.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
 
-        bar = QtWidgets.QHBoxLayout()
-        bar.setContentsMargins(4, 2, 4, 0)
-        bar.addWidget(self.diff)
-        bar.addWidget(self.log_box)
-        bar.addWidget(self.info, 1)
-        bar.addWidget(self.export_button)
+        bar = view_bar(self.info, self.export_button, self.diff, self.log_box)
         # Wide: the three panels side by side; narrow (a tab in the middle): the norms on top.
         lower = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
         lower.setChildrenCollapsible(False)
