@@ -13,6 +13,8 @@ Signals (each emitted only when the value really changed):
 - `mask_changed(np.ndarray)`: the (L, nh) head mask or the ablation ("zero"/"mean") changed.
 - `neuron_changed(int | None)`: the MLP neuron chips are coloured by (of `layer`).
 - `prompt_changed(str)`: the prompt text to run (the editor and e.g. generation set it).
+- `activations_changed(int)`: MLP activations of that layer arrived from the worker
+  (`layer_activations` has them now).
 
 `query` is None for "the last token"; `query_index` resolves it against the current trace.
 """
@@ -36,6 +38,7 @@ class ViewerState(QObject):
     mask_changed = Signal(object)
     neuron_changed = Signal(object)
     prompt_changed = Signal(object)  # str; `object` passes a long prompt without UTF-16 round trips
+    activations_changed = Signal(int)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -50,6 +53,7 @@ class ViewerState(QObject):
         self.ablation = "zero"
         self.neuron: int | None = None
         self._tokenizer = None  # (spec, tokenizer) of the model last asked about
+        self._activations: dict[tuple[int, int], np.ndarray] = {}  # (run_id, layer) -> (T, n_mlp)
 
     # -- derived --------------------------------------------------------------------------
     @property
@@ -76,6 +80,15 @@ class ViewerState(QObject):
     def is_masked(self) -> bool:
         return bool(self.mask.any())
 
+    def layer_activations(self, trace, layer: int) -> np.ndarray | None:
+        """(T, n_mlp) MLP post-activations of `layer` in `trace`'s run: the trace's own when it
+        kept them, else what the worker sent (None: not fetched yet; the MLP view asks for them)."""
+        if trace is None:
+            return None
+        if trace.mlp_post is not None:
+            return trace.mlp_post[layer]
+        return self._activations.get((trace.run_id, layer))
+
     def tokenizer(self):
         """The loaded model's tokenizer, for labelling token ids. The worker has just loaded it
         from the same files, so this is its cached object; kept per model, never re-read."""
@@ -95,6 +108,7 @@ class ViewerState(QObject):
         if not same_shape or old.source != info.source:
             self.trace = None
             self.clean_trace = None
+            self._activations = {}
             self.mask = np.zeros((self.n_layer, self.n_head), dtype=bool)
             self.neuron = None
             self.layer = min(self.layer, self.n_layer - 1)
@@ -116,7 +130,20 @@ class ViewerState(QObject):
             self.clean_trace_changed.emit(clean)
         if trace is not self.trace:
             self.trace = trace
+            runs = self._run_ids()
+            self._activations = {k: v for k, v in self._activations.items() if k[0] in runs}
             self.trace_changed.emit(trace)
+
+    def set_layer_activations(self, layer: int, acts: dict) -> None:
+        """Keep the worker's activations of `layer` ({run_id: (T, n_mlp)}) for the current traces
+        only: one layer's worth for the masked and the clean run at most."""
+        runs = self._run_ids()
+        self._activations = {k: v for k, v in self._activations.items() if k[0] in runs and k[1] == layer}
+        self._activations.update({(r, layer): a for r, a in acts.items() if r in runs})
+        self.activations_changed.emit(int(layer))
+
+    def _run_ids(self) -> set[int]:
+        return {t.run_id for t in (self.trace, self.clean_trace) if t is not None}
 
     def set_selection(self, layer: int | None = None, head: int | None = None, query: int | None = None,
                       *, clear_query: bool = False) -> None:

@@ -1,9 +1,14 @@
-"""MLP neurons of the selected layer: post-activation heatmap (neurons x tokens) and the top-k
-neurons of the selected token. Clicking a neuron colours the token chips by it (state.set_neuron).
+"""MLP neurons of the selected layer: post-activation heatmap (neurons x tokens) and a table of
+neurons. Clicking a neuron colours the token chips by it (state.set_neuron).
 
-Neurons are ordered by their largest activation over the prompt, by their activation on the
-selected token, or by index; the heatmap shows the first `rows` of that order. With "Diff" on
-it shows masked minus clean activations, ordered by the largest absolute change.
+A trace keeps only per-neuron summaries (max, its token, mean) of every layer; the layer's full
+(T, n_mlp) activations come from the worker when the view (or the token strip) needs them, and
+until they do the table lists the neurons by their summaries. Neurons are ordered by their
+largest activation over the prompt, by their activation on the selected token, or by index;
+the heatmap shows the first `rows` of that order (at most MAX_ROWS: a layer may have 16k
+neurons), its token axis pooled by the block maximum when the prompt is longer than the
+screen is wide. With "Diff" on it shows masked minus clean activations, ordered by the largest
+absolute change.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
+from transformer_viewer.viewer.views.decimate import column_blocks, column_labels, pool
+from transformer_viewer.viewer.views.heatmap import HeatmapView
 from transformer_viewer.viewer.views.parts import (
     AdaptiveSplitter,
     DiffToggle,
@@ -22,39 +28,65 @@ from transformer_viewer.viewer.views.parts import (
 
 SORTS = {"max": "max activation", "token": "activation on the selected token", "index": "neuron index"}
 TOP_K = 12
+MAX_ROWS = 1024  # heatmap rows; the order still ranks every neuron
 
 
-def mlp_matrix(trace, clean, layer: int, diff: bool) -> np.ndarray:
-    """(n_mlp, T) float32 post-activations (or masked - clean) of `layer`, neurons on rows."""
-    acts = trace.mlp_post[layer].astype(np.float32).T  # (T, n_mlp) -> (n_mlp, T)
-    if diff:
-        acts = acts - clean.mlp_post[layer].astype(np.float32).T
-    return acts
-
-
-def neuron_order(acts: np.ndarray, sort: str, query: int, diff: bool = False) -> np.ndarray:
-    """Neuron indices in display order; ties keep index order (stable sort)."""
-    if sort == "index":
-        return np.arange(acts.shape[0])
-    key = np.abs(acts) if diff else acts
-    values = key.max(axis=1) if sort == "max" else key[:, query]
+def neuron_order(acts: np.ndarray, sort: str, query: int, clean: np.ndarray | None = None,
+                 peak: np.ndarray | None = None) -> np.ndarray:
+    """Neuron indices in display order from (T, n_mlp) activations (minus `clean`: by |change|);
+    `peak` (n_mlp,) is the per-neuron key of the "max" sort when it is already known (the
+    trace's summary, or the largest |change|). Ties keep index order (stable sort)."""
     if sort not in SORTS:
         raise ValueError(f"unknown sort {sort!r}; use one of {', '.join(SORTS)}")
+    if sort == "index":
+        return np.arange(acts.shape[1])
+    if sort == "token":
+        values = acts[query].astype(np.float32)
+        if clean is not None:
+            values = np.abs(values - clean[query].astype(np.float32))
+    elif peak is not None:
+        values = peak
+    else:
+        values = largest_change(acts, clean) if clean is not None else acts.max(axis=0)
     return np.argsort(-values, kind="stable")
 
 
-def top_neurons(acts: np.ndarray, query: int, k: int = TOP_K, diff: bool = False) -> list[tuple[int, float]]:
-    """The k neurons with the largest activation (|change| in diff mode) on token `query`."""
-    col = acts[:, query]
-    order = np.argsort(-(np.abs(col) if diff else col), kind="stable")[:k]
+def largest_change(acts: np.ndarray, clean: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """(n_mlp,) max over tokens of |acts - clean|, a block of tokens at a time (no (T, n_mlp)
+    temporary: 8k tokens x 16k neurons would be half a gigabyte)."""
+    out = np.zeros(acts.shape[1], dtype=np.float32)
+    for a in range(0, acts.shape[0], chunk):
+        d = np.abs(acts[a:a + chunk].astype(np.float32) - clean[a:a + chunk].astype(np.float32))
+        np.maximum(out, d.max(axis=0), out=out)
+    return out
+
+
+def neuron_rows(acts: np.ndarray, order: np.ndarray, clean: np.ndarray | None = None) -> np.ndarray:
+    """(len(order), T) float32: the ordered neurons' activations (or masked - clean) over the tokens."""
+    m = acts[:, order].astype(np.float32).T  # (T, k) -> (k, T)
+    if clean is not None:
+        m = m - clean[:, order].astype(np.float32).T
+    return np.ascontiguousarray(m)
+
+
+def top_neurons(acts: np.ndarray, query: int, k: int = TOP_K, clean: np.ndarray | None = None) -> list[tuple[int, float]]:
+    """The k neurons with the largest activation (|change| against `clean`) on token `query`."""
+    col = acts[query].astype(np.float32)
+    if clean is not None:
+        col = col - clean[query].astype(np.float32)
+    order = np.argsort(-(np.abs(col) if clean is not None else col), kind="stable")[:k]
     return [(int(n), float(col[n])) for n in order]
 
 
-class MLPView(HeatmapExport, QtWidgets.QWidget):
-    def __init__(self, state, parent=None):
+class MLPView(QtWidgets.QWidget):
+    def __init__(self, state, worker=None, parent=None):
         super().__init__(parent)
-        self.state = state
+        self.state, self.worker = state, worker
         self._order = np.zeros(0, dtype=np.int64)
+        self._full = np.zeros((0, 0), dtype=np.float32)  # (rows, T) what export writes
+        self._tokens = np.zeros((0, 0), dtype=np.int64)  # (rows, columns) token of each drawn cell
+        self._asked = None  # (run ids, layer) of the request in flight
+        self._peak_cache = (None, None)  # ((id(acts), id(clean)), largest |change|)
         self.heatmap = HeatmapView()
         self.sort_combo = QtWidgets.QComboBox()
         for key, text in SORTS.items():
@@ -62,16 +94,16 @@ class MLPView(HeatmapExport, QtWidgets.QWidget):
         self.sort_combo.setToolTip("Order of the neuron rows")
         self.sort_combo.currentIndexChanged.connect(self.refresh)
         self.rows_spin = QtWidgets.QSpinBox()
-        self.rows_spin.setRange(1, 1 << 16)
+        self.rows_spin.setRange(1, MAX_ROWS)
         self.rows_spin.setValue(64)
         self.rows_spin.setPrefix("rows ")
-        self.rows_spin.setToolTip("How many neurons (in the chosen order) the heatmap shows")
+        self.rows_spin.setToolTip(f"How many neurons (in the chosen order) the heatmap shows, at most {MAX_ROWS}")
         self.rows_spin.valueChanged.connect(self.refresh)
         self.diff = DiffToggle(state)
         self.diff.toggled.connect(self.refresh)
         self.export_button = ExportButton(self, "mlp")
-        self.top_table = QtWidgets.QTableWidget(0, 2)
-        self.top_table.setHorizontalHeaderLabels(["neuron", "activation"])
+        self.top_table = QtWidgets.QTableWidget(0, 4)
+        self.top_table.setHorizontalHeaderLabels(["neuron", "activation", "max", "at token"])
         compact_table(self.top_table)
         self.top_table.setMinimumWidth(190)
         self.top_table.cellClicked.connect(self._on_table_click)
@@ -110,6 +142,7 @@ class MLPView(HeatmapExport, QtWidgets.QWidget):
         state.trace_changed.connect(self.refresh)
         state.selection_changed.connect(self.refresh)
         state.neuron_changed.connect(lambda _n: self.refresh())
+        state.activations_changed.connect(lambda _layer: self.refresh())
         self.refresh()
 
     # -- export protocol ------------------------------------------------------------------
@@ -120,42 +153,128 @@ class MLPView(HeatmapExport, QtWidgets.QWidget):
         """Neuron index of each displayed row."""
         return self._order
 
+    def export_target(self):
+        return self.heatmap.export_target()
+
+    def matrix(self) -> np.ndarray:
+        """The shown neurons over every token at full resolution (the picture may pool tokens)."""
+        return self._full
+
+    def row_labels(self):
+        return self.heatmap.row_labels()
+
+    def col_labels(self):
+        trace = self.state.trace
+        return trace.labels if trace is not None and self._full.size else ()
+
+    # -- the layer's activations ----------------------------------------------------------
+    def _activations(self, layer: int, diff: bool):
+        """(acts, clean) of the layer, asking the worker for what is missing; None while waiting."""
+        st = self.state
+        acts = st.layer_activations(st.trace, layer)
+        clean = st.layer_activations(st.clean_trace, layer) if diff else None
+        if acts is not None and (clean is not None or not diff):
+            return acts, clean
+        runs = tuple(t.run_id for t, have in ((st.trace, acts), (st.clean_trace, clean if diff else acts))
+                     if have is None)
+        wanted = self.worker is not None and (self.isVisible() or st.neuron is not None)
+        if wanted and self._asked != (runs, layer):
+            self._request(runs, layer)
+            acts = st.layer_activations(st.trace, layer)  # an inline worker has answered already
+            clean = st.layer_activations(st.clean_trace, layer) if diff else None
+            if acts is not None and (clean is not None or not diff):
+                return acts, clean
+        return None
+
+    def _request(self, runs: tuple[int, ...], layer: int) -> None:
+        from transformer_viewer.viewer.worker.mlp import MlpActivationsRequest
+
+        self._asked = (runs, layer)
+
+        def arrived(answer) -> None:
+            self._asked = None
+            self.state.set_layer_activations(answer.value.layer, answer.value.acts)
+
+        def failed(failure) -> None:
+            self._asked = None
+            if not failure.cancelled:
+                self.top_title.setText(f"MLP activations: {failure.message}")
+        self.worker.submit(MlpActivationsRequest(run_ids=runs, layer=layer), on_result=arrived, on_failure=failed)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt name
+        super().showEvent(event)
+        self.refresh()  # hidden, the view asked for nothing
+
     # -- drawing --------------------------------------------------------------------------
     def refresh(self, *_args) -> None:
         st = self.state
         trace = st.trace
-        if trace is None:
+        if trace is None or not 0 <= st.layer < trace.mlp_max.shape[0]:
             return
         layer, q = st.layer, st.query_index
         diff = self.diff.active
-        acts = mlp_matrix(trace, st.clean_trace, layer, diff)  # (n_mlp, T)
+        got = self._activations(layer, diff)
+        if got is None:
+            self._draw_summaries(trace, layer)
+            return
+        acts, clean = got
         sort = self.sort_combo.currentData()
-        order = neuron_order(acts, sort, q, diff)[: self.rows_spin.value()]
+        peak = None
+        if sort == "max":
+            peak = self._largest_change(acts, clean) if diff else trace.mlp_max[layer]
+        order = neuron_order(acts, sort, q, clean, peak)[: self.rows_spin.value()]
         self._order = order
+        self._full = neuron_rows(acts, order, clean)  # (rows, T)
+        cols = column_blocks(trace.n_tokens)
+        shown, self._tokens = pool(self._full, cols, signed=diff)
         what = "masked − clean " if diff else ""
         model = " (masked model)" if trace.mask.any() and not diff else ""
-        self.heatmap.set_data(acts[order], [f"n{n}" for n in order], trace.labels, levels=None, diverging=diff,
-                              colormap=None if diff else "inferno",
-                              title=f"{what}MLP post-activation, layer {layer}{model}",
+        pooled = f", max of each {cols.size} tokens" if cols.pooled else ""
+        self.heatmap.set_data(shown, [f"n{n}" for n in order], column_labels(trace.labels, cols), levels=None,
+                              diverging=diff, colormap=None if diff else "inferno",
+                              title=f"{what}MLP post-activation, layer {layer}{model}{pooled}",
                               row_name="neuron", col_name="token")
         compact_axes(self.heatmap)
         rows = np.flatnonzero(order == st.neuron) if st.neuron is not None else []
         self.heatmap.highlight_row(int(rows[0]) if len(rows) else None)
-        top = top_neurons(acts, q, TOP_K, diff)
+        top = top_neurons(acts, q, TOP_K, clean)
         self.top_title.setText(f"top neurons for {trace.labels[q]!r} ({q}), layer {layer}"
                                + (" — change when masked" if diff else ""))
-        self.top_table.setRowCount(len(top))
-        for i, (n, v) in enumerate(top):
-            for j, text in enumerate((f"{n}", f"{v:+.4f}" if diff else f"{v:.4f}")):
+        self._fill_table(trace, layer, top, signed=diff)
+
+    def _largest_change(self, acts, clean) -> np.ndarray:
+        key = (id(acts), id(clean))
+        if self._peak_cache[0] != key:  # once per pair of arrays, not per redraw
+            self._peak_cache = (key, largest_change(acts, clean))
+        return self._peak_cache[1]
+
+    def _draw_summaries(self, trace, layer: int) -> None:
+        """Before the layer's activations arrive: the neurons by their largest activation."""
+        peak = trace.mlp_max[layer]
+        order = np.argsort(-peak, kind="stable")[:TOP_K]
+        self._order, self._full = np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+        self.heatmap.set_data(np.zeros((0, 0)), (), (), title=f"MLP post-activation, layer {layer}: fetching…")
+        self.top_title.setText(f"neurons with the largest activation, layer {layer} "
+                               "(fetching the layer's activations…)")
+        self._fill_table(trace, layer, [(int(n), float(peak[n])) for n in order])
+
+    def _fill_table(self, trace, layer: int, rows: list[tuple[int, float]], signed: bool = False) -> None:
+        st = self.state
+        self.top_table.setRowCount(len(rows))
+        for i, (n, v) in enumerate(rows):
+            at = int(trace.mlp_argmax[layer, n])
+            cells = (f"{n}", f"{v:+.4f}" if signed else f"{v:.4f}", f"{float(trace.mlp_max[layer, n]):.4f}",
+                     f"{trace.labels[at]!r} ({at})")
+            for j, text in enumerate(cells):
                 item = QtWidgets.QTableWidgetItem(text)
                 item.setData(QtCore.Qt.ItemDataRole.UserRole, n)
                 self.top_table.setItem(i, j, item)
             if n == st.neuron:
                 self.top_table.selectRow(i)
-        self.top_table.resizeColumnToContents(0)
+        self.top_table.resizeColumnsToContents()
 
     def top_list(self) -> list[tuple[int, float]]:
-        """(neuron, value) rows of the top-k table as shown."""
+        """(neuron, value) rows of the table as shown."""
         out = []
         for i in range(self.top_table.rowCount()):
             n = self.top_table.item(i, 0).data(QtCore.Qt.ItemDataRole.UserRole)
@@ -165,7 +284,7 @@ class MLPView(HeatmapExport, QtWidgets.QWidget):
     def _on_cell_click(self, row: int, col: int) -> None:
         if 0 <= row < len(self._order):
             self.state.set_neuron(int(self._order[row]))
-            self.state.set_selection(query=col)
+            self.state.set_selection(query=int(self._tokens[row, col]))
 
     def _on_table_click(self, row: int, _col: int) -> None:
         item = self.top_table.item(row, 0)

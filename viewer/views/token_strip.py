@@ -36,7 +36,7 @@ def chip_values(state, mode: str) -> tuple[np.ndarray | None, str]:
     if trace is None or mode == "none":
         return None, ""
     L, h, q = state.layer, state.head, state.query_index
-    n_layer, n_head = trace.attention.shape[:2]
+    n_layer, n_head = trace.head_norms.shape[:2]
     if not (0 <= L < n_layer and 0 <= h < n_head and 0 <= q < trace.n_tokens):
         # The selection already belongs to a newly loaded model whose first trace is on its way.
         return None, ""
@@ -52,9 +52,12 @@ def chip_values(state, mode: str) -> tuple[np.ndarray | None, str]:
         return values, f"surprisal -log p(token), 0 to {finite.max() if finite.size else 0:.2f} nats"
     if mode == "neuron":
         n = state.neuron
-        if n is None or n >= trace.mlp_post.shape[2]:
+        if n is None or n >= trace.mlp_max.shape[1]:
             return None, "select an MLP neuron to colour by it"
-        values = trace.mlp_post[L, :, n].astype(np.float32)  # (T,)
+        acts = state.layer_activations(trace, L)  # (T, n_mlp); the MLP view fetches what a trace did not keep
+        if acts is None:
+            return None, f"neuron {n} of layer {L}: computing the layer's activations…"
+        values = acts[:, n].astype(np.float32)  # (T,)
         return values, f"neuron {n} of layer {L}: {values.min():.3f} to {values.max():.3f}"
     raise ValueError(f"unknown colour mode {mode!r}")
 
@@ -220,6 +223,7 @@ class TokenStrip(QWidget):
         state.trace_changed.connect(self._on_trace)
         state.selection_changed.connect(self.refresh)
         state.neuron_changed.connect(self._on_neuron)
+        state.activations_changed.connect(lambda _layer: self.refresh() if self.mode == "neuron" else None)
         self._labels: tuple = ((), ())  # (labels, special flags) the chips show
 
     def show_selected(self) -> None:
