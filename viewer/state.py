@@ -130,8 +130,9 @@ class ViewerState(QObject):
             self.clean_trace_changed.emit(clean)
         if trace is not self.trace:
             self.trace = trace
-            runs = self._run_ids()
-            self._activations = {k: v for k, v in self._activations.items() if k[0] in runs}
+            if self._activations:  # the runs' activations no trace shows any more are let go
+                runs = self._run_ids()
+                self._activations = {k: v for k, v in self._activations.items() if k[0] in runs}
             self.trace_changed.emit(trace)
 
     def set_layer_activations(self, layer: int, acts: dict) -> None:

@@ -4,7 +4,11 @@ The heatmap colours each cell by the probability of its top token (fixed levels 
 the prompt is short enough, writes the token in the cell; hovering names it at any length. On
 the right, for the selected position: each layer's top token and the rank of the model's final
 top token through depth (log scale). With "Diff" on, the cells show p_masked(clean top token) -
-p_clean(clean top token). The lens is computed on the worker (a LensRequest per trace).
+p_clean(clean top token). The lens is computed on the worker (a LensRequest per trace); a prompt
+longer than WINDOW tokens is shown over a window of WINDOW positions around the selected one
+(moving the selection out of it asks for the window there), since every position of a long
+prompt through a large vocabulary would take minutes. Token labels are made only for the cells
+that are written or hovered: a lens has (layers + 1) x positions cells.
 """
 
 from __future__ import annotations
@@ -28,6 +32,43 @@ from transformer_viewer.viewer.views.parts import (
     shrinkable_title,
     view_bar,
 )
+
+WINDOW = 256  # positions a long prompt's lens covers at once
+
+
+def lens_window(n_tokens: int, query: int, size: int = WINDOW) -> tuple[int, int]:
+    """The positions a lens of a prompt of n_tokens shows around `query`: all of them when they
+    fit, else `size` of them with the query three quarters of the way in (what comes before a
+    token is what explains it)."""
+    if n_tokens <= size:
+        return 0, n_tokens
+    start = max(0, min(query - (3 * size) // 4, n_tokens - size))
+    return start, start + size
+
+
+class TokenGrid:
+    """The labels of an (R, C) grid of token ids, made when read (rows and cells index like a
+    list of lists)."""
+
+    def __init__(self, ids: np.ndarray, tokenizer):
+        self.ids, self.tokenizer = ids, tokenizer
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def __getitem__(self, row: int) -> _TokenRow:
+        return _TokenRow(self.ids[row], self.tokenizer)
+
+
+class _TokenRow:
+    def __init__(self, ids: np.ndarray, tokenizer):
+        self.ids, self.tokenizer = ids, tokenizer
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def __getitem__(self, col: int) -> str:
+        return token_label(int(self.ids[col]), self.tokenizer)
 
 
 class LensView(HeatmapExport, QtWidgets.QWidget):
@@ -64,9 +105,11 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         layout.addLayout(bar)
         layout.addWidget(body, 1)
 
-        self.heatmap.cell_clicked.connect(lambda _r, col: state.set_selection(query=col))
+        self.heatmap.cell_clicked.connect(lambda _r, col: state.set_selection(query=self._start + col))
+        self._start = 0  # the position of the drawn lens's first column
+        self._asked: tuple | None = None  # (trace, window) last asked for
         state.trace_changed.connect(self._on_trace)
-        state.selection_changed.connect(self.refresh)
+        state.selection_changed.connect(self._on_selection)
         state.mask_changed.connect(lambda _m: self.refresh())  # "computing…" until the new lens comes
         self._pending = False
         self._on_trace(state.trace)  # built after a run (an export): ask once shown
@@ -87,6 +130,17 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         if self._pending:
             self.request()
 
+    def _on_selection(self) -> None:
+        st = self.state
+        if self.worker is not None and st.trace is not None and self._asked is not None:
+            a, b = self._asked[1]
+            if not a <= st.query_index < b:  # the selection left the window: the lens around it
+                if self.isVisible():
+                    self.request()
+                else:
+                    self._pending = True
+        self.refresh()
+
     def request(self) -> None:
         from transformer_viewer.viewer.worker.lens import LensRequest
 
@@ -94,7 +148,10 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         self._pending = False
         if st.trace is None or not st.prompt:
             return
-        self.worker.submit(LensRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation),
+        window = lens_window(st.trace.n_tokens, st.query_index, WINDOW)
+        self._asked = (st.trace, window)
+        self.worker.submit(LensRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation,
+                                       window=None if window == (0, st.trace.n_tokens) else window),
                            on_result=lambda answer: self.set_result(answer.value))
 
     def set_result(self, result) -> None:
@@ -103,11 +160,14 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
 
     # -- drawing --------------------------------------------------------------------------
     def _current(self):
-        """The result if it fits the displayed trace (a newer prompt may be on its way)."""
+        """The result if it fits the displayed trace and shows the selected position (a newer
+        prompt, mask or window may be on its way)."""
         r, trace = self.result, self.state.trace
-        if r is None or trace is None or r.lens.n_tokens != trace.n_tokens:
+        if r is None or trace is None or (r.n_tokens or r.lens.n_tokens) != trace.n_tokens:
             return None
         if not np.array_equal(r.mask, self.state.mask):
+            return None
+        if not r.start <= self.state.query_index < r.start + r.lens.n_tokens:
             return None
         return r
 
@@ -117,32 +177,39 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         if r is None or trace is None:
             self.info.setText("computing the logit lens…" if trace is not None else "run a prompt to see the logit lens")
             return
-        lens, q = r.lens, st.query_index
+        lens = r.lens
+        a, b = r.start, r.start + lens.n_tokens
+        self._start, q = a, st.query_index - a  # q: the selected position's column
         diff = self.diff.active
         tok = st.tokenizer()  # the loaded model's
-        tokens = [[token_label(i, tok) for i in row] for row in lens.top_ids.tolist()]
+        tokens = TokenGrid(lens.top_ids, tok)
+        labels = trace.labels[a:b]
+        window = f", positions {a}–{b - 1} of {trace.n_tokens}" if b - a < trace.n_tokens else ""
         if diff:
-            clean_tokens = [[token_label(i, tok) for i in row] for row in r.clean.top_ids.tolist()]
             self.heatmap.hover_prefix = "clean top token"
-            self.heatmap.set_data(r.diff, lens.row_labels, trace.labels, levels=None, diverging=True,
-                                  title="masked − clean probability of the clean model's top token",
+            self.heatmap.set_data(r.diff, lens.row_labels, labels, levels=None, diverging=True,
+                                  title=f"masked − clean probability of the clean model's top token{window}",
                                   row_name="layer", col_name="position")
             lim = max(float(np.abs(r.diff).max()), 1e-12)
-            self.heatmap.set_cell_text(clean_tokens, np.abs(r.diff) < 0.6 * lim)  # white on saturated cells
+            self.heatmap.set_cell_text(TokenGrid(r.clean.top_ids, tok), np.abs(r.diff) < 0.6 * lim)
         else:
             self.heatmap.hover_prefix = "top token"
-            self.heatmap.set_data(lens.top_probs, lens.row_labels, trace.labels, levels=(0.0, 1.0),
+            self.heatmap.set_data(lens.top_probs, lens.row_labels, labels, levels=(0.0, 1.0),
                                   colormap="viridis", title="logit lens: top token and its probability"
-                                  + (" (masked model)" if r.mask.any() else ""),
+                                  + (" (masked model)" if r.mask.any() else "") + window,
                                   row_name="layer", col_name="position")
             self.heatmap.set_cell_text(tokens, lens.top_probs > 0.55)
         compact_axes(self.heatmap)
         self._draw_ranks(r, q)
         self._fill_table(r, q, tokens)
-        final = token_label(int(lens.final_ids[q]), self.state.tokenizer())
+        final = token_label(int(lens.final_ids[q]), tok)
         first = int(np.argmax(lens.final_ranks[:, q] == 0))
-        self.info.setText(f"position {q} ({trace.labels[q]!r}): final top token {final!r}, "
+        self.info.setText(f"position {a + q} ({trace.labels[a + q]!r}): final top token {final!r}, "
                           f"top from {lens.row_labels[first]} on")
+
+    def position_of_column(self, col: int) -> int:
+        """The prompt position a heatmap column shows."""
+        return self._start + col
 
     def _draw_ranks(self, r, q: int) -> None:
         plot = self.rank_plot.getPlotItem()

@@ -116,6 +116,7 @@ class LogitsPanel(QWidget):
         layout.addWidget(self.table, 1)
         layout.addWidget(self.summary)
         self.comparison: Comparison | None = None
+        self._compared = None  # (baseline, masked, their Comparison)
         self.preview = False  # the masked column shows a quick prediction, not yet the trace's
         state.trace_changed.connect(lambda _t: self.refresh())
         state.model_changed.connect(lambda _i: self.refresh())
@@ -147,7 +148,7 @@ class LogitsPanel(QWidget):
         where = "the last token" if pos == trace.n_tokens - 1 else "the selected token"
         self.header.setText(f"Next token after position {pos} {label!r} ({where})")
         self._fill(base, masked)
-        self.comparison = c = compare(base, masked)
+        self.comparison = c = self._compare(base, masked)
         if n == 0:
             self.summary.setText(f"No heads masked: the masked column equals the baseline. "
                                  f"Top token {token_label(c.top_id, self.state.tokenizer())!r} at p = {format_prob(c.p_baseline)}.")
@@ -158,6 +159,14 @@ class LogitsPanel(QWidget):
             f"p {format_prob(c.p_baseline)} \u2192 {format_prob(c.p_masked)} ({sign}{format_prob(abs(c.delta))}), "
             f"rank 1 \u2192 {c.new_rank}. "
             f"KL(baseline \u2016 masked) = {c.kl:.4f} nats.{note}")
+
+    def _compare(self, base, masked) -> Comparison:
+        """`compare` once per pair of distributions: it reads the whole vocabulary (150k-260k
+        entries for current models), a redraw for a new selection or a preview reuses it."""
+        cached = self._compared
+        if cached is None or cached[0] is not base or cached[1] is not masked:
+            self._compared = cached = (base, masked, compare(base, masked))
+        return cached[2]
 
     def _fill(self, base, masked) -> None:
         k = max(len(base.top_ids), len(masked.top_ids))

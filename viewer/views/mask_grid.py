@@ -1,6 +1,9 @@
 """Head-mask toggles: a layers x heads grid. Click toggles a head, dragging paints the value the
 first cell took onto every cell crossed, right-click on a row masks (or unmasks) the whole layer.
-Clear, Invert and the zero/mean ablation choice sit below."""
+Clear, Invert and the zero/mean ablation choice sit below.
+
+Cells never shrink below a clickable size: a 32 x 32-head model's grid scrolls when the dock is
+small, and Ctrl + wheel zooms it (down to cells that fit the dock, up to large ones)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QRadioButton,
+    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -22,6 +26,7 @@ from PySide6.QtWidgets import (
 _ON = QColor(200, 50, 50)
 _OFF = QColor(225, 232, 240)
 _SEL = QColor(30, 30, 30)
+MIN_CELL, MAX_CELL = 4.0, 40.0  # the range Ctrl + wheel zooms the cells' smallest size over
 
 
 class MaskCanvas(QWidget):
@@ -36,13 +41,36 @@ class MaskCanvas(QWidget):
         self.selected = (0, 0)
         self._paint_value: bool | None = None
         self._last_cell: tuple[int, int] | None = None
+        self.min_cell = 12.0  # smallest cell side in pixels: below it the grid scrolls
         self.setMouseTracking(True)
-        self.setMinimumSize(120, 60)
+        self._fit_minimum()
 
     def set_mask(self, mask: np.ndarray) -> None:
+        shape = self.mask.shape
         self.mask = np.array(mask, dtype=bool)
-        self.updateGeometry()
+        if self.mask.shape != shape:
+            self._fit_minimum()
         self.update()
+
+    def set_min_cell(self, pixels: float) -> None:
+        """The smallest cell side (the zoom): the canvas is at least that big per cell."""
+        self.min_cell = max(MIN_CELL, min(MAX_CELL, float(pixels)))
+        self._fit_minimum()
+        self.update()
+
+    def _fit_minimum(self) -> None:
+        L, nh = self.mask.shape
+        left, top = self._margins()
+        c = self.min_cell
+        self.setMinimumSize(max(120, int(left + nh * c + 4)), max(60, int(top + L * c + 4)))
+        self.updateGeometry()
+
+    def wheelEvent(self, event) -> None:  # noqa: N802
+        if event.modifiers() & Qt.ControlModifier:
+            self.set_min_cell(self.min_cell * (1.25 if event.angleDelta().y() > 0 else 0.8))
+            event.accept()
+            return
+        super().wheelEvent(event)  # the scroll area scrolls
 
     def set_selected(self, layer: int, head: int) -> None:
         self.selected = (layer, head)
@@ -56,7 +84,8 @@ class MaskCanvas(QWidget):
     def _cell(self) -> float:
         L, nh = self.mask.shape
         left, top = self._margins()
-        return max(6.0, min((self.width() - left - 2) / nh, (self.height() - top - 2) / L, 28.0))
+        return max(MIN_CELL, min((self.width() - left - 2) / nh, (self.height() - top - 2) / L,
+                                 max(28.0, self.min_cell)))
 
     def sizeHint(self) -> QSize:  # noqa: N802
         L, nh = self.mask.shape
@@ -161,6 +190,10 @@ class MaskGrid(QWidget):
         group.addButton(self.mean)
         self.zero.toggled.connect(lambda on: state.set_ablation("zero" if on else "mean"))
         self.count = QLabel()
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)  # the grid fills the dock, and scrolls past its minimum
+        self.scroll.setFrameShape(QScrollArea.NoFrame)
+        self.scroll.setWidget(self.canvas)
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.clear_button)
@@ -172,10 +205,9 @@ class MaskGrid(QWidget):
         row.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(self.canvas)
+        layout.addWidget(self.scroll, 1)
         layout.addLayout(row)
         layout.addWidget(self.count)
-        layout.addStretch(1)
         state.mask_changed.connect(self._sync)
         state.model_changed.connect(lambda _info: self._sync())
         state.selection_changed.connect(lambda: self.canvas.set_selected(state.layer, state.head))

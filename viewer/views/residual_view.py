@@ -3,7 +3,9 @@
 Top: a heatmap of the norms (rows embed, L.pre, L.mid, ..., final; columns tokens). Middle: the
 norms through depth for the selected token (the clean model dashed when a head is masked).
 Bottom: the L2 norm of each head's write into the residual stream, heads x tokens, for the
-selected layer. With "Diff" on, every panel shows masked minus clean.
+selected layer. With "Diff" on, every panel shows masked minus clean. A prompt longer than the
+screen is wide is drawn with its token axis max-pooled (the largest norm, or change, of each
+block of tokens; views/decimate.py); a click selects the token the cell's value came from.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
+from transformer_viewer.viewer.views.decimate import column_blocks, column_labels, pool
 from transformer_viewer.viewer.views.heatmap import HeatmapView
 from transformer_viewer.viewer.views.parts import (
     CLEAN_PEN,
@@ -75,8 +78,11 @@ class ResidualView(QtWidgets.QWidget):
         layout.addLayout(bar)
         layout.addWidget(self.plots, 1)
 
-        self.norms.cell_clicked.connect(lambda _r, col: state.set_selection(query=col))
-        self.heads.cell_clicked.connect(lambda row, col: state.set_selection(head=row, query=col))
+        self._norm_tokens = self._head_tokens = np.zeros((0, 0), dtype=np.int64)  # token of each drawn cell
+        self._norms_full = np.zeros((0, 0), dtype=np.float32)
+        self.norms.cell_clicked.connect(lambda row, col: state.set_selection(query=int(self._norm_tokens[row, col])))
+        self.heads.cell_clicked.connect(
+            lambda row, col: state.set_selection(head=row, query=int(self._head_tokens[row, col])))
         state.trace_changed.connect(self.refresh)
         state.selection_changed.connect(self.refresh)
         self.refresh()
@@ -86,13 +92,15 @@ class ResidualView(QtWidgets.QWidget):
         return self.plots
 
     def matrix(self) -> np.ndarray:
-        return self.norms.matrix()
+        """The norms at full resolution (the picture may pool tokens)."""
+        return self._norms_full
 
     def row_labels(self):
         return self.norms.row_labels()
 
     def col_labels(self):
-        return self.norms.col_labels()
+        trace = self.state.trace
+        return trace.labels if trace is not None and self._norms_full.size else ()
 
     # -- drawing --------------------------------------------------------------------------
     def refresh(self, *_args) -> None:
@@ -107,12 +115,19 @@ class ResidualView(QtWidgets.QWidget):
         tokens = trace.labels
         what = "masked − clean " if diff else ""
         model = " (masked model)" if trace.mask.any() and not diff else ""
-        self.norms.set_data(data["norms"], trace.resid_labels, tokens, levels=None, diverging=diff,
+        cols = column_blocks(trace.n_tokens)
+        columns = column_labels(tokens, cols)
+        pooled = f", max of each {cols.size} tokens" if cols.pooled else ""
+        self._norms_full = data["norms"]
+        norms, self._norm_tokens = pool(data["norms"], cols, signed=diff)
+        heads, self._head_tokens = pool(data["heads"], cols, signed=diff)
+        self.norms.set_data(norms, trace.resid_labels, columns, levels=None, diverging=diff,
                             colormap=None if diff else NORM_COLORMAP, log_scale=self.log_box.isChecked() and not diff,
-                            title=f"{what}residual-stream L2 norm{model}", row_name="stream", col_name="token")
-        self.heads.set_data(data["heads"], head_labels(data["heads"].shape[0]), tokens, levels=None, diverging=diff,
+                            title=f"{what}residual-stream L2 norm{model}{pooled}", row_name="stream", col_name="token")
+        self.heads.set_data(heads, head_labels(heads.shape[0]), columns, levels=None, diverging=diff,
                             colormap=None if diff else NORM_COLORMAP,
-                            title=f"{what}per-head output norm, layer {layer}{model}", row_name="head", col_name="token")
+                            title=f"{what}per-head output norm, layer {layer}{model}{pooled}", row_name="head",
+                            col_name="token")
         self.heads.highlight_row(head)
         compact_axes(self.norms)
         compact_axes(self.heads)

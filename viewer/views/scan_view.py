@@ -4,7 +4,8 @@ Run asks the worker for a ScanRequest at the selected position, on top of the cu
 ablation; the progress bar follows it and Cancel stops it within one layer's compute, keeping
 the heads measured so far. Clicking a cell masks (or unmasks) that head. The heatmap shows the
 effect on the metric (diverging, centred at zero; negative: the head helped), the KL divergence
-or p(target); heads already masked are blank.
+or p(target); heads already masked are blank. Beside it, the RANKED heads that matter most (a
+1,000-head model's grid is too fine to read cell by cell); clicking one selects that head.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from PySide6 import QtCore, QtWidgets
 from transformer_viewer.viewer.views.heatmap import HeatmapExport
 from transformer_viewer.viewer.views.logits_panel import token_label
 from transformer_viewer.viewer.views.parts import (
+    AdaptiveSplitter,
     ExportButton,
     TextHeatmap,
+    compact_table,
     head_labels,
     layer_labels,
     shrinkable_title,
 )
 
+RANKED = 20  # heads listed beside the grid
 SHOWN = {"effect": "effect on the metric", "kl": "KL(baseline ‖ ablated)", "prob": "p(target) when ablated"}
 
 
@@ -73,6 +77,11 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         self.export_button = ExportButton(self, "head_scan")
         self.info = QtWidgets.QLabel("Run a scan to see which heads this prediction depends on; click a cell to mask it.")
         self.info.setWordWrap(True)
+        self.ranked = QtWidgets.QTableWidget(0, 4)
+        self.ranked.setHorizontalHeaderLabels(["head", "effect", "KL", "p(target)"])
+        compact_table(self.ranked)
+        self.ranked.setToolTip("The heads whose ablation moves the metric most (largest drop first); click to select")
+        self.ranked.cellClicked.connect(self._on_ranked_click)
 
         form = QtWidgets.QHBoxLayout()
         form.setContentsMargins(4, 2, 4, 0)
@@ -92,7 +101,12 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         layout.setSpacing(2)
         layout.addLayout(form)
         layout.addWidget(self.info)
-        layout.addWidget(self.heatmap, 1)
+        body = AdaptiveSplitter(ratio=1.3)
+        body.addWidget(self.heatmap)
+        body.addWidget(self.ranked)
+        body.setStretchFactor(0, 3)
+        body.setStretchFactor(1, 1)
+        layout.addWidget(body, 1)
 
         self.heatmap.cell_clicked.connect(self._on_cell_click)
         state.model_changed.connect(lambda _i: self.clear())
@@ -138,6 +152,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         total = int((~st.mask).sum())
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(0)
+        self.progress.setFormat(f"0 / {total} heads")
         self.info.setText(f"scanning {total} heads at position {st.query_index} ({st.trace.labels[st.query_index]!r})…")
         request = ScanRequest(text=st.prompt, target=target, distractor=distractor, position=st.query_index,
                               ablation=st.ablation, base_mask=np.array(st.mask))
@@ -159,12 +174,14 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
     def clear(self) -> None:
         self.result = None
         self.heatmap.set_data(np.zeros((0, 0)), (), ())
+        self.ranked.setRowCount(0)
 
     # -- the scan's answers -----------------------------------------------------------------
     def _on_progress(self, p) -> None:
         if p.total:
             self.progress.setRange(0, int(p.total))
             self.progress.setValue(int(p.done))
+            self.progress.setFormat(f"{int(p.done)} / {int(p.total)} heads")
 
     def _on_result(self, answer) -> None:
         self._finish()
@@ -220,6 +237,29 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         top = f"; biggest drop: L{best[0][0]}H{best[0][1]} ({r.effect[best[0]]:+.3f})" if best else ""
         self.info.setText(f"position {r.position}: metric {metric}, baseline {r.baseline_metric:.3f}; {state}{top}. "
                           "Click a cell to mask that head.")
+        self._fill_ranked(r)
+
+    def _fill_ranked(self, r) -> None:
+        heads = r.ranked("effect")[:RANKED]
+        self.ranked.setRowCount(len(heads))
+        for i, (layer, head) in enumerate(heads):
+            cells = (f"L{layer}H{head}", f"{r.effect[layer, head]:+.4f}", f"{r.kl[layer, head]:.4g}",
+                     f"{r.target_probs[layer, head]:.4g}")
+            for j, text in enumerate(cells):
+                item = QtWidgets.QTableWidgetItem(text)
+                item.setData(QtCore.Qt.ItemDataRole.UserRole, (layer, head))
+                self.ranked.setItem(i, j, item)
+        self.ranked.resizeColumnsToContents()
+
+    def ranked_heads(self) -> list[tuple[int, int]]:
+        """(layer, head) of each row of the ranked table, as shown."""
+        return [self.ranked.item(i, 0).data(QtCore.Qt.ItemDataRole.UserRole) for i in range(self.ranked.rowCount())]
+
+    def _on_ranked_click(self, row: int, _col: int) -> None:
+        item = self.ranked.item(row, 0)
+        if item is not None:
+            layer, head = item.data(QtCore.Qt.ItemDataRole.UserRole)
+            self.state.set_selection(layer=layer, head=head)
 
     def _on_cell_click(self, row: int, col: int) -> None:
         st = self.state

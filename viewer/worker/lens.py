@@ -3,6 +3,8 @@
 The handler runs on the worker thread and imports the model code only there, so importing this
 module (which registers the handler) keeps torch off the GUI thread. Lenses are kept in
 `session.scratch`, which the session empties whenever the prompt or the device changes.
+A long prompt's lens is asked for over a window of its positions: every position of 8k tokens
+through a 150k vocabulary would be minutes of unembedding on a CPU.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class LensRequest(Request):
     text: str = ""
     mask: Any = None  # (L, nh) bool ndarray or None
     ablation: str = "zero"
+    window: tuple[int, int] | None = None  # positions window[0]..window[1]-1; None: all
 
 
 @dataclass(frozen=True)
@@ -30,9 +33,11 @@ class LensResult:
     diff: Any  # (L + 1, T) float32 p_masked(clean top) - p_clean(clean top); zeros when unmasked
     mask: Any  # the mask it was computed under
     text: str = ""
+    start: int = 0  # the position of the lens's first column
+    n_tokens: int = 0  # the prompt's length (the lens may cover a window of it)
 
 
-def handle_lens(session, request: LensRequest, _progress, is_cancelled) -> LensResult:
+def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensResult:
     import numpy as np
 
     from transformer_viewer.model.diff import lens_diff
@@ -40,22 +45,37 @@ def handle_lens(session, request: LensRequest, _progress, is_cancelled) -> LensR
 
     session.prepare_analysis(request.text)
     mask = session_mask(session, request.mask)
-    clean = session.scratch.get("lens:clean")
-    if clean is None:
-        clean = logit_lens(session, session.masked_residuals())
-        session.scratch["lens:clean"] = clean
-    if is_cancelled():
-        raise Cancelled
+    T = len(session.tokens.ids)
+    window = (0, T) if request.window is None else tuple(request.window)
+    rows = session.config.n_layer + 1
+    passes = 2 if mask.any() else 1
+
+    def step(offset):
+        def report(done, total):
+            if is_cancelled():
+                raise Cancelled
+            progress(offset + done, passes * total, "logit lens…")
+        return report
+
+    key = ("lens:clean", window)
+    cached = session.scratch.get("lens:clean")
+    if cached is not None and cached[0] == key:
+        clean = cached[1]
+    else:
+        clean = logit_lens(session, session.masked_residuals(), positions=window, step=step(0))
+        session.scratch["lens:clean"] = (key, clean)
+    done = dict(text=request.text, start=window[0], n_tokens=T)
     if not mask.any():
-        return LensResult(lens=clean, clean=clean, diff=np.zeros_like(clean.top_probs), mask=mask, text=request.text)
-    key = ("lens:masked", mask.tobytes(), request.ablation)
+        return LensResult(lens=clean, clean=clean, diff=np.zeros_like(clean.top_probs), mask=mask, **done)
+    key = ("lens:masked", mask.tobytes(), request.ablation, window)
     cached = session.scratch.get("lens:masked")
     if cached is not None and cached[0] == key:
         lens = cached[1]
     else:
-        lens = logit_lens(session, session.masked_residuals(mask, request.ablation), reference_ids=clean.top_ids)
+        lens = logit_lens(session, session.masked_residuals(mask, request.ablation), reference_ids=clean.top_ids,
+                          positions=window, step=step(rows))
         session.scratch["lens:masked"] = (key, lens)
-    return LensResult(lens=lens, clean=clean, diff=lens_diff(clean, lens), mask=mask, text=request.text)
+    return LensResult(lens=lens, clean=clean, diff=lens_diff(clean, lens), mask=mask, **done)
 
 
 register_handler(LensRequest, handle_lens)
