@@ -1,0 +1,181 @@
+"""The views at the sizes current models have: an 8k-token residual stream, a 200k-token
+vocabulary, a 32 x 32-head mask grid, a scan's ranked heads, and a long prompt's logit lens
+over a window of positions (checked against the lens of every position)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF, Qt
+
+from tests.helpers.models import scaled_init_loaded
+from tests.viewer.views.fake_traces import fake_next, fake_state, fake_trace
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.lens import logit_lens
+
+
+def test_residual_view_at_8k_tokens_pools_and_exports_full_resolution(qtbot):
+    from transformer_viewer.viewer.views.residual_view import ResidualView
+
+    state = fake_state(n_tokens=8192, n_layer=4, n_head=8)
+    trace = state.trace
+    trace.resid_norms[3, 5000] = 99.0
+    trace.head_norms[0, 6, 7001] = 42.0
+    view = ResidualView(state)
+    qtbot.addWidget(view)
+    np.testing.assert_array_equal(view.matrix(), trace.resid_norms)  # what export writes
+    assert view.col_labels() == trace.labels
+    shown = view.norms.matrix()
+    assert shown.shape == (10, 1024)
+    np.testing.assert_array_equal(shown.max(axis=1), trace.resid_norms.max(axis=1))
+    assert view.heads.matrix().shape == (8, 1024) and view.heads.matrix()[6].max() == 42.0
+    view.heads.cell_clicked.emit(6, int(np.argmax(view.heads.matrix()[6])))
+    assert (state.head, state.query_index) == (6, 7001)
+    view.norms.cell_clicked.emit(3, 5000 // 8)
+    assert state.query_index == 5000
+
+
+def test_next_token_panel_with_a_200k_vocabulary(qtbot):
+    from transformer_viewer.viewer.views.logits_panel import LogitsPanel, compare
+
+    V = 200_000
+    state = fake_state(n_tokens=16, n_vocab=V)
+    clean = state.trace
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[1, 2] = True
+    masked = fake_trace(16, n_vocab=V, mask=mask, seed=1)
+    masked = type(masked)(**{**masked.__dict__, "next": fake_next(V, 15, seed=1)})
+    state.set_mask(mask)
+    panel = LogitsPanel(state)
+    qtbot.addWidget(panel)
+    state.set_traces(masked, clean)
+    rows = panel.rows()
+    assert len(rows) == 10
+    ids = clean.next.top_ids
+    assert ids.max() > 50257  # ids past GPT-2's vocabulary still get a label
+    labels = [panel.table.item(r, 1).text() for r in range(10)]
+    assert all(labels) and f"<{int(ids[np.argmax(ids)])}>" in labels
+    want = compare(clean.next, masked.next)
+    assert panel.comparison == want and 1 <= want.new_rank <= V and want.kl > 0
+    first = panel.comparison
+    state.set_selection(query=3)  # a redraw for the same distributions reuses the comparison
+    panel.refresh()
+    assert panel.comparison is first
+
+
+def test_mask_grid_at_32_by_32_scrolls_and_toggles(qtbot):
+    from tests.viewer.views.fake_traces import fake_info
+    from transformer_viewer.viewer.state import ViewerState
+    from transformer_viewer.viewer.views.mask_grid import MaskGrid
+
+    state = ViewerState()
+    state.set_model(fake_info(32, 32, 128, 50257))
+    grid = MaskGrid(state)
+    qtbot.addWidget(grid)
+    grid.resize(260, 300)
+    grid.show()
+    qtbot.waitExposed(grid)
+    canvas = grid.canvas
+    assert canvas.width() > grid.scroll.viewport().width()  # smaller than the grid: it scrolls
+
+    def center(layer, head):
+        left, top = canvas._margins()
+        c = canvas._cell()
+        return QPointF(left + (head + 0.5) * c, top + (layer + 0.5) * c).toPoint()
+
+    assert canvas._cell() >= canvas.min_cell
+    grid.scroll.ensureVisible(center(31, 31).x(), center(31, 31).y())
+    qtbot.mouseClick(canvas, Qt.LeftButton, pos=center(31, 31))
+    assert state.mask[31, 31] and state.mask.sum() == 1 and (state.layer, state.head) == (31, 31)
+    qtbot.mousePress(canvas, Qt.LeftButton, pos=center(20, 3))
+    for head in range(4, 12):
+        qtbot.mouseMove(canvas, pos=center(20, head))
+    qtbot.mouseRelease(canvas, Qt.LeftButton, pos=center(20, 11))
+    assert state.mask[20, 3:12].all() and state.mask.sum() == 10
+    qtbot.mouseClick(canvas, Qt.LeftButton, pos=center(31, 31))
+    assert not state.mask[31, 31]
+    before = canvas.minimumWidth()
+    canvas.set_min_cell(canvas.min_cell * 2)
+    assert canvas.minimumWidth() > before
+    canvas.set_min_cell(1.0)  # zoomed out as far as it goes: cells stay at least a few pixels
+    assert canvas.min_cell >= 4.0 and "9 of 1024" in grid.count.text()
+
+
+def test_scan_view_lists_its_most_important_heads(qtbot):
+    from transformer_viewer.model.scan import ScanResult
+    from transformer_viewer.viewer.views.scan_view import RANKED, ScanView
+
+    state = fake_state(n_layer=32, n_head=32)
+    rng = np.random.default_rng(0)
+    effect = rng.standard_normal((32, 32)).astype(np.float32)
+    done = np.ones((32, 32), dtype=bool)
+    result = ScanResult(position=3, target_id=5, distractor_id=None, metric="logprob", ablation="zero",
+                        base_mask=np.zeros((32, 32), bool), baseline_metric=-1.0, baseline_target_prob=0.3,
+                        metric_values=effect - 1.0, effect=effect, kl=np.abs(effect), target_probs=np.full((32, 32), 0.2,
+                                                                                                      np.float32),
+                        done=done, cancelled=False)
+    view = ScanView(state)
+    qtbot.addWidget(view)
+    view.set_result(result)
+    heads = view.ranked_heads()
+    assert len(heads) == RANKED and heads == result.ranked("effect")[:RANKED]
+    assert effect[heads[0]] == effect.min()
+    view._on_ranked_click(1, 0)
+    assert (state.layer, state.head) == heads[1]
+
+
+@pytest.fixture()
+def long_session():
+    from transformer_viewer.viewer.worker.handlers import WorkerSession
+
+    config = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=128, vocab_size=50257)
+    session = WorkerSession(scaled_init_loaded(config=config, seed=2))
+    prompt = " ".join(["the cat sat on the mat and the dog barked"] * 9)
+    return session, prompt
+
+
+def test_a_lens_window_is_the_slice_of_the_lens_of_every_position(long_session, monkeypatch):
+    from transformer_viewer.model import lens as lens_module
+
+    session, prompt = long_session
+    session.set_prompt(prompt)
+    session.run()
+    full = logit_lens(session)
+    monkeypatch.setattr(lens_module, "POSITION_BLOCK", 7)  # windows that split into uneven blocks
+    part = logit_lens(session, positions=(30, 75))
+    for name in ("top_ids", "top_probs", "final_ranks", "final_probs"):
+        np.testing.assert_array_equal(getattr(part, name), getattr(full, name)[:, 30:75])
+
+
+def test_lens_view_shows_a_window_around_the_selection(qtbot, long_session, monkeypatch):
+    from transformer_viewer.viewer.state import ViewerState
+    from transformer_viewer.viewer.views import lens_view
+    from transformer_viewer.viewer.worker.inline import InlineWorker
+    from transformer_viewer.viewer.worker.requests import TraceRequest
+
+    monkeypatch.setattr(lens_view, "WINDOW", 32)
+    session, prompt = long_session
+    worker = InlineWorker(session)
+    state = ViewerState()
+    state.set_model(session.info())
+    state.set_prompt(prompt)
+    got = []
+    worker.submit(TraceRequest(text=prompt), on_result=got.append)
+    state.set_traces(got[0].value.trace, got[0].value.clean)
+    T = state.trace.n_tokens
+    assert T > 64
+    view = lens_view.LensView(state, worker)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.waitExposed(view)
+    full = logit_lens(session)
+    r = view._current()
+    assert r is not None and r.start == T - 32 and r.lens.n_tokens == 32  # the last token: the window ends at the prompt's end
+    np.testing.assert_array_equal(view.matrix(), full.top_probs[:, r.start:])
+    state.set_selection(query=5)  # out of the window: the lens around it
+    r = view._current()
+    assert r is not None and r.start == 0 and view.matrix().shape == (3, 32)
+    np.testing.assert_array_equal(view.matrix(), full.top_probs[:, :32])
+    assert view.table.item(2, 1).text() == state.tokenizer().label(int(full.top_ids[2, 5]))
+    view.heatmap.cell_clicked.emit(0, 20)
+    assert state.query_index == view.position_of_column(20) == 20
