@@ -200,6 +200,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
                                   row_name="layer", col_name="position")
             self.heatmap.set_cell_text(tokens, lens.top_probs > 0.55)
         compact_axes(self.heatmap)
+        self.heatmap.plot.getAxis("bottom").set_positions(range(a, b) if window else None)
         self._draw_ranks(r, q)
         self._fill_table(r, q, tokens)
         final = token_label(int(lens.final_ids[q]), tok)

@@ -41,7 +41,7 @@ class MaskCanvas(QWidget):
         self.selected = (0, 0)
         self._paint_value: bool | None = None
         self._last_cell: tuple[int, int] | None = None
-        self.min_cell = 12.0  # smallest cell side in pixels: below it the grid scrolls
+        self.min_cell = 10.0  # smallest cell side in pixels: below it the grid scrolls
         self.setMouseTracking(True)
         self._fit_minimum()
 

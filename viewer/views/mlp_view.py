@@ -103,7 +103,9 @@ class MLPView(QtWidgets.QWidget):
         self.diff.toggled.connect(self.refresh)
         self.export_button = ExportButton(self, "mlp")
         self.top_table = QtWidgets.QTableWidget(0, 4)
-        self.top_table.setHorizontalHeaderLabels(["neuron", "activation", "max", "at token"])
+        self.top_table.setHorizontalHeaderLabels(["neuron", "activation", "max", "at"])
+        self.top_table.setToolTip("activation: on the selected token (or the change there when masked); "
+                                  "max: the neuron's largest activation over the prompt, at that position and token")
         compact_table(self.top_table)
         self.top_table.setMinimumWidth(190)
         self.top_table.cellClicked.connect(self._on_table_click)
@@ -229,12 +231,13 @@ class MLPView(QtWidgets.QWidget):
         shown, self._tokens = pool(self._full, cols, signed=diff)
         what = "masked − clean " if diff else ""
         model = " (masked model)" if trace.mask.any() and not diff else ""
-        pooled = f", max of each {cols.size} tokens" if cols.pooled else ""
+        pooled = f", {'largest change' if diff else 'max'} of each {cols.size} tokens" if cols.pooled else ""
         self.heatmap.set_data(shown, [f"n{n}" for n in order], column_labels(trace.labels, cols), levels=None,
                               diverging=diff, colormap=None if diff else "inferno",
                               title=f"{what}MLP post-activation, layer {layer}{model}{pooled}",
                               row_name="neuron", col_name="token")
         compact_axes(self.heatmap)
+        self.heatmap.plot.getAxis("bottom").set_positions(None, numbered=not cols.pooled)  # ranges say where
         rows = np.flatnonzero(order == st.neuron) if st.neuron is not None else []
         self.heatmap.highlight_row(int(rows[0]) if len(rows) else None)
         top = top_neurons(acts, q, TOP_K, clean)
@@ -263,8 +266,8 @@ class MLPView(QtWidgets.QWidget):
         self.top_table.setRowCount(len(rows))
         for i, (n, v) in enumerate(rows):
             at = int(trace.mlp_argmax[layer, n])
-            cells = (f"{n}", f"{v:+.4f}" if signed else f"{v:.4f}", f"{float(trace.mlp_max[layer, n]):.4f}",
-                     f"{trace.labels[at]!r} ({at})")
+            cells = (f"{n}", f"{v:+.4f}" if signed else f"{v:.4f}", f"{float(trace.mlp_max[layer, n]):.3f}",
+                     f"{at} {trace.labels[at]!r}")
             for j, text in enumerate(cells):
                 item = QtWidgets.QTableWidgetItem(text)
                 item.setData(QtCore.Qt.ItemDataRole.UserRole, n)

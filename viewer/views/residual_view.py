@@ -117,7 +117,7 @@ class ResidualView(QtWidgets.QWidget):
         model = " (masked model)" if trace.mask.any() and not diff else ""
         cols = column_blocks(trace.n_tokens)
         columns = column_labels(tokens, cols)
-        pooled = f", max of each {cols.size} tokens" if cols.pooled else ""
+        pooled = f", {'largest change' if diff else 'max'} of each {cols.size} tokens" if cols.pooled else ""
         self._norms_full = data["norms"]
         norms, self._norm_tokens = pool(data["norms"], cols, signed=diff)
         heads, self._head_tokens = pool(data["heads"], cols, signed=diff)
@@ -131,6 +131,8 @@ class ResidualView(QtWidgets.QWidget):
         self.heads.highlight_row(head)
         compact_axes(self.norms)
         compact_axes(self.heads)
+        for panel in (self.norms, self.heads):  # a pooled column's label is its range of positions
+            panel.plot.getAxis("bottom").set_positions(None, numbered=not cols.pooled)
         plot = self.line.getPlotItem()
         plot.clear()
         if plot.legend is None:

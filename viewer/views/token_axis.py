@@ -44,6 +44,8 @@ class TokenAxis(pg.AxisItem):
         self.setStyle(tickFont=self._font, autoExpandTextSpace=False)
         self._metrics = QtGui.QFontMetricsF(self._font)
         self._extent = 0.0
+        self._positions: tuple[int, ...] | None = None  # the number shown before label i (None: i)
+        self._numbered = True
 
     # -- labels ---------------------------------------------------------------------------
     def set_labels(self, labels) -> bool:
@@ -53,12 +55,29 @@ class TokenAxis(pg.AxisItem):
             return False
         self._labels = labels
         self._shown = tuple(short_label(x) for x in labels)
-        widest = max((self._metrics.horizontalAdvance(f"{len(labels)}:{s}") for s in self._shown), default=0.0)
+        self._measure()
+        return True
+
+    def set_positions(self, positions=None, numbered: bool = True) -> None:
+        """What thinned or zoomed labels are numbered by: `positions[i]` (the token a pooled or
+        windowed column starts at) instead of the column index i; `numbered=False` shows the
+        labels alone (labels that already say their positions)."""
+        positions = None if positions is None else tuple(int(p) for p in positions)
+        if (positions, bool(numbered)) != (self._positions, self._numbered):
+            self._positions, self._numbered = positions, bool(numbered)
+            self._measure()
+
+    def _number(self, i: int) -> int:
+        return self._positions[i] if self._positions is not None and i < len(self._positions) else i
+
+    def _measure(self) -> None:
+        top = max(self._positions, default=len(self._labels)) if self._positions else len(self._labels)
+        prefix = f"{top}:" if self._numbered else ""
+        widest = max((self._metrics.horizontalAdvance(prefix + s) for s in self._shown), default=0.0)
         self._extent = widest + 10
         self._resize()
         self.picture = None
         self.update()
-        return True
 
     def _resize(self) -> None:
         room = int(self._extent) + 4
@@ -120,10 +139,11 @@ class TokenAxis(pg.AxisItem):
         pen = self.tickPen()
         h = self._metrics.height()
         # Positions are shown whenever some labels are not: thinned out, or zoomed in.
-        indexed = bool(indices) and (step > 1 or indices[0] > 0 or indices[-1] < len(self._labels) - 1)
+        indexed = bool(indices) and (step > 1 or indices[0] > 0 or indices[-1] < len(self._labels) - 1
+                                     or self._positions is not None) and self._numbered
         for i in indices:
             pos = self._pixel(i + 0.5)
-            text = f"{i}:{self._shown[i]}" if indexed else self._shown[i]
+            text = f"{self._number(i)}:{self._shown[i]}" if indexed else self._shown[i]
             if self.orientation == "left":
                 if not bounds.top() - 1 <= pos <= bounds.bottom() + 1:
                     continue
