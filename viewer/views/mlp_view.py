@@ -18,6 +18,14 @@ from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.decimate import column_blocks, column_labels, pool
 from transformer_viewer.viewer.views.heatmap import HeatmapView
+from transformer_viewer.viewer.views.neuron_ranks import (
+    SORTS,
+    TOP_K,
+    largest_change,
+    neuron_order,
+    neuron_rows,
+    top_neurons,
+)
 from transformer_viewer.viewer.views.parts import (
     AdaptiveSplitter,
     DiffToggle,
@@ -26,56 +34,7 @@ from transformer_viewer.viewer.views.parts import (
     compact_table,
 )
 
-SORTS = {"max": "max activation", "token": "activation on the selected token", "index": "neuron index"}
-TOP_K = 12
 MAX_ROWS = 1024  # heatmap rows; the order still ranks every neuron
-
-
-def neuron_order(acts: np.ndarray, sort: str, query: int, clean: np.ndarray | None = None,
-                 peak: np.ndarray | None = None) -> np.ndarray:
-    """Neuron indices in display order from (T, n_mlp) activations (minus `clean`: by |change|);
-    `peak` (n_mlp,) is the per-neuron key of the "max" sort when it is already known (the
-    trace's summary, or the largest |change|). Ties keep index order (stable sort)."""
-    if sort not in SORTS:
-        raise ValueError(f"unknown sort {sort!r}; use one of {', '.join(SORTS)}")
-    if sort == "index":
-        return np.arange(acts.shape[1])
-    if sort == "token":
-        values = acts[query].astype(np.float32)
-        if clean is not None:
-            values = np.abs(values - clean[query].astype(np.float32))
-    elif peak is not None:
-        values = peak
-    else:
-        values = largest_change(acts, clean) if clean is not None else acts.max(axis=0)
-    return np.argsort(-values, kind="stable")
-
-
-def largest_change(acts: np.ndarray, clean: np.ndarray, chunk: int = 1024) -> np.ndarray:
-    """(n_mlp,) max over tokens of |acts - clean|, a block of tokens at a time (no (T, n_mlp)
-    temporary: 8k tokens x 16k neurons would be half a gigabyte)."""
-    out = np.zeros(acts.shape[1], dtype=np.float32)
-    for a in range(0, acts.shape[0], chunk):
-        d = np.abs(acts[a:a + chunk].astype(np.float32) - clean[a:a + chunk].astype(np.float32))
-        np.maximum(out, d.max(axis=0), out=out)
-    return out
-
-
-def neuron_rows(acts: np.ndarray, order: np.ndarray, clean: np.ndarray | None = None) -> np.ndarray:
-    """(len(order), T) float32: the ordered neurons' activations (or masked - clean) over the tokens."""
-    m = acts[:, order].astype(np.float32).T  # (T, k) -> (k, T)
-    if clean is not None:
-        m = m - clean[:, order].astype(np.float32).T
-    return np.ascontiguousarray(m)
-
-
-def top_neurons(acts: np.ndarray, query: int, k: int = TOP_K, clean: np.ndarray | None = None) -> list[tuple[int, float]]:
-    """The k neurons with the largest activation (|change| against `clean`) on token `query`."""
-    col = acts[query].astype(np.float32)
-    if clean is not None:
-        col = col - clean[query].astype(np.float32)
-    order = np.argsort(-(np.abs(col) if clean is not None else col), kind="stable")[:k]
-    return [(int(n), float(col[n])) for n in order]
 
 
 class MLPView(QtWidgets.QWidget):
@@ -86,7 +45,8 @@ class MLPView(QtWidgets.QWidget):
         self._full = np.zeros((0, 0), dtype=np.float32)  # (rows, T) what export writes
         self._tokens = np.zeros((0, 0), dtype=np.int64)  # (rows, columns) token of each drawn cell
         self._asked = None  # (run ids, layer) of the request in flight
-        self._peak_cache = (None, None)  # ((id(acts), id(clean)), largest |change|)
+        self._drawn = None  # (trace, clean trace, (layer, diff, order bytes)) the heatmap shows
+        self._peak_cache = None  # ((trace, clean trace, layer), largest |change|)
         self.heatmap = HeatmapView()
         self.sort_combo = QtWidgets.QComboBox()
         for key, text in SORTS.items():
@@ -223,8 +183,22 @@ class MLPView(QtWidgets.QWidget):
         sort = self.sort_combo.currentData()
         peak = None
         if sort == "max":
-            peak = self._largest_change(acts, clean) if diff else trace.mlp_max[layer]
+            peak = self._largest_change(acts, clean, (trace, st.clean_trace, layer)) if diff else trace.mlp_max[layer]
         order = neuron_order(acts, sort, q, clean, peak)[: self.rows_spin.value()]
+        key = (layer, diff, order.tobytes())
+        drawn = self._drawn
+        if drawn is None or drawn[0] is not trace or drawn[1] is not st.clean_trace or drawn[2] != key:
+            self._draw_heatmap(trace, layer, acts, clean, order)  # a new query alone redraws only what marks it
+            self._drawn = (trace, st.clean_trace, key)
+        rows = np.flatnonzero(order == st.neuron) if st.neuron is not None else []
+        self.heatmap.highlight_row(int(rows[0]) if len(rows) else None)
+        top = top_neurons(acts, q, TOP_K, clean)
+        self.top_title.setText(f"top neurons for {trace.labels[q]!r} ({q}), layer {layer}"
+                               + (" — change when masked" if diff else ""))
+        self._fill_table(trace, layer, top, signed=diff)
+
+    def _draw_heatmap(self, trace, layer: int, acts, clean, order: np.ndarray) -> None:
+        diff = clean is not None
         self._order = order
         self._full = neuron_rows(acts, order, clean)  # (rows, T)
         cols = column_blocks(trace.n_tokens)
@@ -238,24 +212,21 @@ class MLPView(QtWidgets.QWidget):
                               row_name="neuron", col_name="token")
         compact_axes(self.heatmap)
         self.heatmap.plot.getAxis("bottom").set_positions(None, numbered=not cols.pooled)  # ranges say where
-        rows = np.flatnonzero(order == st.neuron) if st.neuron is not None else []
-        self.heatmap.highlight_row(int(rows[0]) if len(rows) else None)
-        top = top_neurons(acts, q, TOP_K, clean)
-        self.top_title.setText(f"top neurons for {trace.labels[q]!r} ({q}), layer {layer}"
-                               + (" — change when masked" if diff else ""))
-        self._fill_table(trace, layer, top, signed=diff)
 
-    def _largest_change(self, acts, clean) -> np.ndarray:
-        key = (id(acts), id(clean))
-        if self._peak_cache[0] != key:  # once per pair of arrays, not per redraw
-            self._peak_cache = (key, largest_change(acts, clean))
-        return self._peak_cache[1]
+    def _largest_change(self, acts, clean, key: tuple) -> np.ndarray:
+        """`largest_change` once per (trace, clean trace, layer), not per redraw."""
+        cached = self._peak_cache
+        if cached is None or any(a is not b for a, b in zip(cached[0][:2], key[:2], strict=True)) \
+                or cached[0][2] != key[2]:
+            self._peak_cache = cached = (key, largest_change(acts, clean))
+        return cached[1]
 
     def _draw_summaries(self, trace, layer: int) -> None:
         """Before the layer's activations arrive: the neurons by their largest activation."""
         peak = trace.mlp_max[layer]
         order = np.argsort(-peak, kind="stable")[:TOP_K]
         self._order, self._full = np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+        self._drawn = None
         self.heatmap.set_data(np.zeros((0, 0)), (), (), title=f"MLP post-activation, layer {layer}: fetching…")
         self.top_title.setText(f"neurons with the largest activation, layer {layer} "
                                "(fetching the layer's activations…)")

@@ -45,6 +45,11 @@ def residual_matrices(trace, clean, layer: int, query: int, diff: bool) -> dict:
     return {"norms": norms, "heads": heads, "line": norms[:, query], "clean_line": clean_line}
 
 
+def _shows(drawn, trace, clean, settings) -> bool:
+    """Whether a heatmap drawn from `drawn` = (trace, clean, settings) shows these (traces by identity)."""
+    return drawn is not None and drawn[0] is trace and drawn[1] is clean and drawn[2] == settings
+
+
 class ResidualView(QtWidgets.QWidget):
     def __init__(self, state, parent=None):
         super().__init__(parent)
@@ -80,6 +85,7 @@ class ResidualView(QtWidgets.QWidget):
 
         self._norm_tokens = self._head_tokens = np.zeros((0, 0), dtype=np.int64)  # token of each drawn cell
         self._norms_full = np.zeros((0, 0), dtype=np.float32)
+        self._drawn_norms = self._drawn_heads = None  # what each heatmap shows: (trace, clean, settings)
         self.norms.cell_clicked.connect(lambda row, col: state.set_selection(query=int(self._norm_tokens[row, col])))
         self.heads.cell_clicked.connect(
             lambda row, col: state.set_selection(head=row, query=int(self._head_tokens[row, col])))
@@ -118,16 +124,23 @@ class ResidualView(QtWidgets.QWidget):
         cols = column_blocks(trace.n_tokens)
         columns = column_labels(tokens, cols)
         pooled = f", {'largest change' if diff else 'max'} of each {cols.size} tokens" if cols.pooled else ""
+        log = self.log_box.isChecked() and not diff
         self._norms_full = data["norms"]
-        norms, self._norm_tokens = pool(data["norms"], cols, signed=diff)
-        heads, self._head_tokens = pool(data["heads"], cols, signed=diff)
-        self.norms.set_data(norms, trace.resid_labels, columns, levels=None, diverging=diff,
-                            colormap=None if diff else NORM_COLORMAP, log_scale=self.log_box.isChecked() and not diff,
-                            title=f"{what}residual-stream L2 norm{model}{pooled}", row_name="stream", col_name="token")
-        self.heads.set_data(heads, head_labels(heads.shape[0]), columns, levels=None, diverging=diff,
-                            colormap=None if diff else NORM_COLORMAP,
-                            title=f"{what}per-head output norm, layer {layer}{model}{pooled}", row_name="head",
-                            col_name="token")
+        # A new query alone changes only the line plot: the heatmaps are redrawn when what they show changes.
+        if not _shows(self._drawn_norms, trace, st.clean_trace, (diff, log)):
+            self._drawn_norms = (trace, st.clean_trace, (diff, log))
+            norms, self._norm_tokens = pool(data["norms"], cols, signed=diff)
+            self.norms.set_data(norms, trace.resid_labels, columns, levels=None, diverging=diff,
+                                colormap=None if diff else NORM_COLORMAP, log_scale=log,
+                                title=f"{what}residual-stream L2 norm{model}{pooled}", row_name="stream",
+                                col_name="token")
+        if not _shows(self._drawn_heads, trace, st.clean_trace, (diff, layer)):
+            self._drawn_heads = (trace, st.clean_trace, (diff, layer))
+            heads, self._head_tokens = pool(data["heads"], cols, signed=diff)
+            self.heads.set_data(heads, head_labels(heads.shape[0]), columns, levels=None, diverging=diff,
+                                colormap=None if diff else NORM_COLORMAP,
+                                title=f"{what}per-head output norm, layer {layer}{model}{pooled}", row_name="head",
+                                col_name="token")
         self.heads.highlight_row(head)
         compact_axes(self.norms)
         compact_axes(self.heads)
