@@ -115,3 +115,42 @@ def test_a_long_prompt_is_pooled_with_its_spikes_kept(qtbot):
     col = int(np.argmax(shown[7]))
     view._on_cell_click(7, col)
     assert state.neuron == 7 and state.query_index == 1234
+
+
+def test_an_inline_worker_answers_a_hidden_view_for_the_token_strip(qtbot):
+    from transformer_viewer.viewer.state import ViewerState
+    from transformer_viewer.viewer.views.mlp_view import MLPView
+    from transformer_viewer.viewer.views.token_strip import TokenStrip, chip_values
+    from transformer_viewer.viewer.worker.inline import InlineWorker
+
+    session = WorkerSession(scaled_init_loaded(seed=4))
+    worker = InlineWorker(session)
+    state = ViewerState()
+    state.set_model(session.info())
+    state.set_prompt(PROMPT)
+    got = []
+    worker.submit(TraceRequest(text=PROMPT), on_result=got.append)
+    state.set_traces(got[0].value.trace, got[0].value.clean)
+    view = MLPView(state, worker)  # never shown: it fetches only for the strip's neuron
+    strip = TokenStrip(state)
+    strip.set_mode("none")
+    qtbot.addWidget(view)
+    qtbot.addWidget(strip)
+    assert state.layer_activations(state.trace, 0) is None
+    state.set_neuron(7)
+    values, _ = chip_values(state, "neuron")
+    np.testing.assert_array_equal(values, mlp_activations(session, state.trace, 0)[:, 7])
+    np.testing.assert_array_equal(view.matrix(), mlp_activations(session, state.trace, 0)[:, view.order()].T)
+
+
+def test_sixteen_thousand_neurons_rank_all_and_draw_at_most_a_thousand(qtbot):
+    from tests.viewer.views.fake_traces import fake_state
+    from transformer_viewer.viewer.views.mlp_view import MAX_ROWS, MLPView
+
+    state = fake_state(n_tokens=40, n_mlp=16384, keep_full=True)
+    view = MLPView(state)
+    qtbot.addWidget(view)
+    view.rows_spin.setValue(5000)
+    assert view.rows_spin.value() == MAX_ROWS and view.matrix().shape == (MAX_ROWS, 40)
+    peak = state.trace.mlp_post[0].max(axis=0)
+    np.testing.assert_array_equal(view.order(), np.argsort(-peak, kind="stable")[:MAX_ROWS])
