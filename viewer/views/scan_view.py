@@ -106,6 +106,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         body.addWidget(self.ranked)
         body.setStretchFactor(0, 3)
         body.setStretchFactor(1, 1)
+        body.setSizes([700, 290])  # room for the ranked table's four columns
         layout.addWidget(body, 1)
 
         self.heatmap.cell_clicked.connect(self._on_cell_click)
