@@ -152,7 +152,11 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         self._asked = (st.trace, window)
         self.worker.submit(LensRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation,
                                        window=None if window == (0, st.trace.n_tokens) else window),
-                           on_result=lambda answer: self.set_result(answer.value))
+                           on_result=lambda answer: self.set_result(answer.value), on_progress=self._on_progress)
+
+    def _on_progress(self, p) -> None:
+        if self._current() is None and p.total:
+            self.info.setText(f"computing the logit lens… {int(p.done)} of {int(p.total)} rows")
 
     def set_result(self, result) -> None:
         self.result = result

@@ -179,3 +179,19 @@ def test_lens_view_shows_a_window_around_the_selection(qtbot, long_session, monk
     assert view.table.item(2, 1).text() == state.tokenizer().label(int(full.top_ids[2, 5]))
     view.heatmap.cell_clicked.emit(0, 20)
     assert state.query_index == view.position_of_column(20) == 20
+
+
+def test_the_lens_request_reports_rows_and_stops_when_cancelled(long_session):
+    from transformer_viewer.viewer.worker.lens import LensRequest, handle_lens
+    from transformer_viewer.viewer.worker.requests import Cancelled
+
+    session, prompt = long_session
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[0, 3] = True
+    seen = []
+    r = handle_lens(session, LensRequest(text=prompt, mask=mask, window=(10, 40)), lambda *a: seen.append(a[:2]),
+                    lambda: False)
+    assert (r.start, r.n_tokens, r.lens.n_tokens) == (10, len(session.tokens.ids), 30)
+    assert seen[-1] == (6, 6) and len(seen) == 6  # 3 rows clean, 3 masked
+    with pytest.raises(Cancelled):
+        handle_lens(session, LensRequest(text=prompt, mask=mask, window=(0, 20)), lambda *a: None, lambda: True)
