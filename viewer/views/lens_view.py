@@ -108,6 +108,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         self.heatmap.cell_clicked.connect(lambda _r, col: state.set_selection(query=self._start + col))
         self._start = 0  # the position of the drawn lens's first column
         self._asked: tuple | None = None  # (trace, window) last asked for
+        self._drawn: tuple | None = None  # (result, diff) the heatmap shows
         state.trace_changed.connect(self._on_trace)
         state.selection_changed.connect(self._on_selection)
         state.mask_changed.connect(lambda _m: self.refresh())  # "computing…" until the new lens comes
@@ -182,10 +183,25 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
             self.info.setText("computing the logit lens…" if trace is not None else "run a prompt to see the logit lens")
             return
         lens = r.lens
-        a, b = r.start, r.start + lens.n_tokens
+        a = r.start
         self._start, q = a, st.query_index - a  # q: the selected position's column
         diff = self.diff.active
         tok = st.tokenizer()  # the loaded model's
+        tokens = TokenGrid(lens.top_ids, tok)
+        if self._drawn is None or self._drawn[0] is not r or self._drawn[1] != diff:
+            # a new selection inside the window redraws only the side panels
+            self._drawn = (r, diff)
+            self._draw_heatmap(r, trace, diff, tok)
+        self._draw_ranks(r, q)
+        self._fill_table(r, q, tokens)
+        final = token_label(int(lens.final_ids[q]), tok)
+        first = int(np.argmax(lens.final_ranks[:, q] == 0))
+        self.info.setText(f"position {a + q} ({trace.labels[a + q]!r}): final top token {final!r}, "
+                          f"top from {lens.row_labels[first]} on")
+
+    def _draw_heatmap(self, r, trace, diff: bool, tok) -> None:
+        lens = r.lens
+        a, b = r.start, r.start + lens.n_tokens
         tokens = TokenGrid(lens.top_ids, tok)
         labels = trace.labels[a:b]
         window = f", positions {a}–{b - 1} of {trace.n_tokens}" if b - a < trace.n_tokens else ""
@@ -205,12 +221,6 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
             self.heatmap.set_cell_text(tokens, lens.top_probs > 0.55)
         compact_axes(self.heatmap)
         self.heatmap.plot.getAxis("bottom").set_positions(range(a, b) if window else None)
-        self._draw_ranks(r, q)
-        self._fill_table(r, q, tokens)
-        final = token_label(int(lens.final_ids[q]), tok)
-        first = int(np.argmax(lens.final_ranks[:, q] == 0))
-        self.info.setText(f"position {a + q} ({trace.labels[a + q]!r}): final top token {final!r}, "
-                          f"top from {lens.row_labels[first]} on")
 
     def position_of_column(self, col: int) -> int:
         """The prompt position a heatmap column shows."""
