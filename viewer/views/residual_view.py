@@ -50,6 +50,13 @@ def _shows(drawn, trace, clean, settings) -> bool:
     return drawn is not None and drawn[0] is trace and drawn[1] is clean and drawn[2] == settings
 
 
+def _compact(heatmap, cols) -> None:
+    """Once per new picture (a relayout repaints every plot): axis names hidden, a pooled
+    column labelled by its range of positions."""
+    compact_axes(heatmap)
+    heatmap.plot.getAxis("bottom").set_positions(None, numbered=not cols.pooled)
+
+
 class ResidualView(QtWidgets.QWidget):
     def __init__(self, state, parent=None):
         super().__init__(parent)
@@ -134,6 +141,7 @@ class ResidualView(QtWidgets.QWidget):
                                 colormap=None if diff else NORM_COLORMAP, log_scale=log,
                                 title=f"{what}residual-stream L2 norm{model}{pooled}", row_name="stream",
                                 col_name="token")
+            _compact(self.norms, cols)
         if not _shows(self._drawn_heads, trace, st.clean_trace, (diff, layer)):
             self._drawn_heads = (trace, st.clean_trace, (diff, layer))
             heads, self._head_tokens = pool(data["heads"], cols, signed=diff)
@@ -141,11 +149,8 @@ class ResidualView(QtWidgets.QWidget):
                                 colormap=None if diff else NORM_COLORMAP,
                                 title=f"{what}per-head output norm, layer {layer}{model}{pooled}", row_name="head",
                                 col_name="token")
+            _compact(self.heads, cols)
         self.heads.highlight_row(head)
-        compact_axes(self.norms)
-        compact_axes(self.heads)
-        for panel in (self.norms, self.heads):  # a pooled column's label is its range of positions
-            panel.plot.getAxis("bottom").set_positions(None, numbered=not cols.pooled)
         plot = self.line.getPlotItem()
         plot.clear()
         if plot.legend is None:
