@@ -137,8 +137,8 @@ class MLPView(QtWidgets.QWidget):
         clean = st.layer_activations(st.clean_trace, layer) if diff else None
         if acts is not None and (clean is not None or not diff):
             return acts, clean
-        runs = tuple(t.run_id for t, have in ((st.trace, acts), (st.clean_trace, clean if diff else acts))
-                     if have is None)
+        missing = [(st.trace, acts)] + ([(st.clean_trace, clean)] if diff else [])
+        runs = tuple(dict.fromkeys(t.run_id for t, have in missing if have is None))
         wanted = self.worker is not None and (self.isVisible() or st.neuron is not None)
         if wanted and self._asked != (runs, layer):
             self._request(runs, layer)

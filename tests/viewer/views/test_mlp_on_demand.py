@@ -73,7 +73,13 @@ def test_view_and_strip_draw_on_demand_activations_equal_to_the_model_s(qtbot, c
     # the diff asks for the clean run's activations too
     mask = np.zeros((2, 4), dtype=bool)
     mask[0, 1] = True
+    asked = []
+    submit = client.submit
+    client.submit = lambda request, **kw: (asked.append(request), submit(request, **kw))[1]
     run_traces(qtbot, client, state, mask)
+    qtbot.waitUntil(lambda: view.matrix().size > 0 and not client.busy, timeout=WAIT_MS)
+    runs = [r.run_ids for r in asked if isinstance(r, MlpActivationsRequest)]
+    assert runs == [(state.trace.run_id,)]  # no diff shown: only the masked run is fetched
     view.diff.setChecked(True)
     assert view.diff.active
     qtbot.waitUntil(lambda: view.matrix().size > 0 and not client.busy, timeout=WAIT_MS)
