@@ -195,3 +195,14 @@ def test_the_lens_request_reports_rows_and_stops_when_cancelled(long_session):
     assert seen[-1] == (6, 6) and len(seen) == 6  # 3 rows clean, 3 masked
     with pytest.raises(Cancelled):
         handle_lens(session, LensRequest(text=prompt, mask=mask, window=(0, 20)), lambda *a: None, lambda: True)
+
+
+def test_lens_windows_shrink_with_the_vocabulary_and_hold_the_query():
+    from transformer_viewer.viewer.views.lens_view import MIN_WINDOW, WINDOW, lens_window, window_size
+
+    assert window_size(50257) == WINDOW and window_size(1000) == WINDOW
+    assert MIN_WINDOW < window_size(151936) < WINDOW and window_size(262144) == MIN_WINDOW
+    assert lens_window(100, 50, 256) == (0, 100)
+    for q in (0, 10, 4000, 8191):
+        a, b = lens_window(8192, q, 84)
+        assert b - a == 84 and a <= q < b and 0 <= a and b <= 8192
