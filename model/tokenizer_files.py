@@ -3,7 +3,8 @@
 `tokenizer.json` is the tokenizer itself (read by the `tokenizers` library);
 `tokenizer_config.json`, `special_tokens_map.json` and `generation_config.json` say which tokens
 are BOS and EOS and whether a BOS starts every text. Every file's size is bounded before it is
-read, and each malformed file gives one line naming it.
+read, each must lie in the folder (`folder_files`: no link leading elsewhere), and each
+malformed file gives one line naming it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import untrusted_json
+from transformer_viewer.model.formats import folder_files, untrusted_json
 from transformer_viewer.model.tokenizer import GPT2_PADDED_VOCAB, GPT2_VOCAB
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -79,7 +80,7 @@ def tokenizer_json_path(folder: str, vocab_size: int | None = None) -> str:
     """The folder's tokenizer.json; a folder without one is refused, saying why GPT-2's would not do."""
     path = os.path.join(folder, TOKENIZER_JSON)
     if os.path.isfile(path):
-        return path
+        return folder_files.check_inside(folder, path)
     vocab = f" ({vocab_size} tokens)" if vocab_size else ""
     why = (f"the model's vocabulary{vocab} is its own, so GPT-2's tokenizer would feed it the wrong ids")
     if os.path.isfile(os.path.join(folder, SENTENCEPIECE_MODEL)):
@@ -97,7 +98,7 @@ def read_special_tokens(folder: str) -> SpecialTokens:
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
             continue
-        data = read_json_object(path, name)
+        data = read_json_object(folder_files.check_inside(folder, path), name)
         for key in ("bos", "eos"):
             if f"{key}_token" in data:  # checked in every file, used from the first that names it
                 found.setdefault(key, _token_text(data[f"{key}_token"], path, f"{key}_token"))
@@ -108,7 +109,7 @@ def read_special_tokens(folder: str) -> SpecialTokens:
             found["add_bos"] = data["add_bos_token"]
     path = os.path.join(folder, GENERATION_CONFIG)
     if os.path.isfile(path):
-        data = read_json_object(path, GENERATION_CONFIG)
+        data = read_json_object(folder_files.check_inside(folder, path), GENERATION_CONFIG)
         for key in ("bos", "eos"):
             value = data.get(f"{key}_token_id")
             if isinstance(value, list):  # several EOS ids: the first is the one a text ends with

@@ -10,7 +10,8 @@ a temporary folder (nothing binary is committed). Classes:
   one storage, a deflated torch zip, 6,000 tutorial layers, huge layer indices, 40,000 shard
   names for one file), refused before anything is materialised;
 - shards: index entries outside the folder, the wrong file named as a shard, broken maps;
-- keys, float8, links: non-string state-dict keys, float8/float4 weights, symlink loops.
+- keys, float8, links: non-string state-dict keys, float8/float4 weights, symlink loops, links
+  that lead a folder's files out of it (a cache snapshot's into its own blobs/ only).
 
 Each entry is a `Bad` (must be one CheckpointError line containing `expect`) or, with
 `expect=None`, a hostile-looking file that is in fact a good model and must load.
@@ -346,6 +347,7 @@ def build(root: str) -> list[Bad]:
     add("link_mutual_loop", p("ping.pt"), "a symbolic link loop", "links")
     os.symlink("gone.safetensors", p("dangling.safetensors"))
     add("link_dangling", p("dangling.safetensors"), "a symbolic link to gone.safetensors, which does not exist", "links")
+    add_leaving_links(root, add, sharded, model)
     training = {"final_train_loss": float("nan"), "best": float("inf"), "worst": float("-inf"), "steps": 0}
     save_checkpoint(model, p("training_nan.safetensors"), training=training)
     add("training_nan", p("training_nan.safetensors"), None, "json")
@@ -361,3 +363,45 @@ def _state_shapes(config: GPTConfig) -> dict[str, torch.Tensor]:
     state.pop("lm_head.weight", None)
     return state
 
+
+
+def add_leaving_links(root: str, add, sharded, model) -> None:
+    """Folders whose files are links: out of the folder (refused), and a cache snapshot's links into
+    its own repository's blobs/ (loads) or into another repository's (refused)."""
+    def p(*names):
+        return os.path.join(root, *names)
+
+    elsewhere = _hf_folder(p("links_elsewhere"), model)  # the files the hostile links lead to
+    leaving = "outside the model folder (a model folder's files must lie inside it)"
+    for name in ("config.json", "model.safetensors"):
+        folder = _hf_folder(p(f"links_{name}"), model)
+        os.remove(os.path.join(folder, name))
+        os.symlink(os.path.join(elsewhere, name), os.path.join(folder, name))
+        add(f"links_{name.split('.')[0]}_outside", folder, leaving, "links")
+    folder = sharded("links_shard_outside")
+    shard = os.path.join(folder, "model-00002-of-00002.safetensors")
+    os.replace(shard, p("links_elsewhere", "moved-shard.safetensors"))
+    os.symlink(p("links_elsewhere", "moved-shard.safetensors"), shard)
+    add("links_shard_outside", folder, leaving, "links")
+    folder = _hf_folder(p("links_tokenizer"), model)
+    with open(p("links_elsewhere", "secret.txt"), "w", encoding="utf-8") as f:
+        f.write("not for a tokenizer to read")
+    os.symlink(p("links_elsewhere", "secret.txt"), os.path.join(folder, "tokenizer.json"))
+    add("links_tokenizer_outside", folder, leaving, "links")
+
+    # The cache's layout: models--org--name/{blobs/<hash>, snapshots/<rev>/<file> -> ../../blobs/<hash>}.
+    def cached(repo, blob_repo):
+        staging = _hf_folder(p(f"staging_{repo}"), model)
+        snap = p("hub", f"models--org--{repo}", "snapshots", "rev0")
+        os.makedirs(snap)
+        blobs = p("hub", f"models--org--{blob_repo}", "blobs")
+        os.makedirs(blobs, exist_ok=True)
+        for name in sorted(os.listdir(staging)):
+            blob = os.path.join(blobs, f"{repo}-{name}")
+            os.replace(os.path.join(staging, name), blob)
+            os.symlink(os.path.relpath(blob, snap), os.path.join(snap, name))
+        return snap
+
+    add("links_cache_own_blobs", cached("good", "good"), None, "links")
+    os.makedirs(p("hub", "models--org--thief", "blobs"))  # its own blobs/ exist, its links lead elsewhere
+    add("links_cache_other_repo_blobs", cached("thief", "victim"), "a cache snapshot may link only into its own repository's blobs/", "links")
