@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from tests.hardening import corpus_hostile
 from tests.hardening.common import new_window, one_line, wait_idle
+from tests.helpers.hf_hub import cache_entry
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import huggingface
@@ -224,35 +225,16 @@ def test_amplifying_files_stay_under_a_gigabyte(hostile, tmp_path):
     assert result["peak_kb"] < 1024 * 1024, f"peak {result['peak_kb'] / 1024:.0f} MiB"
 
 
-def cache_from_folder(hub, repo: str, folder: str, blobs_of: str | None = None) -> str:
-    """`folder` as the cache stores it: each file a blob, the snapshot's names links to the blobs
-    (of `blobs_of`'s repository when given: links into another repository)."""
-    import shutil
-
-    base = hub / f"models--{repo.replace('/', '--')}"
-    blobs = hub / f"models--{(blobs_of or repo).replace('/', '--')}" / "blobs"
-    snap = base / "snapshots" / "rev1"
-    snap.mkdir(parents=True)
-    (base / "blobs").mkdir(exist_ok=True)
-    blobs.mkdir(parents=True, exist_ok=True)
-    for i, name in enumerate(sorted(os.listdir(folder))):
-        shutil.copyfile(os.path.join(folder, name), blobs / f"{repo.replace('/', '-')}-{i}")
-        os.symlink(os.path.relpath(blobs / f"{repo.replace('/', '-')}-{i}", snap), snap / name)
-    (base / "refs").mkdir()
-    (base / "refs" / "main").write_text("rev1")
-    return str(snap)
-
-
 def test_a_sharded_cache_snapshot_loads_through_its_blob_links(hostile, tmp_path, monkeypatch):
     good = next(b.path for b in hostile if b.name == "shards_good")
-    cache_from_folder(tmp_path / "hub", "org/sharded", good)
+    cache_entry(tmp_path / "hub", "org/sharded", good)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert load_checkpoint("org/sharded").config.n_layer == 2
 
 
 def test_a_shard_linked_into_another_repository_is_refused(hostile, tmp_path, monkeypatch):
     good = next(b.path for b in hostile if b.name == "shards_good")
-    snap = cache_from_folder(tmp_path / "hub", "org/sharded", good)
+    snap = cache_entry(tmp_path / "hub", "org/sharded", good)
     shard = os.path.join(snap, "model-00002-of-00002.safetensors")
     target = os.path.realpath(shard)
     other = tmp_path / "hub" / "models--org--other" / "blobs"

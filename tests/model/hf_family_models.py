@@ -57,13 +57,14 @@ FAMILIES = {
 }
 
 
-def build(name: str, seed: int = 0):
-    """A random eager-attention HF model of family `name`, in eval mode, float32."""
+def build(name: str, seed: int = 0, **overrides):
+    """A random eager-attention HF model of family `name`, in eval mode, float32 (`overrides`:
+    config values to change, e.g. a vocab_size that fits a tokenizer)."""
     import transformers
 
     config_cls, model_cls, kwargs, _ = FAMILIES[name]
     torch.manual_seed(seed)
-    config = getattr(transformers, config_cls)(**kwargs)
+    config = getattr(transformers, config_cls)(**{**kwargs, **overrides})
     config._attn_implementation = "eager"
     model = getattr(transformers, model_cls)(config).eval()
     with torch.no_grad():
