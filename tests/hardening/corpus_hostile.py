@@ -11,7 +11,9 @@ a temporary folder (nothing binary is committed). Classes:
   names for one file), refused before anything is materialised;
 - shards: index entries outside the folder, the wrong file named as a shard, broken maps;
 - keys, float8, links: non-string state-dict keys, float8/float4 weights, symlink loops, links
-  that lead a folder's files out of it (a cache snapshot's into its own blobs/ only).
+  that lead a folder's files out of it (a cache snapshot's into its own blobs/ only);
+- tokenizer: a folder's tokenizer.json whose regexes would backtrack without end (nested
+  quantifiers, a huge alternation, a pattern past the length bound), refused at load.
 
 Each entry is a `Bad` (must be one CheckpointError line containing `expect`) or, with
 `expect=None`, a hostile-looking file that is in fact a good model and must load.
@@ -43,7 +45,7 @@ from transformer_viewer.model.config import GPTConfig
 DEEP = "[" * 1000 + "]" * 1000
 BIG_INT = "1" + "0" * 5000
 HUGE = 17 << 20  # past the 16 MiB any JSON we read may be
-GROUPS = ("json", "schema", "amplify", "shards", "keys", "float8", "links")
+GROUPS = ("json", "schema", "amplify", "shards", "keys", "float8", "links", "tokenizer")
 
 
 def build(root: str) -> list[Bad]:
@@ -348,6 +350,7 @@ def build(root: str) -> list[Bad]:
     os.symlink("gone.safetensors", p("dangling.safetensors"))
     add("link_dangling", p("dangling.safetensors"), "a symbolic link to gone.safetensors, which does not exist", "links")
     add_leaving_links(root, add, sharded, model)
+    add_hostile_tokenizers(root, add, model)
     training = {"final_train_loss": float("nan"), "best": float("inf"), "worst": float("-inf"), "steps": 0}
     save_checkpoint(model, p("training_nan.safetensors"), training=training)
     add("training_nan", p("training_nan.safetensors"), None, "json")
@@ -405,3 +408,30 @@ def add_leaving_links(root: str, add, sharded, model) -> None:
     add("links_cache_own_blobs", cached("good", "good"), None, "links")
     os.makedirs(p("hub", "models--org--thief", "blobs"))  # its own blobs/ exist, its links lead elsewhere
     add("links_cache_other_repo_blobs", cached("thief", "victim"), "a cache snapshot may link only into its own repository's blobs/", "links")
+
+
+def add_hostile_tokenizers(root: str, add, model) -> None:
+    """GPT-2-layout folders with a 512-token vocabulary bringing their own tokenizer.json: a plain
+    one (loads) and ones whose pre-tokenizer regex could stall the library (refused at load)."""
+    from tests.model import tokenizer_common as tc
+
+    def folder(name, pattern=None):
+        path = _hf_folder(os.path.join(root, name), model)
+        tc.byte_level(path)
+        if pattern is not None:
+            tokenizer = os.path.join(path, "tokenizer.json")
+            with open(tokenizer, encoding="utf-8") as f:
+                spec = json.load(f)
+            spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+                spec["pre_tokenizer"]]}
+            with open(tokenizer, "w", encoding="utf-8") as f:
+                json.dump(spec, f)
+        return path
+
+    add("tokenizer_own", folder("tokenizer_own"), None, "tokenizer")
+    add("tokenizer_nested_quantifiers", folder("tokenizer_nested", r"(\s+\S*)+$"),
+        "repeats a group that holds a repeat (nested quantifiers)", "tokenizer")
+    add("tokenizer_huge_alternation", folder("tokenizer_alternation", "|".join(f"t{i}" for i in range(300))),
+        "has 300 alternatives", "tokenizer")
+    add("tokenizer_long_pattern", folder("tokenizer_long", "[a-z]" * 600), "is 3,000 characters long", "tokenizer")
