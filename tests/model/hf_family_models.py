@@ -74,6 +74,34 @@ def build(name: str, seed: int = 0, **overrides):
     return model
 
 
+# The family `info` names for each architecture (independent of the loader's own table).
+FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen2ForCausalLM": "Qwen2",
+             "Qwen3ForCausalLM": "Qwen3", "Phi3ForCausalLM": "Phi-3", "OlmoForCausalLM": "OLMo",
+             "Olmo2ForCausalLM": "OLMo 2", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
+             "Gemma3ForCausalLM": "Gemma 3", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J",
+             "GPT2LMHeadModel": "GPT-2"}
+SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "gemma", "gemma2", "gemma3")
+WITH_GPT2 = sorted(FAMILIES) + ["gpt2"]
+
+
+def save_with_tokenizer(name: str, folder: str):
+    """A family's tiny model (`name` from WITH_GPT2) saved with a tokenizer.json of its style
+    (SentencePiece-style with a BOS, or byte-level BPE) and a vocabulary that fits it; the HF model."""
+    from tests.model import tokenizer_common as tc
+    from transformer_viewer.model.tokenizer import load_tokenizer
+
+    (tc.metaspace if name in SENTENCEPIECE_STYLE else tc.byte_level)(folder)
+    vocab = load_tokenizer(folder).n_vocab
+    if name == "gpt2":
+        from tests.helpers.models import hf_config, hf_model
+
+        hf = hf_model(hf_config(vocab_size=vocab))
+    else:
+        hf = build(name, vocab_size=vocab)
+    hf.save_pretrained(folder)
+    return hf
+
+
 def save(model, folder: str) -> str:
     model.save_pretrained(folder)
     return folder

@@ -13,29 +13,11 @@ import pytest
 import torch
 
 from tests.helpers.hf_hub import cache_entry
-from tests.model import tokenizer_common as tc
-from tests.model.hf_family_models import FAMILIES, build
+from tests.model.hf_family_models import FAMILY_OF, WITH_GPT2, save_with_tokenizer
 from transformer_viewer.model.checkpoint import load_checkpoint
-from transformer_viewer.model.tokenizer import load_tokenizer
 from transformer_viewer.viewer.cli.main import main
 
-# The family `info` names for each architecture (independent of the loader's own table).
-FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen2ForCausalLM": "Qwen2",
-             "Qwen3ForCausalLM": "Qwen3", "Phi3ForCausalLM": "Phi-3", "OlmoForCausalLM": "OLMo",
-             "Olmo2ForCausalLM": "OLMo 2", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
-             "Gemma3ForCausalLM": "Gemma 3", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J",
-             "GPT2LMHeadModel": "GPT-2"}
-SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "gemma", "gemma2", "gemma3")
-NAMES = sorted(FAMILIES) + ["gpt2"]
-
-
-def hf_model(name: str, vocab_size: int):
-    if name == "gpt2":
-        from tests.helpers.models import hf_config
-        from tests.helpers.models import hf_model as gpt2_model
-
-        return gpt2_model(hf_config(vocab_size=vocab_size))
-    return build(name, vocab_size=vocab_size)
+NAMES = WITH_GPT2
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +27,7 @@ def published(tmp_path_factory):
     out = {}
     for name in NAMES:
         folder = str(root / name)
-        (tc.metaspace if name in SENTENCEPIECE_STYLE else tc.byte_level)(folder)
-        hf = hf_model(name, load_tokenizer(folder).n_vocab)
-        hf.save_pretrained(folder)
-        out[name] = folder, hf
+        out[name] = folder, save_with_tokenizer(name, folder)
     return out
 
 
