@@ -430,6 +430,14 @@ def add_hostile_tokenizers(root: str, add, model) -> None:
         return path
 
     add("tokenizer_own", folder("tokenizer_own"), None, "tokenizer")
+    broken = folder("tokenizer_broken")
+    with open(os.path.join(broken, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [[')
+    add("tokenizer_not_json", broken, "tokenizer.json: not a tokenizer the tokenizers library can read", "tokenizer")
+    config = folder("tokenizer_config_flag")
+    with open(os.path.join(config, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"add_eos_token": "yes"}, f)
+    add("tokenizer_config_flag", config, "add_eos_token is 'yes', not true or false", "tokenizer")
     add("tokenizer_nested_quantifiers", folder("tokenizer_nested", r"(\s+\S*)+$"),
         "repeats a group that holds a repeat (nested quantifiers)", "tokenizer")
     add("tokenizer_huge_alternation", folder("tokenizer_alternation", "|".join(f"t{i}" for i in range(300))),
