@@ -88,13 +88,24 @@ SPACING = [
     ("metaspace", "LlamaTokenizer", {"add_prefix_space": True, "legacy": True}),
     ("byte_level", "GPT2Tokenizer", {"add_prefix_space": True}),
     ("byte_level", "GPT2Tokenizer", {"add_prefix_space": False}),
+    ("llama3_style", "Qwen2Tokenizer", {"add_prefix_space": True}),  # a ByteLevel behind a Split
 ]
+
+
+def llama3_style(folder: str, config: dict) -> str:
+    tc.llama3_style(folder)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    return folder
 
 
 @pytest.mark.parametrize("builder,cls,switches", SPACING, ids=[f"{b}-{json.dumps(s)}" for b, _c, s in SPACING])
 def test_add_prefix_space_and_legacy_match_transformers(tmp_path, builder, cls, switches):
     base = MS if builder == "metaspace" else BL
-    folder = getattr(tc, builder)(str(tmp_path / "tok"), config={**base, "tokenizer_class": cls, **switches})
+    if builder == "llama3_style":
+        base = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
+    make = llama3_style if builder == "llama3_style" else getattr(tc, builder)
+    folder = make(str(tmp_path / "tok"), config={**base, "tokenizer_class": cls, **switches})
     ours, ref = load_tokenizer(folder), auto(folder)
     assert type(ref).__name__ == cls
     for text in [*TEXTS, "<s>hello after a typed BOS", "a </s>b"]:
