@@ -205,9 +205,9 @@ class HFTokenizer:
         enc = self._tk.encode(text, add_special_tokens=False)
         ids = enc.ids
         prefix, suffix = list(self.prefix), list(self.suffix)
-        if n is not None and n < len(prefix) + len(suffix):
-            suffix = suffix[len(suffix) - min(n, len(suffix)):]
-            prefix = prefix[len(prefix) - (n - len(suffix)):] if n > len(suffix) else []
+        if n is not None:  # a context too short for them all keeps their last n
+            suffix = suffix[max(0, len(suffix) - n):]
+            prefix = prefix[max(0, len(prefix) - (n - len(suffix))):]
         keep = len(ids) if n is None else max(0, min(len(ids), n - len(prefix) - len(suffix)))
         dropped = len(ids) - keep
         if dropped:

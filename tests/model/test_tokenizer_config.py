@@ -183,3 +183,12 @@ def test_a_prompt_too_long_is_refused_before_tokenizing(tmp_path):
             with pytest.raises(ModelError, match="characters, more than the 4,000,000 a prompt may have"):
                 method(*args)
     assert len(Tokenizer().encode("a " * (MAX_PROMPT_CHARS // 2))) > 0  # at the bound: tokenized
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_a_context_shorter_than_bos_and_eos(eos_folders, n):
+    tok = load_tokenizer(eos_folders["metaspace"])
+    kept, _dropped = tok.tokenize_last("hello world", n)
+    bos, *text, eos = tok.tokenize("hello world").ids
+    expected = {0: (), 1: (eos,), 2: (bos, eos), 3: (bos, text[-1], eos)}  # the EOS goes last, the BOS next
+    assert kept.ids == expected[n] and len(kept.spans) == n
