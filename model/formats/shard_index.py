@@ -32,6 +32,8 @@ def shard_files(index_path: str) -> list[tuple[str, str]]:
     folder = os.path.dirname(os.path.abspath(index_path))
     files: dict[tuple[int, int], tuple[str, str]] = {}
     for name in names:
+        if "\x00" in name:  # no file system has such a name; the path functions would raise on it
+            raise CheckpointError(f"{index_path}: shard {name!r} refused: a file name with a NUL byte; {FIX}")
         path = os.path.normpath(os.path.join(folder, name))
         if os.path.isabs(name) or os.path.commonpath([folder, path]) != folder:
             raise CheckpointError(f"{index_path}: shard {name} refused: outside the checkpoint folder; an index may "

@@ -168,6 +168,8 @@ def build(root: str) -> list[Bad]:
         "refused: outside the checkpoint folder", "shards")
     add("shards_absolute", sharded("shards_absolute", retarget(p("outside_dir/stolen.safetensors"))),
         "refused: outside the checkpoint folder", "shards")
+    add("shards_nul_name", sharded("shards_nul_name", retarget("model\x00.safetensors")),
+        "a file name with a nul byte", "shards")
     add("shards_config_json", sharded("shards_config_json", retarget("config.json")),
         "shard config.json is not a weights file (found json text", "shards")
     add("shards_empty_file", sharded("shards_empty_file", retarget("empty.bin"),

@@ -47,6 +47,16 @@ def hostile_pre_tokenizer(*patterns):
     return trigger
 
 
+def shard_name_with_nul(ctx):
+    from tests.hardening.family_folders import llama_folder
+
+    folder = llama_folder(str(ctx.tmp / "nul"))
+    os.remove(os.path.join(folder, "model.safetensors"))
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+        json.dump({"weight_map": {"lm_head.weight": "model\x00.safetensors"}}, f)
+    return raised(lambda: load_checkpoint(folder))
+
+
 def eos_not_named(ctx):
     folder = tc.metaspace(str(ctx.tmp / "noeos"), config={"bos_token": "<s>", "add_eos_token": True})
     return raised(lambda: load_tokenizer(folder))
@@ -63,6 +73,8 @@ CASES = [
          "tokenizer on one line of text"),
     Case("too many regexes", hostile_pre_tokenizer(*[f"x{i}" for i in range(40)]),
          "its normalizer and pre-tokenizer run 40 regexes"),
+    Case("a shard name with a NUL byte", shard_name_with_nul,
+         "shard 'model\\x00.safetensors' refused: a file name with a NUL byte"),
     Case("add_eos_token without an EOS", eos_not_named, "add_eos_token is true but it names no eos_token"),
     Case("a prompt too long to tokenize", lambda ctx: ctx.cli("predict", "--checkpoint", ctx.ckpt, "--prompt",
                                                               "a" * (MAX_PROMPT_CHARS + 1)),
