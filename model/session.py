@@ -438,10 +438,31 @@ def _store(dest: np.ndarray, activation: torch.Tensor) -> None:
 
 def _summarize_mlp(layer: int, arrays: dict[str, np.ndarray], post: torch.Tensor) -> None:
     """Each neuron's max over the tokens, the token where it is reached, and its mean."""
-    mx, arg = post[0].max(dim=0)  # (n_mlp,) each
+    mx, arg = column_max(post[0])  # (n_mlp,) each
     torch.from_numpy(arrays["mlp_max"][layer]).copy_(mx)
     torch.from_numpy(arrays["mlp_argmax"][layer]).copy_(arg)
     torch.from_numpy(arrays["mlp_mean"][layer]).copy_(post[0].mean(dim=0))
+
+
+COLUMN_BLOCK = 256  # rows transposed at once by column_max
+
+
+def column_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`x.max(dim=0)` of a (T, n) tensor, (n,) values and (n,) first indices, by blocks of rows.
+
+    A max with indices over the outer dimension strides through memory: 20-40 ms for
+    (1024, 3072) on a CPU core. A block of rows transposed (small enough to stay in cache) is
+    reduced along contiguous rows instead, several times faster. NaN wins, as in `max`.
+    """
+    T, n = x.shape
+    best = x.new_full((n,), float("-inf"))
+    where = torch.zeros(n, dtype=torch.long, device=x.device)
+    for a in range(0, T, COLUMN_BLOCK):
+        m, i = x[a:a + COLUMN_BLOCK].T.contiguous().max(dim=1)  # (n,) each, over the block's rows
+        better = (m > best) | (m.isnan() & ~best.isnan())  # strict: the first maximum is kept
+        best = torch.where(better, m, best)
+        where = torch.where(better, i + a, where)
+    return best, where
 
 
 def _store_norm(dest: np.ndarray, resid: torch.Tensor) -> None:
