@@ -110,16 +110,24 @@ def query_blocks(T: int) -> list[tuple[int, int]]:
     return list(zip(starts, starts[1:] + [T], strict=True))
 
 
+def window_blocked_keys(a: int, b: int, window: int, device) -> torch.Tensor:
+    """(b - a, b) bool: rows a..b-1 of `blocked_keys(b, window)`, built for these rows alone
+    (a (b, b) mask per block would cost more than the block's scores at long prompts)."""
+    rows = torch.arange(a, b, device=device)[:, None]  # (b - a, 1)
+    keys = torch.arange(b, device=device)[None, :]  # (1, b)
+    return (keys > rows) | (keys <= rows - window)
+
+
 def pattern_rows(qh: torch.Tensor, kh: torch.Tensor, a: int, b: int, window: int, cap: float,
                  out: torch.Tensor | None = None) -> torch.Tensor:
     """Query rows a..b-1 of the pattern against keys 0..b-1 (the later ones are all future):
     (B, nh, b - a, b), into `out` when given."""
     scores = softcap_(qh[:, :, a:b] @ kh[:, :, :b].transpose(-2, -1), cap)  # (B, nh, b - a, b)
-    blocked = blocked_keys(b, window, qh.device)
     if window:
-        scores.masked_fill_(blocked[a:b], float("-inf"))
+        scores.masked_fill_(window_blocked_keys(a, b, window, qh.device), float("-inf"))
     else:  # only the diagonal square holds future keys; the columns before a are all visible
-        scores[..., a:b].masked_fill_(blocked[a:b, a:b], float("-inf"))
+        # The square is the same for every block of b - a rows: one cached mask, whatever a is.
+        scores[..., a:b].masked_fill_(future_mask(b - a, qh.device), float("-inf"))
     return torch.softmax(scores, dim=-1) if out is None else torch.softmax(scores, dim=-1, out=out)
 
 
