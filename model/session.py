@@ -171,10 +171,15 @@ class Session:
               caching(self.model, resid_names) as kept):
             x = self.model.embed(ids) if start == 0 else self._resid[start]
             final = self.model.run_blocks(x, start)
+        # With one token per cell the mean is the max: one array serves as both.
+        one_token_cells = cell_size(T) == 1
+        mean_name = "overview_max" if one_token_cells else "overview_mean"
         for layer, pooler in poolers.items():
-            pooler.finish(arrays["overview_max"][layer], arrays["overview_mean"][layer])
+            pooler.finish(arrays["overview_max"][layer], arrays[mean_name][layer])
         if share:
             arrays["overview_max"] = arrays["overview_mean"] = arrays["attention"]
+        elif one_token_cells:
+            arrays["overview_mean"] = arrays["overview_max"]
         new_resid = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
         for layer in range(start, L):
             new_resid[layer] = kept[f"blocks.{layer}.hook_resid_pre"]
