@@ -250,6 +250,13 @@ def test_on_demand_patterns_overviews_and_mlp_for_family_switches(name):
         full = ref[("pattern", layer)].numpy()  # (nh, T, T)
         for head in range(s.config.n_head):
             np.testing.assert_allclose(head_pattern(s, trace, layer, head), full[head], rtol=0, atol=1e-6)
+        rng = np.random.default_rng(layer)
+        for _ in range(4):  # tiles cut anywhere: across query blocks, the window's edge, the diagonal
+            r0, r1 = sorted(int(v) for v in rng.integers(0, T + 1, 2))
+            c0, c1 = sorted(int(v) for v in rng.integers(0, T + 1, 2))
+            head = int(rng.integers(s.config.n_head))
+            np.testing.assert_allclose(pattern_tile(s, trace, layer, head, (r0, r1), (c0, c1)),
+                                       full[head, r0:r1, c0:c1], rtol=0, atol=1e-6)
         mx, mean = pool_pattern(full)
         np.testing.assert_allclose(trace.overview_max[layer], mx, rtol=0, atol=1e-6)
         np.testing.assert_allclose(trace.overview_mean[layer], mean, rtol=1e-5, atol=1e-7)
