@@ -46,19 +46,28 @@ class OverviewPooler:
     when a cell is one token).
     """
 
-    def __init__(self, n_head: int, T: int, device, max_cells: int = MAX_CELLS):
+    def __init__(self, n_head: int, T: int, device, max_cells: int = MAX_CELLS, out: np.ndarray | None = None):
         self.T = T
         self.cell = cell_size(T, max_cells)
         self.n = n_cells(T, max_cells)
-        self.max = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device)
-        # With one token per cell the mean is the max: no sums kept.
+        # With one token per cell the overview is the pattern: on the CPU its rows go straight
+        # into `out` (the trace's (nh, n, n) array, any float dtype), with no sums and no
+        # float32 copy in between; `finish` then has nothing left to write.
+        self.direct = torch.from_numpy(out) if out is not None and self.cell == 1 and torch.device(device).type == "cpu" \
+            else None
+        if self.direct is None:
+            self.max = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device)
         self.sum = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device) if self.cell > 1 else None
 
     def __call__(self, first_row: int, rows: torch.Tensor) -> None:
         rows = rows[0]  # (nh, r, b)
-        w, r = self.cell, rows.shape[1]
+        w, r, b = self.cell, rows.shape[1], rows.shape[2]
+        if self.direct is not None:
+            self.direct[:, first_row:first_row + r, :b] = rows
+            self.direct[:, first_row:first_row + r, b:] = 0  # the future
+            return
         if w == 1:  # one token per cell: the overview is the pattern itself
-            self.max[:, first_row:first_row + r, : rows.shape[2]] = rows
+            self.max[:, first_row:first_row + r, :b] = rows
             return
         # Rows are pooled first: the reduction runs along whole contiguous key rows (vectorized),
         # and the column pooling then sees w times fewer numbers. The rows split into the
@@ -108,8 +117,13 @@ class OverviewPooler:
 
     def finish(self, max_out: np.ndarray, mean_out: np.ndarray) -> None:
         """Write the (nh, n, n) max and mean into the given arrays (any float dtype)."""
+        same = np.may_share_memory(mean_out, max_out)  # one array for both (a cell is one token)
+        if self.direct is not None:
+            if not same:
+                torch.from_numpy(mean_out).copy_(self.direct)
+            return
         torch.from_numpy(max_out).copy_(self.max)
-        if mean_out is max_out:
+        if same:
             return
         if self.cell == 1:  # the mean of one token is the token
             torch.from_numpy(mean_out).copy_(self.max)

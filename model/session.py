@@ -160,7 +160,7 @@ class Session:
         # A prompt of at most MAX_CELLS tokens is its own overview: with the full patterns kept,
         # the trace shares them instead of pooling 1 x 1 cells (a copy of every pattern).
         share = self.keep_full and cell_size(T) == 1
-        poolers = {} if share else {layer: OverviewPooler(self.config.n_head, T, self.device)
+        poolers = {} if share else {layer: OverviewPooler(self.config.n_head, T, self.device, out=arrays["overview_max"][layer])
                                     for layer in range(start, L)}
         # Overviews pooled from the blocks of pattern rows as they pass; with keep_full, from
         # the whole pattern the trace keeps anyway.
