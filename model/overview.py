@@ -119,8 +119,9 @@ class OverviewPooler:
         """Write the (nh, n, n) max and mean into the given arrays (any float dtype)."""
         same = np.may_share_memory(mean_out, max_out)  # one array for both (a cell is one token)
         if self.direct is not None:
-            if not same:
-                torch.from_numpy(mean_out).copy_(self.direct)
+            for out in (max_out,) if same else (max_out, mean_out):
+                if not np.may_share_memory(out, self.direct.numpy()):
+                    torch.from_numpy(out).copy_(self.direct)
             return
         torch.from_numpy(max_out).copy_(self.max)
         if same:
