@@ -130,6 +130,25 @@ def test_pooled_overviews_equal_pooling_the_full_pattern(loaded, T):
         assert trace.overview_mean is trace.overview_max
 
 
+@pytest.mark.parametrize("T,max_cells", [(300, 256), (1000, 256), (1100, 256), (257, 16), (64 * 5 + 40, 7)])
+def test_the_pooler_fed_block_by_block_equals_pooling_the_whole_pattern(T, max_cells):
+    """Cells that straddle query blocks, cut cells at the prompt's end, blocks with a long tail."""
+    from transformer_viewer.model.attention_kernels import query_blocks
+    from transformer_viewer.model.overview import OverviewPooler
+
+    g = torch.Generator().manual_seed(T)
+    full = torch.rand(2, T, T, generator=g).tril_()  # (nh, T, T), zeros in the future
+    pooler = OverviewPooler(2, T, "cpu", max_cells)
+    for a, b in query_blocks(T):
+        pooler(a, full[None, :, a:b, :b])  # (1, nh, b - a, b), as the forward passes them
+    n = pooler.n
+    mx, mean = np.empty((2, n, n), np.float32), np.empty((2, n, n), np.float32)
+    pooler.finish(mx, mean)
+    want_max, want_mean = pool_pattern(full.numpy(), max_cells)
+    np.testing.assert_array_equal(mx, want_max)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-5, atol=1e-7)
+
+
 def test_pool_pattern_by_hand():
     p = np.arange(25, dtype=np.float64).reshape(5, 5)
     mx, mean = pool_pattern(p, max_cells=3)  # cells of 2 tokens: rows/cols {0,1}, {2,3}, {4}
