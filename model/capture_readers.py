@@ -1,6 +1,7 @@
 """What a capture writes into the trace as the forward passes: the arrays of a new trace, and
 the readers hooked to activations that fill them layer by layer (residual norms, per-head
-output norms, MLP summaries, and with `keep_full` the whole patterns and activations).
+output norms, MLP summaries, pooled attention overviews, and with `keep_full` the whole
+patterns and activations).
 
 Each reader reduces its activation at once and keeps nothing of it, so a capture holds
 O(T) per layer; model/session.py registers them for one forward.
@@ -12,6 +13,8 @@ from functools import partial
 
 import numpy as np
 import torch
+
+from transformer_viewer.model.overview import OverviewPooler, cell_size
 
 COLUMN_BLOCK = 256  # rows transposed at once by column_max
 
@@ -40,6 +43,26 @@ def trace_arrays(config, T: int, n: int, start: int, pattern_dtype, keep_full: b
         norms[:rows] = prev.resid_norms[:rows]
     arrays["resid_norms"] = norms
     return arrays
+
+
+def overview_poolers(n_head: int, T: int, layers, device, arrays: dict[str, np.ndarray], keep_full: bool) -> dict:
+    """One OverviewPooler per layer run, by layer; none when the full patterns are kept and a
+    cell is one token (the trace then shares the patterns as the overview, no copy)."""
+    if keep_full and cell_size(T) == 1:
+        return {}
+    return {layer: OverviewPooler(n_head, T, device, out=arrays["overview_max"][layer]) for layer in layers}
+
+
+def finish_overviews(poolers: dict, arrays: dict[str, np.ndarray], T: int, keep_full: bool) -> None:
+    """Write each pooler's overview into the trace's arrays. With one token per cell the mean
+    is the max: one array serves as both (the pattern itself, when kept)."""
+    one_token_cells = cell_size(T) == 1
+    mean_name = "overview_max" if one_token_cells else "overview_mean"
+    for layer, pooler in poolers.items():
+        pooler.finish(arrays["overview_max"][layer], arrays[mean_name][layer])
+    if one_token_cells:
+        shared = arrays["attention"] if keep_full else arrays["overview_max"]
+        arrays["overview_max"] = arrays["overview_mean"] = shared
 
 
 def readers(model, arrays: dict[str, np.ndarray], start: int, grams: HeadGrams, keep_full: bool,

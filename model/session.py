@@ -26,7 +26,13 @@ import numpy as np
 import torch
 from torch.nn.modules import module as _torch_module
 
-from transformer_viewer.model.capture_readers import HeadGrams, readers, trace_arrays
+from transformer_viewer.model.capture_readers import (
+    HeadGrams,
+    finish_overviews,
+    overview_poolers,
+    readers,
+    trace_arrays,
+)
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace, observe_pattern_rows
@@ -39,10 +45,10 @@ from transformer_viewer.model.memory_budget import (  # noqa: F401 (DEFAULT_MEMO
     check_budget,
     max_tokens,
 )
-from transformer_viewer.model.overview import OverviewPooler, cell_size, n_cells
+from transformer_viewer.model.overview import cell_size, n_cells
 from transformer_viewer.model.tokenizer import Tokenized
 from transformer_viewer.model.trace import NextToken, Trace, resid_labels
-from transformer_viewer.model.unembedding import next_token, token_logprobs
+from transformer_viewer.model.unembedding import next_token, position_logits, token_logprobs
 
 _RUN_IDS = itertools.count(1)  # unique in the process, so no session mistakes another's trace for its own
 
@@ -157,11 +163,7 @@ class Session:
         arrays = trace_arrays(self.config, T, n_cells(T), start, self.pattern_dtype, self.keep_full,
                               self._cached_trace if start > 0 else None)
         resid_names = [f"blocks.{layer}.hook_resid_pre" for layer in range(start, L)]
-        # A prompt of at most MAX_CELLS tokens is its own overview: with the full patterns kept,
-        # the trace shares them instead of pooling 1 x 1 cells (a copy of every pattern).
-        share = self.keep_full and cell_size(T) == 1
-        poolers = {} if share else {layer: OverviewPooler(self.config.n_head, T, self.device, out=arrays["overview_max"][layer])
-                                    for layer in range(start, L)}
+        poolers = overview_poolers(self.config.n_head, T, range(start, L), self.device, arrays, self.keep_full)
         # Overviews pooled from the blocks of pattern rows as they pass; with keep_full, from
         # the whole pattern the trace keeps anyway.
         observers = {} if self.keep_full else poolers
@@ -171,15 +173,7 @@ class Session:
               caching(self.model, resid_names) as kept):
             x = self.model.embed(ids) if start == 0 else self._resid[start]
             final = self.model.run_blocks(x, start)
-        # With one token per cell the mean is the max: one array serves as both.
-        one_token_cells = cell_size(T) == 1
-        mean_name = "overview_max" if one_token_cells else "overview_mean"
-        for layer, pooler in poolers.items():
-            pooler.finish(arrays["overview_max"][layer], arrays[mean_name][layer])
-        if share:
-            arrays["overview_max"] = arrays["overview_mean"] = arrays["attention"]
-        elif one_token_cells:
-            arrays["overview_mean"] = arrays["overview_max"]
+        finish_overviews(poolers, arrays, T, self.keep_full)
         new_resid = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
         for layer in range(start, L):
             new_resid[layer] = kept[f"blocks.{layer}.hook_resid_pre"]
@@ -187,9 +181,7 @@ class Session:
         if logprobs:
             token_lp, logits_p, logprobs_p = token_logprobs(self.model, final[0], ids[0], p, self.n_vocab)
         else:
-            token_lp = None
-            logits_p = self.model.unembed(final[0, p]).float()[: self.n_vocab]  # (V,)
-            logprobs_p = torch.log_softmax(logits_p, dim=-1)
+            token_lp, (logits_p, logprobs_p) = None, position_logits(self.model, final[0, p], self.n_vocab)
         nxt = next_token(logits_p, logprobs_p, p, top_k)
         elapsed = (time.perf_counter() - t0) * 1000.0
         self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
@@ -283,8 +275,7 @@ class Session:
             else:
                 with self._scratch_attention(), hooks(model, head_mask_hooks(mask, ablation, start)):
                     final = model.run_blocks(self._resid[start][:, :keep], start)
-        logits = model.unembed(final[0, p]).float()[: self.n_vocab]  # (V,)
-        return next_token(logits, torch.log_softmax(logits, dim=-1), p, top_k)
+        return next_token(*position_logits(model, final[0, p], self.n_vocab), p, top_k)
 
     @torch.inference_mode()
     def masked_residuals(self, mask=None, ablation: str = "zero") -> list[torch.Tensor]:

@@ -51,6 +51,12 @@ def token_logprobs(model, final: torch.Tensor, ids: torch.Tensor, p: int, n_voca
     return token_lp.numpy(), logits_p, logits_p - lse[p]
 
 
+def position_logits(model, x: torch.Tensor, n_vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(V,) logits and log-probs of one position's final residual stream x (C,)."""
+    logits = model.unembed(x).float()[:n_vocab]  # (V,); padded rows never count
+    return logits, torch.log_softmax(logits, dim=-1)
+
+
 def next_token(logits: torch.Tensor, logprobs: torch.Tensor, position: int, top_k: int) -> NextToken:
     """The NextToken of (V,) logits and their log-softmax at `position`, with the top k."""
     k = max(1, min(int(top_k), logits.shape[-1]))
