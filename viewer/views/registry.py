@@ -106,8 +106,8 @@ def _configure_diff(view, _args) -> None:
 _V = "transformer_viewer.viewer.views"
 VIEWS: tuple[ViewEntry, ...] = (
     ViewEntry("Tokens", f"{_V}.token_strip:TokenStrip", "top"),
-    ViewEntry("Attention", f"{_V}.attention_panel:AttentionPanel", "center", export_name="attention",
-              configure=_configure_attention),
+    ViewEntry("Attention", f"{_V}.attention_panel:AttentionPanel", "center", uses_worker=True,
+              export_name="attention", configure=_configure_attention),
     ViewEntry("All heads", f"{_V}.head_grid:HeadGridView", "left", export_name="grid", export_size=None,
               configure=_configure_grid),
     ViewEntry("Head mask", f"{_V}.mask_grid:MaskGrid", "left"),
