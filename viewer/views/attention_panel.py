@@ -106,10 +106,13 @@ class AttentionPanel(HeatmapExport, QtWidgets.QWidget):
 
         controls = QtWidgets.QHBoxLayout()
         controls.setContentsMargins(4, 2, 4, 0)
-        for label, combo in (("Show", self.mode_combo), ("Blocks", self.pooling_combo),
-                             ("Colours", self.colormap_combo), ("Scale", self.scale_combo)):
-            controls.addWidget(QtWidgets.QLabel(label))
+        self.pooling_label = QtWidgets.QLabel("Blocks")
+        for label, combo in ((QtWidgets.QLabel("Show"), self.mode_combo), (self.pooling_label, self.pooling_combo),
+                             (QtWidgets.QLabel("Colours"), self.colormap_combo),
+                             (QtWidgets.QLabel("Scale"), self.scale_combo)):
+            controls.addWidget(label)
             controls.addWidget(combo)
+        self._show_pooling(False)  # only a pooled overview (a prompt over 256 tokens) has blocks
         controls.addStretch(1)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -176,6 +179,10 @@ class AttentionPanel(HeatmapExport, QtWidgets.QWidget):
             raise ValueError(f"unknown attention mode {mode!r}; use one of {', '.join(MODES)}")
         self.mode_combo.setCurrentIndex(index)
 
+    def _show_pooling(self, on: bool) -> None:
+        self.pooling_label.setVisible(on)
+        self.pooling_combo.setVisible(on)
+
     def pooling(self) -> str:
         return self.pooling_combo.currentData()
 
@@ -208,7 +215,7 @@ class AttentionPanel(HeatmapExport, QtWidgets.QWidget):
         overview, cell = overview_of(trace, self.pooling())
         layer, head, mode = self._layer, self._head, self.mode()
         m, title = attention_matrix(overview, layer, head, mode, trace.mask)
-        self.pooling_combo.setEnabled(cell > 1)
+        self._show_pooling(cell > 1)
         if cell > 1:
             title += f" ({self.pooling()} of {cell} x {cell} blocks; zoom in for single tokens)"
         labels = tuple(trace.labels)
