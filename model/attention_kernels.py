@@ -115,11 +115,11 @@ def pattern_rows(qh: torch.Tensor, kh: torch.Tensor, a: int, b: int, window: int
     """Query rows a..b-1 of the pattern against keys 0..b-1 (the later ones are all future):
     (B, nh, b - a, b), into `out` when given."""
     scores = softcap_(qh[:, :, a:b] @ kh[:, :, :b].transpose(-2, -1), cap)  # (B, nh, b - a, b)
-    blocked = blocked_keys(b, window, qh.device)
     if window:
-        scores.masked_fill_(blocked[a:b], float("-inf"))
+        scores.masked_fill_(blocked_keys(b, window, qh.device)[a:b], float("-inf"))
     else:  # only the diagonal square holds future keys; the columns before a are all visible
-        scores[..., a:b].masked_fill_(blocked[a:b, a:b], float("-inf"))
+        # That square's mask is the same at every offset: one (r, r) mask, not a (b, b) one per block.
+        scores[..., a:b].masked_fill_(blocked_keys(b - a, 0, qh.device), float("-inf"))
     return torch.softmax(scores, dim=-1) if out is None else torch.softmax(scores, dim=-1, out=out)
 
 
