@@ -32,6 +32,28 @@ def mix(a, b, t: np.ndarray) -> np.ndarray:
     return rgb.astype(np.uint8)
 
 
+class ChipRects:
+    """The chips' rectangles, as a sequence of QRects made when asked (8k QRects cost more than
+    the layout itself)."""
+
+    def __init__(self, xs=(), ys=(), widths=(), height: int = 0):
+        self._xs, self._ys, self._ws, self._h = xs, ys, widths, height
+
+    def __len__(self) -> int:
+        return len(self._xs)
+
+    def __getitem__(self, i: int) -> QRect:
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return QRect(int(self._xs[i]), int(self._ys[i]), int(self._ws[i]), self._h)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+
 class ChipCanvas(QWidget):
     """The painted chips. Height follows the width; the scroll area scrolls it."""
 
@@ -43,7 +65,7 @@ class ChipCanvas(QWidget):
         self.setMinimumWidth(80)
         self.labels: tuple[str, ...] = ()
         self._widths: list[int] = []
-        self.rects: list[QRect] = []
+        self.rects = ChipRects()
         self._row_tops: list[int] = []  # y of each line, for hit testing
         self._row_first: list[int] = []  # first chip index of each line
         self.colors = np.zeros((0, 3), dtype=np.uint8)  # (n, 3) RGB of each chip
@@ -76,22 +98,28 @@ class ChipCanvas(QWidget):
             self.update()
 
     def _layout(self, width: int) -> None:
+        """Greedy line wrapping, one numpy search per line: each chip's x, y and width."""
         if width == self._laid_out_width:
             return
         self._laid_out_width = width
         line_h = QFontMetrics(self.font()).height() + 2 * PAD_Y
-        x = y = GAP
-        self.rects, self._row_tops, self._row_first = [], [], []
-        for i, w in enumerate(self._widths):
-            w = min(w, max(20, width - 2 * GAP))
-            if x + w > width - GAP and x > GAP:
-                x, y = GAP, y + line_h + GAP
-            if not self._row_tops or self._row_tops[-1] != y:
-                self._row_tops.append(y)
-                self._row_first.append(i)
-            self.rects.append(QRect(x, y, w, line_h))
-            x += w + GAP
-        height = (y + line_h + GAP) if self.rects else line_h + 2 * GAP
+        n = len(self._widths)
+        w = np.minimum(np.asarray(self._widths, dtype=np.int64), max(20, width - 2 * GAP))  # (n,)
+        ends = np.concatenate([[0], np.cumsum(w + GAP)])  # chip k ends at ends[k + 1] - ends[first] on its line
+        xs, ys = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        tops, firsts = [], []
+        i, y = 0, GAP
+        while i < n:
+            # The chips after i that end within the line (at least one: a wide chip gets its own line).
+            e = max(i + 1, int(np.searchsorted(ends, ends[i] + width - GAP, side="right")) - 1)
+            xs[i:e] = GAP + ends[i:e] - ends[i]
+            ys[i:e] = y
+            tops.append(y)
+            firsts.append(i)
+            i, y = e, y + line_h + GAP
+        self.rects = ChipRects(xs, ys, w, line_h)
+        self._row_tops, self._row_first = tops, firsts
+        height = (int(ys[-1]) + line_h + GAP) if n else line_h + 2 * GAP
         if self.minimumHeight() != height:
             self.setMinimumHeight(height)
 

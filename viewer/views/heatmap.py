@@ -242,8 +242,8 @@ class HeatmapView(QtWidgets.QWidget):
             return v, ""
         R, C = self._size
         r0, c0 = row // w * w, col // w * w
-        return v, (f"{self._pooling} of block {self._row_name}s {r0}..{min(r0 + w, R) - 1}, "
-                   f"{self._col_name}s {c0}..{min(c0 + w, C) - 1}")
+        return v, (f"{self._pooling} of block {self._row_name} {r0}..{min(r0 + w, R) - 1} x "
+                   f"{self._col_name} {c0}..{min(c0 + w, C) - 1}")
 
     def hover_text(self, row: int, col: int) -> str:
         R, C = self._size

@@ -32,6 +32,23 @@ def nice_step(cells_per_label: float) -> int:
     return int(10 * magnitude)
 
 
+_MEASURED: dict = {}  # the last labels measured: every axis of every view shows the same prompt
+
+
+def _measured(labels: tuple[str, ...], metrics: QtGui.QFontMetricsF) -> tuple[tuple[str, ...], float]:
+    """(shortened labels, widest "position:label" in pixels), computed once per prompt for all
+    axes. A long prompt repeats its tokens: each distinct label is measured once."""
+    hit = _MEASURED.get("labels")
+    if hit is not None and hit[0] is labels and hit[1] == metrics.height():
+        return hit[2], hit[3]
+    shown = tuple(short_label(x) for x in labels)
+    widest = max(map(metrics.horizontalAdvance, set(shown)), default=0.0)
+    if labels:
+        widest += metrics.horizontalAdvance(f"{len(labels)}:")
+    _MEASURED["labels"] = (labels, metrics.height(), shown, widest)
+    return shown, widest
+
+
 class TokenAxis(pg.AxisItem):
     """`orientation` 'left' (rows, inverted view) or 'bottom' (columns)."""
 
@@ -48,12 +65,13 @@ class TokenAxis(pg.AxisItem):
     # -- labels ---------------------------------------------------------------------------
     def set_labels(self, labels) -> bool:
         """Set the labels; returns False (and does nothing) when they did not change."""
-        labels = tuple(str(x) for x in labels)
+        if labels is self._labels:
+            return False
+        labels = labels if type(labels) is tuple else tuple(map(str, labels))
         if labels == self._labels:
             return False
         self._labels = labels
-        self._shown = tuple(short_label(x) for x in labels)
-        widest = max((self._metrics.horizontalAdvance(f"{len(labels)}:{s}") for s in self._shown), default=0.0)
+        self._shown, widest = _measured(labels, self._metrics)
         self._extent = widest + 10
         self._resize()
         self.picture = None

@@ -104,6 +104,8 @@ class TokenStrip(QWidget):
         state.selection_changed.connect(self.refresh)
         state.neuron_changed.connect(self._on_neuron)
         self._labels: tuple = ((), ())  # (labels, special flags) the chips show
+        if state.trace is not None:
+            self._on_trace(state.trace)
 
     def show_selected(self) -> None:
         """Scroll so the query's line is visible, snapped to whole lines (none cut at the top)."""
@@ -168,6 +170,8 @@ class TokenStrip(QWidget):
             self._asked = want
             self.worker.submit(PatternRowRequest(run_id=trace.run_id, layer=L, head=h, rows=(q, q + 1), cols=(0, q + 1)),
                                on_result=lambda answer: self._on_row(answer.value))
+            if self._row is not None and self._row[:2] == want:
+                return self._row[2]  # answered at once (the export command's inline worker)
         return None
 
     def _on_row(self, value) -> None:
