@@ -39,7 +39,7 @@ def _measured(labels: tuple[str, ...], metrics: QtGui.QFontMetricsF) -> tuple[tu
     """(shortened labels, widest "position:label" in pixels), computed once per prompt for all
     axes. A long prompt repeats its tokens: each distinct label is measured once."""
     hit = _MEASURED.get("labels")
-    if hit is not None and hit[0] is labels and hit[1] == metrics.height():
+    if hit is not None and hit[1] == metrics.height() and (hit[0] is labels or hit[0] == labels):
         return hit[2], hit[3]
     shown = tuple(short_label(x) for x in labels)
     widest = max(map(metrics.horizontalAdvance, set(shown)), default=0.0)
