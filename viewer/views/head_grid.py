@@ -16,7 +16,14 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from transformer_viewer.viewer.views.heatmap_parts import LOG_FLOOR, get_colormap
-from transformer_viewer.viewer.views.thumbnails import GAP, THUMB, max_pool, mean_pool, tile  # noqa: F401
+from transformer_viewer.viewer.views.thumbnails import (  # noqa: F401 - re-exported
+    GAP,
+    THUMB,
+    max_pool,
+    mean_pool,
+    thumb_size,
+    tile,
+)
 
 
 class HeadGridView(QtWidgets.QWidget):
@@ -150,9 +157,10 @@ class HeadGridView(QtWidgets.QWidget):
 
     def _pool(self) -> np.ndarray:
         omax, omean, cell, T = self._overviews
+        size = thumb_size(omax.shape[0] * omax.shape[1])
         if self._pooling == "mean":
-            return mean_pool(omean, T, cell)
-        return max_pool(omax)
+            return mean_pool(omean, T, cell, size)
+        return max_pool(omax, size)
 
     def set_pooling(self, pooling: str) -> None:
         """Thumbnails of each block's "max" (sharp patterns stay visible) or "mean"."""

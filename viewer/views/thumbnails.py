@@ -62,9 +62,19 @@ def mean_pool(overview_mean: np.ndarray, T: int, cell: int, size: int = THUMB) -
 
 
 def _pool(a: np.ndarray, L: int, nh: int, S: int, S2: int, k: int) -> np.ndarray:
-    # Rows first: k whole rows reduce element-wise (vectorised), then k-wide runs within a row.
+    # Rows first: k whole rows reduce element-wise (vectorised), then the k columns of each
+    # cell as k strided slices, element-wise too (a reduce over a short inner axis is slow).
     rows = a.reshape(L, nh, S, k, S2 * k).max(axis=3)  # (L, nh, S, S2 * k)
-    return rows.reshape(L, nh, S, S2, k).max(axis=4)  # (L, nh, S, S2)
+    out = rows[..., 0::k].copy()  # (L, nh, S, S2)
+    for j in range(1, k):
+        np.maximum(out, rows[..., j::k], out=out)
+    return out
+
+
+def thumb_size(n_heads: int) -> int:
+    """Thumbnail side for a model of `n_heads` heads: smaller for 1,000 heads, so the grid's
+    image (and its redraw) stays a few megapixels."""
+    return THUMB if n_heads <= 512 else THUMB // 2
 
 
 def tile(thumbs: np.ndarray) -> tuple[np.ndarray, int]:
