@@ -216,8 +216,6 @@ class AttentionPanel(HeatmapExport, QtWidgets.QWidget):
         layer, head, mode = self._layer, self._head, self.mode()
         m, title = attention_matrix(overview, layer, head, mode, trace.mask)
         self._show_pooling(cell > 1)
-        if cell > 1:
-            title += f" ({self.pooling()} of {cell} x {cell} blocks; zoom in for single tokens)"
         labels = tuple(trace.labels)
         self.heatmap.set_data(m, labels, labels, levels=(0, 1), colormap=self.colormap_combo.currentText(),
                               log_scale=self.scale_combo.currentText() == "log", title=title, cell=cell,

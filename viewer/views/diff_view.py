@@ -65,8 +65,6 @@ class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
         m = attention_diff(trace, clean, layer, head)
         cell = trace.overview_cell
         title = f"masked − clean attention, layer {layer} head {head}"
-        if cell > 1:
-            title += f" (mean of {cell} x {cell} blocks; zoom in for single tokens)"
         self.heatmap.set_data(m, trace.labels, trace.labels, levels=None, diverging=True, title=title, cell=cell,
                               pooling="mean")
         self.heatmap.highlight_row(st.query_index)

@@ -48,6 +48,7 @@ class HeadGridView(QtWidgets.QWidget):
         self._cmap_name = "viridis"
         self._cell = 1.0  # view units per tile, gap included; a tile is [0, 1) x [0, 1) after scaling
         self._hover = ""
+        self._fitted = True  # every head in view; a zoom or pan by the user ends it
 
         self.graphics = pg.GraphicsLayoutWidget()
         self.plot: pg.PlotItem = self.graphics.addPlot()
@@ -61,6 +62,8 @@ class HeadGridView(QtWidgets.QWidget):
         self.plot.getAxis("top").setLabel("head")
         self.view: pg.ViewBox = self.plot.getViewBox()
         self.view.setDefaultPadding(0.01)
+        self.view.sigResized.connect(lambda _v: self._refit())
+        self.view.sigRangeChangedManually.connect(lambda *_a: setattr(self, "_fitted", False))
         self.image = pg.ImageItem(axisOrder="row-major")
         self.image.setColorMap(get_colormap(self._cmap_name))
         self.plot.addItem(self.image)
@@ -204,13 +207,28 @@ class HeadGridView(QtWidgets.QWidget):
             self.plot.getAxis(axis).setTicks([ticks[::step], [t for i, t in enumerate(ticks) if i % step]])
 
     def fit(self) -> None:
-        """Show every head; the view cannot be panned far past them."""
+        """Show every head (again after a resize, until the user zooms or pans)."""
         L, nh = self._shape
         if not L:
             return
         w, h = nh * self._cell, L * self._cell
-        self.view.setLimits(xMin=-0.5 * w, xMax=1.5 * w, yMin=-0.5 * h, yMax=1.5 * h)
-        self.view.setRange(xRange=(0, w), yRange=(0, h), padding=0.01)
+        m = max(w, h)  # room to pan around, in any aspect of the dock
+        self.view.setLimits(xMin=-m, xMax=w + m, yMin=-m, yMax=h + m)
+        self._fitted = True
+        self._refit()
+
+    def _refit(self) -> None:
+        # The ranges are given in the view's own aspect: an aspect-locked ViewBox asked for a
+        # tall grid in a wide view would otherwise keep the width and crop the layers.
+        L, nh = self._shape
+        size = self.view.boundingRect()
+        if not (self._fitted and L and size.width() > 0 and size.height() > 0):
+            return
+        w, h = nh * self._cell, L * self._cell
+        s = max(w / size.width(), h / size.height()) * 1.02  # view units per pixel, a margin around
+        half_w, half_h = size.width() * s / 2, size.height() * s / 2
+        self.view.setRange(xRange=(w / 2 - half_w, w / 2 + half_w), yRange=(h / 2 - half_h, h / 2 + half_h),
+                           padding=0)
 
     def set_mask(self, mask) -> None:
         mask = np.asarray(mask, dtype=bool)

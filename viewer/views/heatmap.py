@@ -81,7 +81,7 @@ class HeatmapView(QtWidgets.QWidget):
         self.reset_button = QtWidgets.QToolButton(text="Reset zoom")
         self.reset_button.setToolTip("Show the whole matrix again (wheel zooms, drag pans)")
         self.reset_button.clicked.connect(self.reset_view)
-        bottom = QtWidgets.QHBoxLayout()
+        self.bottom_bar = bottom = QtWidgets.QHBoxLayout()
         bottom.setContentsMargins(4, 0, 4, 0)
         bottom.addWidget(self.hover_label, 1)
         bottom.addWidget(self.reset_button)

@@ -80,6 +80,7 @@ class TileLoader(QtCore.QObject):
                 return  # the tile on its way covers the view
             self._pending = (self.key, rows, cols)
             self.requested += 1
+            hm.show_detail(waiting=True)
             self.worker.submit(self._request(rows, cols), on_result=lambda answer: self.arrive(answer.value),
                                on_failure=lambda _f: self._forget())
         else:

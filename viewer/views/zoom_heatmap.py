@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtCore
+from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.heatmap import HeatmapView
 
@@ -37,6 +37,10 @@ class ZoomHeatmap(HeatmapView):
         self._debounce.setInterval(debounce_ms)
         self._debounce.timeout.connect(self.visible_changed)
         self.view.sigRangeChanged.connect(lambda *_a: self._debounce.start())
+        self.detail_label = QtWidgets.QLabel("")
+        self.detail_label.setToolTip("What the picture shows: the pooled overview of the whole matrix, or the "
+                                     "visible part at full resolution")
+        self.bottom_bar.insertWidget(1, self.detail_label)  # beside Reset zoom
 
     # -- what is visible ------------------------------------------------------------------
     def visible_tokens(self) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -57,8 +61,25 @@ class ZoomHeatmap(HeatmapView):
     # -- the tile -------------------------------------------------------------------------
     def set_data(self, *args, **kwargs) -> None:
         """As HeatmapView's; the tile drawn over the previous matrix is gone."""
-        self.clear_tile()
+        self._tile = None
+        self.tile_image.hide()
         super().set_data(*args, **kwargs)
+        self.show_detail()
+
+    def show_detail(self, waiting: bool = False) -> None:
+        """Say what the picture shows: the overview's blocks, a tile, or a tile on its way."""
+        w = self.cell()
+        if self._tile is not None:
+            _t, (r0, r1), (c0, c1) = self._tile
+            text = f"full resolution: rows {r0}..{r1 - 1}, columns {c0}..{c1 - 1}"
+        elif w == 1:
+            text = ""
+        elif waiting:
+            text = "computing full resolution…"
+        else:
+            text = f"overview: {self._pooling} of {w} x {w}-token blocks; zoom in for single tokens"
+        if text != self.detail_label.text():
+            self.detail_label.setText(text)
 
     def set_tile(self, tile, rows: tuple[int, int], cols: tuple[int, int]) -> None:
         """Draw `tile` (rows[1] - rows[0], cols[1] - cols[0]) exact values at its place."""
@@ -68,10 +89,12 @@ class ZoomHeatmap(HeatmapView):
             raise ValueError(f"a tile of shape {t.shape} cannot cover rows {r0}..{r1}, columns {c0}..{c1}")
         self._tile = (t, (int(r0), int(r1)), (int(c0), int(c1)))
         self._render_tile()
+        self.show_detail()
 
     def clear_tile(self) -> None:
         self._tile = None
         self.tile_image.hide()
+        self.show_detail()
 
     def tile(self) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]] | None:
         """(values, rows, cols) of the tile drawn, or None."""
