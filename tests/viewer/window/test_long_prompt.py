@@ -13,6 +13,7 @@ from tests.helpers.window import PROMPT, make_checkpoint, new_window, wait_idle
 from transformer_viewer.model.on_demand import head_pattern, pattern_tile
 
 LONG_T = 16384
+pytestmark = pytest.mark.usefixtures("compact_window")
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def worker_session(window):
 
 
 @pytest.mark.slow
-def test_a_16k_token_prompt_loads_zooms_and_toggles_without_stalling(qtbot, tmp_path, long_ckpt, compact_window):
+def test_a_16k_token_prompt_loads_zooms_and_toggles_without_stalling(qtbot, tmp_path, long_ckpt):
     words = " ".join(f"w{i % 997}" for i in range(LONG_T))  # two tokens a word: cut to the context
     window = new_window(qtbot, tmp_path, long_ckpt, prompt=None)
     st = window.state
@@ -62,7 +63,7 @@ def test_a_16k_token_prompt_loads_zooms_and_toggles_without_stalling(qtbot, tmp_
     window.close()
 
 
-def test_the_selected_head_s_full_pattern_exports_as_npy(qtbot, tmp_path, tiny_ckpt, compact_window):
+def test_the_selected_head_s_full_pattern_exports_as_npy(qtbot, tmp_path, tiny_ckpt):
     from transformer_viewer.viewer.window.pattern_export import export_pattern
 
     window = new_window(qtbot, tmp_path, tiny_ckpt, prompt=PROMPT)
