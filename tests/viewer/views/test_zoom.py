@@ -178,3 +178,23 @@ def test_a_tile_request_names_its_source(session, state):
     got = handle_tile(session, PatternTileRequest(run_id=trace.run_id, layer=0, head=1, rows=(5, 9), cols=(0, 7)),
                       None, lambda: False)
     assert got.source == ("tile", trace.run_id, 0, 1)
+
+
+def test_png_and_svg_export_what_is_visible(qtbot, session, state, tmp_path):
+    import re
+    import xml.etree.ElementTree as ET
+
+    from PySide6 import QtGui
+
+    from transformer_viewer.viewer.export import export_view
+
+    panel = panel_for(qtbot, state, InlineWorker(session))
+    state.set_selection(layer=1, head=2)
+    with qtbot.waitSignal(panel.tiles.tile_drawn, timeout=5000):
+        panel.heatmap.set_visible_tokens((300, 340), (280, 320))
+    image = QtGui.QImage(export_view(panel, tmp_path / "zoom.png"))
+    assert image.width() == panel.heatmap.graphics.width()
+    svg = ET.parse(export_view(panel, tmp_path / "zoom.svg")).getroot()
+    texts = "".join(t.text or "" for t in svg.iter() if t.tag.endswith("text"))
+    labelled = {int(n) for n in re.findall(r"(\d+):", texts)}
+    assert labelled and min(labelled) >= 270 and max(labelled) <= 350  # the zoomed axes, not the whole prompt
