@@ -13,8 +13,9 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtCore, QtWidgets
 
+from transformer_viewer.viewer.views.grid_marks import GridMarks, fit_ranges, thinned_ticks
 from transformer_viewer.viewer.views.heatmap_parts import LOG_FLOOR, get_colormap
 from transformer_viewer.viewer.views.thumbnails import (  # noqa: F401 - re-exported
     GAP,
@@ -68,21 +69,7 @@ class HeadGridView(QtWidgets.QWidget):
         self.image.setColorMap(get_colormap(self._cmap_name))
         self.plot.addItem(self.image)
 
-        self._masked_fill = QtWidgets.QGraphicsPathItem()
-        self._masked_fill.setBrush(QtGui.QColor(128, 128, 128, 170))
-        self._masked_fill.setPen(QtGui.QPen(QtCore.Qt.PenStyle.NoPen))
-        self._crosses = QtWidgets.QGraphicsPathItem()
-        cross_pen = pg.mkPen((235, 50, 50), width=2)
-        cross_pen.setCosmetic(True)
-        self._crosses.setPen(cross_pen)
-        self._frame = QtWidgets.QGraphicsRectItem()
-        frame_pen = pg.mkPen((255, 255, 255), width=3)
-        frame_pen.setCosmetic(True)
-        self._frame.setPen(frame_pen)
-        self._frame.hide()
-        for z, item in enumerate((self._masked_fill, self._crosses, self._frame), start=5):
-            item.setZValue(z)
-            self.plot.addItem(item, ignoreBounds=True)
+        self.marks = GridMarks(self.plot)
 
         self.hover_label = QtWidgets.QLabel(" ")
         self.pooling_combo = QtWidgets.QComboBox()
@@ -197,14 +184,9 @@ class HeadGridView(QtWidgets.QWidget):
         self.image.setRect(QtCore.QRectF(0, 0, nh * self._cell, L * self._cell))
 
     def _set_ticks(self) -> None:
-        # Every 4th (or 8th) label always; the others where they fit (pyqtgraph drops the text
-        # of a finer tick level that would overlap), so 32 x 32 heads keep readable labels.
         L, nh = self._shape
-        c = self._cell
         for axis, n in (("left", L), ("top", nh)):
-            step = 1 if n <= 12 else 4 if n <= 48 else 8
-            ticks = [(i * c + 0.5, str(i)) for i in range(n)]
-            self.plot.getAxis(axis).setTicks([ticks[::step], [t for i, t in enumerate(ticks) if i % step]])
+            self.plot.getAxis(axis).setTicks(thinned_ticks(n, self._cell))
 
     def fit(self) -> None:
         """Show every head (again after a resize, until the user zooms or pans)."""
@@ -218,44 +200,27 @@ class HeadGridView(QtWidgets.QWidget):
         self._refit()
 
     def _refit(self) -> None:
-        # The ranges are given in the view's own aspect: an aspect-locked ViewBox asked for a
-        # tall grid in a wide view would otherwise keep the width and crop the layers.
         L, nh = self._shape
-        size = self.view.boundingRect()
-        if not (self._fitted and L and size.width() > 0 and size.height() > 0):
-            return
-        w, h = nh * self._cell, L * self._cell
-        s = max(w / size.width(), h / size.height()) * 1.02  # view units per pixel, a margin around
-        half_w, half_h = size.width() * s / 2, size.height() * s / 2
-        self.view.setRange(xRange=(w / 2 - half_w, w / 2 + half_w), yRange=(h / 2 - half_h, h / 2 + half_h),
-                           padding=0)
+        pixels = self.view.boundingRect()
+        if self._fitted and L and pixels.width() > 0 and pixels.height() > 0:
+            x, y = fit_ranges(nh * self._cell, L * self._cell, pixels)
+            self.view.setRange(xRange=x, yRange=y, padding=0)
 
     def set_mask(self, mask) -> None:
         mask = np.asarray(mask, dtype=bool)
         if mask.shape != self._shape:
             raise ValueError(f"mask has shape {mask.shape}; the grid shows {self._shape}")
         self._mask = mask.copy()
-        fill, cross = QtGui.QPainterPath(), QtGui.QPainterPath()
-        for layer, head in zip(*np.nonzero(mask), strict=True):
-            x, y = head * self._cell, layer * self._cell
-            fill.addRect(QtCore.QRectF(x, y, 1, 1))
-            cross.moveTo(x, y)
-            cross.lineTo(x + 1, y + 1)
-            cross.moveTo(x + 1, y)
-            cross.lineTo(x, y + 1)
-        self._masked_fill.setPath(fill)
-        self._crosses.setPath(cross)
+        self.marks.set_mask(mask, self._cell)
 
     def set_selected(self, layer: int | None, head: int | None = None) -> None:
         L, nh = self._shape
         if layer is None or head is None or not (0 <= layer < L and 0 <= head < nh):
             self._selected = None if layer is None else (layer, head)
-            self._frame.hide()
+            self.marks.set_selected(None, None, self._cell)
             return
         self._selected = (int(layer), int(head))
-        pad = 0.04
-        self._frame.setRect(QtCore.QRectF(head * self._cell - pad, layer * self._cell - pad, 1 + 2 * pad, 1 + 2 * pad))
-        self._frame.show()
+        self.marks.set_selected(self._selected[0], self._selected[1], self._cell)
 
     def set_colormap(self, name: str) -> None:
         self._cmap_name = name

@@ -64,12 +64,12 @@ def test_masked_heads_are_marked(grid):
     mask[1, 2] = mask[2, 0] = True
     grid.set_patterns(patterns(), mask)
     np.testing.assert_array_equal(grid.mask(), mask)
-    fill = grid._masked_fill.path()
+    fill = grid.marks.fill.path()
     centre = lambda layer, head: grid.view.mapSceneToView(grid.head_scene_pos(layer, head))  # noqa: E731
     assert fill.contains(centre(1, 2)) and fill.contains(centre(2, 0))
     assert not fill.contains(centre(0, 0))
     grid.set_mask(np.zeros((3, 4), dtype=bool))
-    assert grid._masked_fill.path().isEmpty() and grid._crosses.path().isEmpty()
+    assert grid.marks.fill.path().isEmpty() and grid.marks.crosses.path().isEmpty()
     with pytest.raises(ValueError):
         grid.set_mask(np.zeros((2, 2), dtype=bool))
 
@@ -77,8 +77,8 @@ def test_masked_heads_are_marked(grid):
 def test_selected_frame_and_hover(grid, qtbot):
     grid.set_patterns(patterns(), None)
     grid.set_selected(1, 3)
-    assert grid.selected() == (1, 3) and grid._frame.isVisible()
-    assert grid._frame.rect().contains(grid.view.mapSceneToView(grid.head_scene_pos(1, 3)))
+    assert grid.selected() == (1, 3) and grid.marks.frame.isVisible()
+    assert grid.marks.frame.rect().contains(grid.view.mapSceneToView(grid.head_scene_pos(1, 3)))
     grid.set_mask(np.eye(3, 4, dtype=bool))
     with qtbot.waitSignal(grid.hover_text_changed, timeout=2000) as sig:
         grid.graphics.scene().sigMouseMoved.emit(grid.head_scene_pos(1, 1))
