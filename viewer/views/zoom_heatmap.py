@@ -22,7 +22,10 @@ DEBOUNCE_MS = 80
 
 
 class ZoomHeatmap(HeatmapView):
+    """Also selects a key column: a Shift+click marks it (`key_clicked`), at every zoom."""
+
     visible_changed = QtCore.Signal()
+    key_clicked = QtCore.Signal(int)
 
     def __init__(self, parent=None, debounce_ms: int = DEBOUNCE_MS):
         super().__init__(parent)
@@ -37,6 +40,14 @@ class ZoomHeatmap(HeatmapView):
         self._debounce.setInterval(debounce_ms)
         self._debounce.timeout.connect(self.visible_changed)
         self.view.sigRangeChanged.connect(lambda *_a: self._debounce.start())
+        self._key: int | None = None
+        self._col_box = QtWidgets.QGraphicsRectItem()
+        pen = pg.mkPen((255, 160, 40), width=2)
+        pen.setCosmetic(True)
+        self._col_box.setPen(pen)
+        self._col_box.setZValue(10)
+        self._col_box.hide()
+        self.plot.addItem(self._col_box, ignoreBounds=True)
         self.detail_label = QtWidgets.QLabel("")
         self.detail_label.setToolTip("What the picture shows: the pooled overview of the whole matrix, or the "
                                      "visible part at full resolution")
@@ -58,12 +69,36 @@ class ZoomHeatmap(HeatmapView):
         """Zoom to show token rows rows[0]..rows[1]-1 and columns cols[0]..cols[1]-1."""
         self.view.setRange(xRange=cols, yRange=rows, padding=0)
 
+    # -- the key column -------------------------------------------------------------------
+    def highlight_col(self, col: int | None) -> None:
+        self._key = None if col is None else int(col)
+        R, C = self.token_size()
+        if self._key is None or not 0 <= self._key < C:
+            self._col_box.hide()
+            return
+        self._col_box.setRect(QtCore.QRectF(self._key, 0, 1, R))
+        self._col_box.show()
+
+    def highlighted_col(self) -> int | None:
+        return self._key
+
+    def _on_mouse_clicked(self, event) -> None:
+        shift = bool(event.modifiers() & QtCore.Qt.KeyboardModifier.ShiftModifier)
+        if not shift or event.button() != QtCore.Qt.MouseButton.LeftButton:
+            super()._on_mouse_clicked(event)
+            return
+        cell = self.cell_at(event.scenePos())
+        if cell is not None:
+            self.highlight_col(None if cell[1] == self._key else cell[1])  # a second Shift+click clears it
+            self.key_clicked.emit(cell[1])
+
     # -- the tile -------------------------------------------------------------------------
     def set_data(self, *args, **kwargs) -> None:
         """As HeatmapView's; the tile drawn over the previous matrix is gone."""
         self._tile = None
         self.tile_image.hide()
         super().set_data(*args, **kwargs)
+        self.highlight_col(self._key)  # kept across heads and traces, like the query row
         self.show_detail()
 
     def show_detail(self, waiting: bool = False) -> None:

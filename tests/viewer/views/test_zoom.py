@@ -198,3 +198,21 @@ def test_png_and_svg_export_what_is_visible(qtbot, session, state, tmp_path):
     texts = "".join(t.text or "" for t in svg.iter() if t.tag.endswith("text"))
     labelled = {int(n) for n in re.findall(r"(\d+):", texts)}
     assert labelled and min(labelled) >= 270 and max(labelled) <= 350  # the zoomed axes, not the whole prompt
+
+
+def test_shift_click_marks_a_key_column_at_any_zoom(qtbot, session, state):
+    from PySide6 import QtCore
+
+    panel = panel_for(qtbot, state, InlineWorker(session))
+    hm = panel.heatmap
+    hm.set_visible_tokens((200, 260), (150, 210))
+    QtCore.QCoreApplication.processEvents()
+    pos = hm.graphics.mapFromScene(hm.cell_scene_pos(230, 171))
+    with qtbot.waitSignal(hm.key_clicked, timeout=2000) as sig:
+        qtbot.mouseClick(hm.graphics.viewport(), QtCore.Qt.MouseButton.LeftButton,
+                         QtCore.Qt.KeyboardModifier.ShiftModifier, pos)
+    assert sig.args == [171] and hm.highlighted_col() == 171
+    assert hm._col_box.rect() == QtCore.QRectF(171, 0, 1, 600)  # the whole column, zoomed or not
+    assert state.query_index == 599  # Shift+click left the query where it was
+    state.set_selection(head=3)
+    assert hm.highlighted_col() == 171 and hm._col_box.isVisible()
