@@ -79,9 +79,9 @@ class ChipCanvas(QWidget):
         self.special = tuple(special) if len(special) == len(self.labels) else (False,) * len(self.labels)
         fm = QFontMetrics(self.font())
         self._short = [lab if len(lab) <= MAX_CHARS else lab[: MAX_CHARS - 1] + "…" for lab in self.labels]
-        widths: dict[str, int] = {}  # a long prompt repeats its tokens: measure each text once
-        self._widths = [widths.get(s) or widths.setdefault(s, fm.horizontalAdvance(s or " ") + 2 * PAD_X)
-                        for s in self._short]
+        # A long prompt repeats its tokens: measure each distinct text once.
+        widths = {s: fm.horizontalAdvance(s or " ") + 2 * PAD_X for s in set(self._short)}
+        self._widths = [widths[s] for s in self._short]
         self.colors = np.tile(np.array(BASE_RGB, dtype=np.uint8), (len(self.labels), 1))
         self._laid_out_width = -1
         self._layout(self.width())

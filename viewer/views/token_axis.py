@@ -8,6 +8,7 @@ font height of room instead of a whole label's width.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import pyqtgraph as pg
@@ -42,7 +43,9 @@ def _measured(labels: tuple[str, ...], metrics: QtGui.QFontMetricsF) -> tuple[tu
     if hit is not None and hit[1] == metrics.height() and (hit[0] is labels or hit[0] == labels):
         return hit[2], hit[3]
     shown = tuple(short_label(x) for x in labels)
-    widest = max(map(metrics.horizontalAdvance, set(shown)), default=0.0)
+    # The widest label is among the longest: measure the 64 longest distinct ones (labels are cut
+    # at MAX_LABEL_CHARS, so a label of many narrow letters cannot beat one of many wide ones by much).
+    widest = max(map(metrics.horizontalAdvance, heapq.nlargest(64, set(shown), key=len)), default=0.0)
     if labels:
         widest += metrics.horizontalAdvance(f"{len(labels)}:")
     _MEASURED["labels"] = (labels, metrics.height(), shown, widest)
