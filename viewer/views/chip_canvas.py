@@ -152,25 +152,31 @@ class ChipCanvas(QWidget):
         start = self._row_first[first]
         plain, italic = p.font(), p.font()
         italic.setItalic(True)
+        in_italic = False
+        colors = self.colors.tolist()  # one conversion, not one per chip
+        selected_pen, special_pen = QPen(QColor(20, 20, 20), 2.5), QPen(_SPECIAL, 1.5, Qt.DashLine)
+        black, white = QColor(0, 0, 0), QColor(255, 255, 255)
+        align = Qt.AlignVCenter | Qt.AlignLeft
         for i in range(start, len(self.rects)):
             r = self.rects[i]
             if r.top() > exposed.bottom():
                 break
             if not r.intersects(exposed):
                 continue
-            bg = QColor(*self.colors[i].tolist()) if i < len(self.colors) else _BASE
+            bg = QColor(*colors[i]) if i < len(colors) else _BASE
             p.setBrush(bg)
-            selected = i == self.selected
             special = i < len(self.special) and self.special[i]
-            if selected:
-                p.setPen(QPen(QColor(20, 20, 20), 2.5))
+            if i == self.selected:
+                p.setPen(selected_pen)
             else:
-                p.setPen(QPen(_SPECIAL, 1.5, Qt.DashLine) if special else QPen(bg.darker(125), 1))
+                p.setPen(special_pen if special else QPen(bg.darker(125), 1))
             p.drawRoundedRect(r.adjusted(1, 1, -1, -1), 4, 4)
             light = 0.299 * bg.red() + 0.587 * bg.green() + 0.114 * bg.blue() > 140
-            p.setPen((_SPECIAL if special else QColor(0, 0, 0)) if light else QColor(255, 255, 255))
-            p.setFont(italic if special else plain)
-            p.drawText(r.adjusted(PAD_X, 0, -PAD_X + 1, 0), Qt.AlignVCenter | Qt.AlignLeft, self._short[i])
+            p.setPen((_SPECIAL if special else black) if light else white)
+            if special != in_italic:  # a font change re-resolves glyphs: only when it changes
+                in_italic = special
+                p.setFont(italic if special else plain)
+            p.drawText(r.adjusted(PAD_X, 0, -PAD_X + 1, 0), align, self._short[i])
 
     def mousePressEvent(self, event) -> None:  # noqa: N802
         if event.button() == Qt.LeftButton:
