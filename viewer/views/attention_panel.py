@@ -179,6 +179,30 @@ class AttentionPanel(HeatmapExport, QtWidgets.QWidget):
             raise ValueError(f"unknown attention mode {mode!r}; use one of {', '.join(MODES)}")
         self.mode_combo.setCurrentIndex(index)
 
+    # -- what .npy and .csv export write ---------------------------------------------------
+    def matrix(self) -> np.ndarray:
+        """The shown matrix at full resolution when the trace holds the full patterns, else the
+        pooled overview drawn (the selected head's whole pattern exports from File > Export)."""
+        trace = self._trace
+        if trace is not None and trace.attention is not None and self.heatmap.cell() > 1:
+            return attention_matrix(trace.attention, self._layer, self._head, self.mode(), trace.mask)[0]
+        return self.heatmap.matrix()
+
+    def row_labels(self):
+        return self._labels_of(self.heatmap.row_labels())
+
+    def col_labels(self):
+        return self._labels_of(self.heatmap.col_labels())
+
+    def _labels_of(self, labels):
+        """Token labels for a full-resolution matrix; "first..last" token positions per block
+        of a pooled one."""
+        w = self.heatmap.cell()
+        if w == 1 or len(self.matrix()) == len(labels):
+            return labels
+        n = len(labels)
+        return tuple(f"{a}..{min(a + w, n) - 1}" for a in range(0, n, w))
+
     def _show_pooling(self, on: bool) -> None:
         self.pooling_label.setVisible(on)
         self.pooling_combo.setVisible(on)

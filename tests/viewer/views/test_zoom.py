@@ -216,3 +216,34 @@ def test_shift_click_marks_a_key_column_at_any_zoom(qtbot, session, state):
     assert state.query_index == 599  # Shift+click left the query where it was
     state.set_selection(head=3)
     assert hm.highlighted_col() == 171 and hm._col_box.isVisible()
+
+
+def test_matrix_export_of_a_pooled_overview_labels_its_blocks(qtbot, session, state, tmp_path):
+    from transformer_viewer.viewer.export import export_view, read_csv_matrix
+
+    panel = panel_for(qtbot, state, InlineWorker(session))
+    state.set_selection(layer=0, head=3)
+    values, rows, cols = read_csv_matrix(export_view(panel, tmp_path / "overview.csv"))
+    np.testing.assert_allclose(values, state.trace.overview_max[0, 3].astype(np.float32), rtol=1e-6)
+    assert rows[:2] == ["0..2", "3..5"] and cols[-1] == "597..599" and len(rows) == 200
+
+
+def test_with_full_patterns_tiles_and_export_come_from_them(qtbot):
+    from tests.helpers.compact import LONG
+    from tests.helpers.models import scaled_init_loaded
+    from transformer_viewer.viewer.worker.handlers import WorkerSession
+
+    full_session = WorkerSession(scaled_init_loaded(LONG, seed=3), keep_full=True)
+    state = traced_state(full_session)
+    trace = state.trace
+    assert trace.attention is not None and trace.overview_cell == 3
+    worker = HeldWorker(full_session)  # asked nothing: the tiles are cut from the trace
+    panel = panel_for(qtbot, state, worker)
+    state.set_selection(layer=1, head=0)
+    np.testing.assert_array_equal(panel.matrix(), trace.attention[1, 0].astype(np.float32))
+    assert panel.row_labels() == trace.labels
+    with qtbot.waitSignal(panel.tiles.tile_drawn, timeout=5000):
+        panel.heatmap.set_visible_tokens((40, 90), (10, 60))
+    tile, rows, cols = panel.heatmap.tile()
+    np.testing.assert_array_equal(tile, trace.attention[1, 0, rows[0]:rows[1], cols[0]:cols[1]].astype(np.float32))
+    assert worker.asked == []
