@@ -50,7 +50,7 @@ def chip_values(state, mode: str, row=None) -> tuple[np.ndarray | None, str]:
             return None, f"attention from {trace.labels[q]!r} ({q}) in L{L}H{h}: computing the row…"
         values = np.full(trace.n_tokens, np.nan, dtype=np.float32)
         values[:q + 1] = (held if held is not None else np.asarray(row, dtype=np.float32))[:q + 1]  # keys <= q
-        return values, f"attention from {trace.labels[q]!r} ({q}) in L{L}H{h}; max {np.nanmax(values):.3f}"
+        return values, f"attention from {trace.labels[q]!r} ({q}) in L{L}H{h}; max {np.nanmax(values):.3g}"
     if mode == "surprisal":
         if trace.token_logprobs is None:
             return None, "surprisal: computing the masked model's log-probabilities…"
