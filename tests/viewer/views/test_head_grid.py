@@ -119,3 +119,22 @@ def test_ticks_follow_a_new_thumbnail_size(grid):
     ticks = grid.plot.getAxis("left")._tickLevels[0]
     centre = grid.view.mapSceneToView(grid.head_scene_pos(2, 0)).y()
     assert ticks[2][0] == pytest.approx(centre)
+
+
+def test_32_by_32_heads_fit_with_thinned_labels_and_stay_clickable(grid, qtbot):
+    rng = np.random.default_rng(5)
+    o = rng.random((32, 32, 8, 8)).astype(np.float16)
+    grid.set_overviews(o, o, 1, 8)
+    QtCore.QCoreApplication.processEvents()
+    (x0, x1), (y0, y1) = grid.view.viewRange()
+    right, bottom = grid.head_scene_pos(31, 31), grid.head_scene_pos(0, 0)
+    assert grid.view.sceneBoundingRect().contains(right) and grid.view.sceneBoundingRect().contains(bottom)
+    major = grid.plot.getAxis("left")._tickLevels[0]
+    assert [label for _pos, label in major] == [str(i) for i in range(0, 32, 4)]  # the rest only where they fit
+    pos = grid.graphics.mapFromScene(grid.head_scene_pos(31, 30))
+    with qtbot.waitSignal(grid.head_activated, timeout=2000) as sig:
+        qtbot.mouseClick(grid.graphics.viewport(), QtCore.Qt.MouseButton.LeftButton, pos=pos)
+    assert sig.args == [31, 30]
+    grid.view.scaleBy((0.25, 0.25))  # zoomed in, then Fit shows every head again
+    grid.fit()
+    assert grid.view.sceneBoundingRect().contains(grid.head_scene_pos(31, 31))
