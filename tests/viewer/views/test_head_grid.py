@@ -126,7 +126,6 @@ def test_32_by_32_heads_fit_with_thinned_labels_and_stay_clickable(grid, qtbot):
     o = rng.random((32, 32, 8, 8)).astype(np.float16)
     grid.set_overviews(o, o, 1, 8)
     QtCore.QCoreApplication.processEvents()
-    (x0, x1), (y0, y1) = grid.view.viewRange()
     right, bottom = grid.head_scene_pos(31, 31), grid.head_scene_pos(0, 0)
     assert grid.view.sceneBoundingRect().contains(right) and grid.view.sceneBoundingRect().contains(bottom)
     major = grid.plot.getAxis("left")._tickLevels[0]
