@@ -123,6 +123,15 @@ class ZoomHeatmap(HeatmapView):
         if t.shape != (r1 - r0, c1 - c0):
             raise ValueError(f"a tile of shape {t.shape} cannot cover rows {r0}..{r1}, columns {c0}..{c1}")
         self._tile = (t, (int(r0), int(r1)), (int(c0), int(c1)))
+        if self._diverging and t.size and np.isfinite(t).any():
+            # Levels taken from a pooled overview of means can be far narrower than single
+            # tokens' values: widen them (symmetrically) so the tile is not saturated.
+            a = float(np.nanmax(np.abs(t)))
+            if a > self._levels[1]:
+                self._levels = (-a, a)
+                self._render()  # the overview on the same scale, and the tile
+                self.show_detail()
+                return
         self._render_tile()
         self.show_detail()
 

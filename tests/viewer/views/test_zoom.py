@@ -247,3 +247,14 @@ def test_with_full_patterns_tiles_and_export_come_from_them(qtbot):
     tile, rows, cols = panel.heatmap.tile()
     np.testing.assert_array_equal(tile, trace.attention[1, 0, rows[0]:rows[1], cols[0]:cols[1]].astype(np.float32))
     assert worker.asked == []
+
+
+def test_a_diff_tile_widens_the_diverging_levels_it_would_saturate(qtbot):
+    from transformer_viewer.viewer.views.zoom_heatmap import ZoomHeatmap
+
+    hm = ZoomHeatmap()
+    qtbot.addWidget(hm)
+    hm.set_data(np.full((4, 4), 0.01, dtype=np.float32), cell=3, levels=None, diverging=True)
+    assert hm.levels() == pytest.approx((-0.01, 0.01))
+    hm.set_tile(np.array([[0.2, -0.5]], dtype=np.float32), (1, 2), (3, 5))
+    assert hm.levels() == pytest.approx((-0.5, 0.5)) and hm.tile_image.getLevels() == pytest.approx((-0.5, 0.5))
