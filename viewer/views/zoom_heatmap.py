@@ -50,7 +50,8 @@ class ZoomHeatmap(HeatmapView):
         self.plot.addItem(self._col_box, ignoreBounds=True)
         self.detail_label = QtWidgets.QLabel("")
         self.detail_label.setToolTip("What the picture shows: the pooled overview of the whole matrix, or the "
-                                     "visible part at full resolution")
+                                     "visible part at full resolution. The wheel zooms, a drag pans; a click "
+                                     "selects the query row, Shift+click marks a key column")
         self.bottom_bar.insertWidget(1, self.detail_label)  # beside Reset zoom
 
     # -- what is visible ------------------------------------------------------------------
