@@ -7,8 +7,18 @@ space), byte-fallback pieces (`<0x0A>` is the byte 0x0A); special tokens keep th
 and are flagged, so views can show them apart.
 
 The tokens a text starts with (Llama's and Gemma's BOS) are the post-processor's, unless
-`tokenizer_config.json` says `add_bos_token` explicitly. A prompt never gets an EOS appended: it is
-text to be continued, and an EOS at its end would ask what follows the end of the document.
+`tokenizer_config.json` says `add_bos_token` explicitly. An EOS ends a prompt only when the config
+says `add_eos_token: true` (the post-processor's own tail is ignored): a prompt is text to be
+continued, and an EOS at its end asks what follows the end of the document. The config's
+`add_prefix_space` and `legacy` set the pre-tokenizer's leading space as transformers' own
+tokenizer classes build it from them (a ByteLevel's `add_prefix_space`; a Metaspace's
+`prepend_scheme`: "never" without a prefix space, "always" when legacy, else "first"). These are
+the settings as transformers 4 and a `PreTrainedTokenizerFast` given them apply them; transformers
+5's AutoTokenizer ignores add_bos_token/add_eos_token when a tokenizer.json is present.
+
+Every regex of the normalizer and pre-tokenizer is checked before the first prompt meets it
+(`tokenizer_spec`): the library's regex engine backtracks, so a hostile pattern could stall
+on one line of text.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import re
 from tokenizers import Tokenizer as BackendTokenizer
 
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.tokenizer import Tokenized, visible_label
+from transformer_viewer.model.tokenizer import Tokenized, check_prompt_length, visible_label
 from transformer_viewer.model.tokenizer_files import (
     MAX_TOKENIZER_JSON,
     SpecialTokens,
@@ -29,10 +39,17 @@ from transformer_viewer.model.tokenizer_files import (
     read_text,
     tokenizer_json_path,
 )
+from transformer_viewer.model.tokenizer_spec import (
+    MAX_INSERT,
+    check_patterns,
+    has_type,
+    longest_insert,
+    metaspace_char,
+    respace,
+    spec_of,
+)
 
-MAX_INSERT = 16  # characters a normalizer may put in at once (Llama's "▁" is one)
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-METASPACE = "▁"
 
 
 @functools.lru_cache(maxsize=1)
@@ -70,10 +87,11 @@ class HFTokenizer:
         self._tk.no_truncation()
         self._tk.no_padding()
         # The style, from the pieces as the library read them (small JSON, not the whole vocabulary).
-        spec = {part: _state(getattr(self._tk, part)) for part in ("normalizer", "pre_tokenizer", "decoder")}
-        self._byte_level = _has_type(spec["pre_tokenizer"], "ByteLevel") or _has_type(spec["decoder"], "ByteLevel")
-        self._space = _metaspace_char(spec)
-        longest = _longest_insert(spec["normalizer"])
+        spec = {part: spec_of(getattr(self._tk, part)) for part in ("normalizer", "pre_tokenizer", "decoder")}
+        self._byte_level = has_type(spec["pre_tokenizer"], "ByteLevel") or has_type(spec["decoder"], "ByteLevel")
+        self._space = metaspace_char(spec)
+        check_patterns(path, spec["normalizer"], spec["pre_tokenizer"])
+        longest = longest_insert(spec["normalizer"])
         if longest > MAX_INSERT:
             # Each space of a prompt would grow by that much: a pasted page could take gigabytes.
             raise CheckpointError(f"{path}: its normalizer inserts {longest} characters at a time, where a real "
@@ -89,23 +107,36 @@ class HFTokenizer:
         self._setup_special(read_special_tokens(folder))
 
     def _setup_special(self, st: SpecialTokens) -> None:
-        config = os.path.join(self.spec, "tokenizer_config.json")
         self.bos_id = self._tk.token_to_id(st.bos) if st.bos is not None else st.bos_id
         self.eos_id = self._tk.token_to_id(st.eos) if st.eos is not None else st.eos_id
         if st.add_bos is None:
             self.prefix = tuple(self._post_processor_prefix())
-        elif st.add_bos:
-            if self.bos_id is None:
-                what = f"its bos_token {st.bos!r} is not in tokenizer.json" if st.bos else "it names no bos_token"
-                raise CheckpointError(f"{config}: add_bos_token is true but {what}; restore the model's own "
-                                      "tokenizer files")
-            self.prefix = (self.bos_id,)
         else:
-            self.prefix = ()
+            self.prefix = (self._required("bos", self.bos_id, st.bos),) if st.add_bos else ()
+        self.suffix = (self._required("eos", self.eos_id, st.eos),) if st.add_eos else ()
         if self.bos_id is None and self.prefix:
             self.bos_id = self.prefix[0]
         # BOS and EOS are shown as special even where the file forgot to mark them so.
-        self._special |= {i for i in (self.bos_id, self.eos_id, *self.prefix) if i is not None}
+        self._special |= {i for i in (self.bos_id, self.eos_id, *self.prefix, *self.suffix) if i is not None}
+        self._set_prefix_space(st.add_prefix_space, st.legacy)
+
+    def _required(self, kind: str, token_id: int | None, text: str | None) -> int:
+        """The id of the BOS/EOS tokenizer_config.json asks to add, which must exist."""
+        if token_id is None:
+            what = f"its {kind}_token {text!r} is not in tokenizer.json" if text else f"it names no {kind}_token"
+            raise CheckpointError(f"{os.path.join(self.spec, 'tokenizer_config.json')}: add_{kind}_token is true but "
+                                  f"{what}; restore the model's own tokenizer files")
+        return token_id
+
+    def _set_prefix_space(self, add_prefix_space: bool | None, legacy: bool | None) -> None:
+        """Apply the config's add_prefix_space / legacy to the pre-tokenizer's leading space."""
+        pre = self._tk.pre_tokenizer
+        if pre is None or (add_prefix_space is None and legacy is None):
+            return
+        spec = spec_of(pre)
+        if respace(spec, add_prefix_space, legacy):
+            pre.__setstate__(json.dumps(spec).encode("utf-8"))
+            self._tk.pre_tokenizer = pre
 
     def _post_processor_prefix(self) -> list[int]:
         """The ids tokenizer.json's post-processor puts before a text (its template's BOS)."""
@@ -120,8 +151,9 @@ class HFTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """The ids the model sees for `text` (with the BOS it expects unless add_special_tokens=False).
         Special tokens typed in the text (`<s>`) are those tokens, as in the model's own tokenizer."""
+        check_prompt_length(text)
         ids = self._tk.encode(text, add_special_tokens=False).ids
-        return [*self.prefix, *ids] if add_special_tokens else ids
+        return [*self.prefix, *ids, *self.suffix] if add_special_tokens else ids
 
     def decode(self, ids) -> str:
         return self._tk.decode([int(i) for i in ids], skip_special_tokens=False)
@@ -166,14 +198,17 @@ class HFTokenizer:
         return self.tokenize_last(text, None)[0]
 
     def tokenize_last(self, text: str, n: int | None) -> tuple[Tokenized, int]:
-        """The text's tokens, keeping the last `n` (the BOS stays first: the model expects it) and
-        how many were dropped; the kept text starts where the first kept token does."""
+        """The text's tokens, keeping the last `n` (the BOS stays first and an EOS the config asks
+        for last: the model expects them) and how many were dropped; the kept text starts where
+        the first kept token does."""
+        check_prompt_length(text)
         enc = self._tk.encode(text, add_special_tokens=False)
         ids = enc.ids
-        prefix = list(self.prefix)
-        keep = len(ids) if n is None else max(0, min(len(ids), n - len(prefix)))
-        if n is not None and n < len(prefix):
-            prefix = prefix[len(prefix) - n:]
+        prefix, suffix = list(self.prefix), list(self.suffix)
+        if n is not None:  # a context too short for them all keeps their last n
+            suffix = suffix[max(0, len(suffix) - n):]
+            prefix = prefix[max(0, len(prefix) - (n - len(suffix))):]
+        keep = len(ids) if n is None else max(0, min(len(ids), n - len(prefix) - len(suffix)))
         dropped = len(ids) - keep
         if dropped:
             # Spans of the kept tokens only (and the one before, where the first kept span starts):
@@ -187,11 +222,11 @@ class HFTokenizer:
         start = spans[0][0] if dropped and spans else (len(text) if dropped else 0)
         tail = text[start:]
         spans = [(a - start, b - start) for a, b in spans]
-        all_ids = tuple(prefix + ids)
+        all_ids = tuple(prefix + ids + suffix)
         return Tokenized(
             ids=all_ids,
             labels=tuple(self.label(i) for i in all_ids),
-            spans=tuple([(0, 0)] * len(prefix) + spans),
+            spans=tuple([(0, 0)] * len(prefix) + spans + [(len(tail), len(tail))] * len(suffix)),
             text=tail,
             special=tuple(self.is_special(i) for i in all_ids),
         ), dropped
@@ -199,7 +234,8 @@ class HFTokenizer:
     def describe(self) -> str:
         style = ("byte-level " if self._byte_level else "") + self._kind + (" with byte fallback" if self._byte_fallback else "")
         bos = f", starts texts with {self.label(self.prefix[0])!r}" if self.prefix else ""
-        return f"tokenizer.json ({style}, {self.n_vocab} tokens{bos})"
+        eos = f", ends them with {self.label(self.suffix[-1])!r}" if self.suffix else ""
+        return f"tokenizer.json ({style}, {self.n_vocab} tokens{bos}{eos})"
 
 
 def _spans(offsets, n_chars: int) -> list[tuple[int, int]]:
@@ -220,51 +256,3 @@ def _spans(offsets, n_chars: int) -> list[tuple[int, int]]:
         spans.append((done, end))
         done = end
     return spans
-
-
-def _state(part) -> dict | None:
-    """A normalizer's, pre-tokenizer's or decoder's own spec, as JSON the library writes."""
-    return None if part is None else json.loads(part.__getstate__())
-
-
-def _has_type(node, kind: str) -> bool:
-    """Whether a pre-tokenizer/decoder spec, or one nested in a Sequence, is of type `kind`."""
-    if isinstance(node, dict):
-        return node.get("type") == kind or any(_has_type(v, kind) for v in node.values() if isinstance(v, list))
-    if isinstance(node, list):
-        return any(_has_type(v, kind) for v in node)
-    return False
-
-
-def _longest_insert(node) -> int:
-    """The longest text a normalizer spec inserts (a Replace's content, a Prepend's prefix)."""
-    if isinstance(node, dict):
-        own = [len(node[k]) for k in ("content", "prepend") if isinstance(node.get(k), str)]
-        return max([*own, *(_longest_insert(v) for v in node.values() if isinstance(v, (dict, list)))], default=0)
-    if isinstance(node, list):
-        return max((_longest_insert(v) for v in node), default=0)
-    return 0
-
-
-def _metaspace_char(spec: dict) -> str:
-    """The character that stands for a space in vocabulary entries: Metaspace's replacement, or the
-    one a Replace decoder turns into a space (Llama 2's), else SentencePiece's usual `▁`."""
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if node.get("type") == "Metaspace" and isinstance(node.get("replacement"), str):
-                found.append(node["replacement"])
-            if (node.get("type") == "Replace" and node.get("content") == " "
-                    and isinstance(node.get("pattern"), dict) and isinstance(node["pattern"].get("String"), str)):
-                found.append(node["pattern"]["String"])
-            for v in node.values():
-                if isinstance(v, (dict, list)):
-                    walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(spec.get("pre_tokenizer"))
-    walk(spec.get("decoder"))
-    return next((c for c in found if c), METASPACE)

@@ -20,6 +20,8 @@ from typing import Protocol
 import tiktoken
 import tiktoken.load
 
+from transformer_viewer.model.errors import ModelError
+
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 ENDOFTEXT = "<|endoftext|>"
@@ -27,6 +29,11 @@ ENDOFTEXT_ID = 50256
 GPT2_VOCAB = 50257
 VOCAB_PADDING = 256  # rows past the tokenizer a vocabulary may be padded with (alignment for speed)
 GPT2_PADDED_VOCAB = -(-GPT2_VOCAB // VOCAB_PADDING) * VOCAB_PADDING  # nanoGPT's 50304 fits
+
+# Characters a prompt may have. A context of 128k tokens is about half a million characters; past
+# a few million a paste is a file dropped in by mistake, and tokenizing it would take the
+# tokenizer's time and memory before its last tokens were kept.
+MAX_PROMPT_CHARS = 4_000_000
 
 _VISIBLE = {" ": "·", "\n": "⏎", "\t": "⇥", "\r": "␍"}
 
@@ -65,6 +72,13 @@ def visible_label(piece: bytes) -> str:
             out.append(f"\\x{piece[i]:02x}")
             i += 1
     return "".join(out)
+
+
+def check_prompt_length(text: str) -> None:
+    """Refuse, before tokenizing, a prompt longer than MAX_PROMPT_CHARS characters."""
+    if len(text) > MAX_PROMPT_CHARS:
+        raise ModelError(f"the prompt is {len(text):,} characters, more than the {MAX_PROMPT_CHARS:,} a prompt may "
+                         "have; paste a shorter passage (the model sees only its last context-length tokens)")
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,7 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         # `<|endoftext|>` typed by the user is the special token, not five ordinary pieces.
+        check_prompt_length(text)
         return self.enc.encode(text, allowed_special={ENDOFTEXT})
 
     def is_special(self, i: int) -> bool:

@@ -3,7 +3,8 @@
 `tokenizer.json` is the tokenizer itself (read by the `tokenizers` library);
 `tokenizer_config.json`, `special_tokens_map.json` and `generation_config.json` say which tokens
 are BOS and EOS and whether a BOS starts every text. Every file's size is bounded before it is
-read, and each malformed file gives one line naming it.
+read, each must lie in the folder (`folder_files`: no link leading elsewhere), and each
+malformed file gives one line naming it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import untrusted_json
+from transformer_viewer.model.formats import folder_files, untrusted_json
 from transformer_viewer.model.tokenizer import GPT2_PADDED_VOCAB, GPT2_VOCAB
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -23,6 +24,9 @@ SENTENCEPIECE_MODEL = "tokenizer.model"
 SIDE_FILES = (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP, GENERATION_CONFIG)
 # The largest published tokenizer.json files (Gemma 3's 262k tokens) are about 33 MB.
 MAX_TOKENIZER_JSON = 128 << 20
+# tokenizer_config.json's switches we honour -> SpecialTokens' field.
+FLAGS = {"add_bos_token": "add_bos", "add_eos_token": "add_eos", "add_prefix_space": "add_prefix_space",
+         "legacy": "legacy"}
 MAX_SIDE_FILE = 16 << 20  # tokenizer_config.json may list every added token; the others are tiny
 
 
@@ -35,6 +39,9 @@ class SpecialTokens:
     bos_id: int | None = None  # from generation_config.json, when no token text is given
     eos_id: int | None = None
     add_bos: bool | None = None  # tokenizer_config.json's add_bos_token
+    add_eos: bool | None = None  # its add_eos_token
+    add_prefix_space: bool | None = None  # its add_prefix_space: a space before the text's first word
+    legacy: bool | None = None  # its legacy: a SentencePiece space after each special token too
 
 
 def folder_tokenizer(folder: str, hf_config: dict) -> str:
@@ -79,7 +86,7 @@ def tokenizer_json_path(folder: str, vocab_size: int | None = None) -> str:
     """The folder's tokenizer.json; a folder without one is refused, saying why GPT-2's would not do."""
     path = os.path.join(folder, TOKENIZER_JSON)
     if os.path.isfile(path):
-        return path
+        return folder_files.check_inside(folder, path)
     vocab = f" ({vocab_size} tokens)" if vocab_size else ""
     why = (f"the model's vocabulary{vocab} is its own, so GPT-2's tokenizer would feed it the wrong ids")
     if os.path.isfile(os.path.join(folder, SENTENCEPIECE_MODEL)):
@@ -97,26 +104,32 @@ def read_special_tokens(folder: str) -> SpecialTokens:
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
             continue
-        data = read_json_object(path, name)
+        data = read_json_object(folder_files.check_inside(folder, path), name)
         for key in ("bos", "eos"):
             if f"{key}_token" in data:  # checked in every file, used from the first that names it
                 found.setdefault(key, _token_text(data[f"{key}_token"], path, f"{key}_token"))
-        if path == config_path and "add_bos_token" in data:
-            if not isinstance(data["add_bos_token"], bool):
-                raise CheckpointError(f"{path}: add_bos_token is {data['add_bos_token']!r}, not true or false; "
-                                      "restore the model's own tokenizer_config.json")
-            found["add_bos"] = data["add_bos_token"]
+        if path == config_path:
+            for key, ours in FLAGS.items():
+                if key in data and data[key] is not None:
+                    if not isinstance(data[key], bool):
+                        raise CheckpointError(f"{path}: {key} is {_short_repr(data[key])}, not true or false; "
+                                              "restore the model's own tokenizer_config.json")
+                    found[ours] = data[key]
     path = os.path.join(folder, GENERATION_CONFIG)
     if os.path.isfile(path):
-        data = read_json_object(path, GENERATION_CONFIG)
+        data = read_json_object(folder_files.check_inside(folder, path), GENERATION_CONFIG)
         for key in ("bos", "eos"):
             value = data.get(f"{key}_token_id")
             if isinstance(value, list):  # several EOS ids: the first is the one a text ends with
                 value = value[0] if value else None
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 found[f"{key}_id"] = value
-    return SpecialTokens(bos=found.get("bos"), eos=found.get("eos"), bos_id=found.get("bos_id"),
-                         eos_id=found.get("eos_id"), add_bos=found.get("add_bos"))
+    return SpecialTokens(**found)
+
+
+def _short_repr(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def _token_text(value, path: str, key: str) -> str | None:

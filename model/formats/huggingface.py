@@ -19,6 +19,7 @@ from safetensors import SafetensorError, safe_open
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import (
+    folder_files,
     gpt2_layout,
     hf_families,
     pickle_safe,
@@ -42,7 +43,7 @@ def is_hf_folder(folder: str) -> bool:
 def weights_file(folder: str) -> str | None:
     for name in WEIGHT_FILES:
         if os.path.isfile(os.path.join(folder, name)):
-            return os.path.join(folder, name)
+            return folder_files.check_inside(folder, os.path.join(folder, name))
     return None
 
 
@@ -80,7 +81,7 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
 
 def read_config_json(folder: str) -> dict:
     """config.json, parsed with bounds (size, nesting, numbers): it is as untrusted as the weights."""
-    path = os.path.join(folder, "config.json")
+    path = folder_files.check_inside(folder, os.path.join(folder, "config.json"))
     return untrusted_json.read_object(path, "restore the model's config.json")
 
 

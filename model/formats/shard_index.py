@@ -1,8 +1,8 @@
 """A sharded checkpoint's `*.index.json`: which file holds which tensor, read as untrusted.
 
 The index names shard files relative to its folder. Before any shard is opened, every name is
-resolved and checked: a name that leads out of the folder (`../x`, an absolute path) is
-refused, not reported missing; names for the same file (`a/../x`, a hard or symbolic link to
+resolved and checked: a name that leads out of the folder (`../x`, an absolute path, a link to
+elsewhere but a cache snapshot's own blobs/) is refused, not reported missing; names for the same file (`a/../x`, a hard or symbolic link to
 it) count once, so each file is read once however often the index repeats it; and an index
 naming more files than any model has is refused outright. A shard is read by what it holds
 (safetensors or a torch pickle), so a wrong file is called what it is.
@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import untrusted_json
+from transformer_viewer.model.formats import folder_files, untrusted_json
 
 MAX_SHARDS = 1024  # the largest public models have a few hundred shards
 FIX = "restore the index or download the model again"
@@ -32,10 +32,13 @@ def shard_files(index_path: str) -> list[tuple[str, str]]:
     folder = os.path.dirname(os.path.abspath(index_path))
     files: dict[tuple[int, int], tuple[str, str]] = {}
     for name in names:
+        if "\x00" in name:  # no file system has such a name; the path functions would raise on it
+            raise CheckpointError(f"{index_path}: shard {name!r} refused: a file name with a NUL byte; {FIX}")
         path = os.path.normpath(os.path.join(folder, name))
         if os.path.isabs(name) or os.path.commonpath([folder, path]) != folder:
             raise CheckpointError(f"{index_path}: shard {name} refused: outside the checkpoint folder; an index may "
                                   "only name files in its own folder")
+        folder_files.check_inside(folder, path)  # nor through a link that leaves it
         try:
             st = os.stat(path)
         except OSError:

@@ -10,7 +10,10 @@ a temporary folder (nothing binary is committed). Classes:
   one storage, a deflated torch zip, 6,000 tutorial layers, huge layer indices, 40,000 shard
   names for one file), refused before anything is materialised;
 - shards: index entries outside the folder, the wrong file named as a shard, broken maps;
-- keys, float8, links: non-string state-dict keys, float8/float4 weights, symlink loops.
+- keys, float8, links: non-string state-dict keys, float8/float4 weights, symlink loops, links
+  that lead a folder's files out of it (a cache snapshot's into its own blobs/ only);
+- tokenizer: a folder's tokenizer.json whose regexes would backtrack without end (nested
+  quantifiers, a huge alternation, a pattern past the length bound), refused at load.
 
 Each entry is a `Bad` (must be one CheckpointError line containing `expect`) or, with
 `expect=None`, a hostile-looking file that is in fact a good model and must load.
@@ -42,7 +45,7 @@ from transformer_viewer.model.config import GPTConfig
 DEEP = "[" * 1000 + "]" * 1000
 BIG_INT = "1" + "0" * 5000
 HUGE = 17 << 20  # past the 16 MiB any JSON we read may be
-GROUPS = ("json", "schema", "amplify", "shards", "keys", "float8", "links")
+GROUPS = ("json", "schema", "amplify", "shards", "keys", "float8", "links", "tokenizer")
 
 
 def build(root: str) -> list[Bad]:
@@ -165,6 +168,8 @@ def build(root: str) -> list[Bad]:
         "refused: outside the checkpoint folder", "shards")
     add("shards_absolute", sharded("shards_absolute", retarget(p("outside_dir/stolen.safetensors"))),
         "refused: outside the checkpoint folder", "shards")
+    add("shards_nul_name", sharded("shards_nul_name", retarget("model\x00.safetensors")),
+        "a file name with a nul byte", "shards")
     add("shards_config_json", sharded("shards_config_json", retarget("config.json")),
         "shard config.json is not a weights file (found json text", "shards")
     add("shards_empty_file", sharded("shards_empty_file", retarget("empty.bin"),
@@ -346,6 +351,8 @@ def build(root: str) -> list[Bad]:
     add("link_mutual_loop", p("ping.pt"), "a symbolic link loop", "links")
     os.symlink("gone.safetensors", p("dangling.safetensors"))
     add("link_dangling", p("dangling.safetensors"), "a symbolic link to gone.safetensors, which does not exist", "links")
+    add_leaving_links(root, add, sharded, model)
+    add_hostile_tokenizers(root, add, model)
     training = {"final_train_loss": float("nan"), "best": float("inf"), "worst": float("-inf"), "steps": 0}
     save_checkpoint(model, p("training_nan.safetensors"), training=training)
     add("training_nan", p("training_nan.safetensors"), None, "json")
@@ -361,3 +368,80 @@ def _state_shapes(config: GPTConfig) -> dict[str, torch.Tensor]:
     state.pop("lm_head.weight", None)
     return state
 
+
+
+def add_leaving_links(root: str, add, sharded, model) -> None:
+    """Folders whose files are links: out of the folder (refused), and a cache snapshot's links into
+    its own repository's blobs/ (loads) or into another repository's (refused)."""
+    def p(*names):
+        return os.path.join(root, *names)
+
+    elsewhere = _hf_folder(p("links_elsewhere"), model)  # the files the hostile links lead to
+    leaving = "outside the model folder (a model folder's files must lie inside it)"
+    for name in ("config.json", "model.safetensors"):
+        folder = _hf_folder(p(f"links_{name}"), model)
+        os.remove(os.path.join(folder, name))
+        os.symlink(os.path.join(elsewhere, name), os.path.join(folder, name))
+        add(f"links_{name.split('.')[0]}_outside", folder, leaving, "links")
+    folder = sharded("links_shard_outside")
+    shard = os.path.join(folder, "model-00002-of-00002.safetensors")
+    os.replace(shard, p("links_elsewhere", "moved-shard.safetensors"))
+    os.symlink(p("links_elsewhere", "moved-shard.safetensors"), shard)
+    add("links_shard_outside", folder, leaving, "links")
+    folder = _hf_folder(p("links_tokenizer"), model)
+    with open(p("links_elsewhere", "secret.txt"), "w", encoding="utf-8") as f:
+        f.write("not for a tokenizer to read")
+    os.symlink(p("links_elsewhere", "secret.txt"), os.path.join(folder, "tokenizer.json"))
+    add("links_tokenizer_outside", folder, leaving, "links")
+
+    # The cache's layout: models--org--name/{blobs/<hash>, snapshots/<rev>/<file> -> ../../blobs/<hash>}.
+    def cached(repo, blob_repo):
+        staging = _hf_folder(p(f"staging_{repo}"), model)
+        snap = p("hub", f"models--org--{repo}", "snapshots", "rev0")
+        os.makedirs(snap)
+        blobs = p("hub", f"models--org--{blob_repo}", "blobs")
+        os.makedirs(blobs, exist_ok=True)
+        for name in sorted(os.listdir(staging)):
+            blob = os.path.join(blobs, f"{repo}-{name}")
+            os.replace(os.path.join(staging, name), blob)
+            os.symlink(os.path.relpath(blob, snap), os.path.join(snap, name))
+        return snap
+
+    add("links_cache_own_blobs", cached("good", "good"), None, "links")
+    os.makedirs(p("hub", "models--org--thief", "blobs"))  # its own blobs/ exist, its links lead elsewhere
+    add("links_cache_other_repo_blobs", cached("thief", "victim"), "a cache snapshot may link only into its own repository's blobs/", "links")
+
+
+def add_hostile_tokenizers(root: str, add, model) -> None:
+    """GPT-2-layout folders with a 512-token vocabulary bringing their own tokenizer.json: a plain
+    one (loads) and ones whose pre-tokenizer regex could stall the library (refused at load)."""
+    from tests.model import tokenizer_common as tc
+
+    def folder(name, pattern=None):
+        path = _hf_folder(os.path.join(root, name), model)
+        tc.byte_level(path)
+        if pattern is not None:
+            tokenizer = os.path.join(path, "tokenizer.json")
+            with open(tokenizer, encoding="utf-8") as f:
+                spec = json.load(f)
+            spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+                spec["pre_tokenizer"]]}
+            with open(tokenizer, "w", encoding="utf-8") as f:
+                json.dump(spec, f)
+        return path
+
+    add("tokenizer_own", folder("tokenizer_own"), None, "tokenizer")
+    broken = folder("tokenizer_broken")
+    with open(os.path.join(broken, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [[')
+    add("tokenizer_not_json", broken, "tokenizer.json: not a tokenizer the tokenizers library can read", "tokenizer")
+    config = folder("tokenizer_config_flag")
+    with open(os.path.join(config, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"add_eos_token": "yes"}, f)
+    add("tokenizer_config_flag", config, "add_eos_token is 'yes', not true or false", "tokenizer")
+    add("tokenizer_nested_quantifiers", folder("tokenizer_nested", r"(\s+\S*)+$"),
+        "repeats a group that holds a repeat (nested quantifiers)", "tokenizer")
+    add("tokenizer_huge_alternation", folder("tokenizer_alternation", "|".join(f"t{i}" for i in range(300))),
+        "has 300 alternatives", "tokenizer")
+    add("tokenizer_long_pattern", folder("tokenizer_long", "[a-z]" * 600), "is 3,000 characters long", "tokenizer")

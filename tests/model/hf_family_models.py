@@ -57,13 +57,14 @@ FAMILIES = {
 }
 
 
-def build(name: str, seed: int = 0):
-    """A random eager-attention HF model of family `name`, in eval mode, float32."""
+def build(name: str, seed: int = 0, **overrides):
+    """A random eager-attention HF model of family `name`, in eval mode, float32 (`overrides`:
+    config values to change, e.g. a vocab_size that fits a tokenizer)."""
     import transformers
 
     config_cls, model_cls, kwargs, _ = FAMILIES[name]
     torch.manual_seed(seed)
-    config = getattr(transformers, config_cls)(**kwargs)
+    config = getattr(transformers, config_cls)(**{**kwargs, **overrides})
     config._attn_implementation = "eager"
     model = getattr(transformers, model_cls)(config).eval()
     with torch.no_grad():
@@ -71,6 +72,34 @@ def build(name: str, seed: int = 0):
             if p.dim() == 1:  # norm gains and biases, away from their 1 / 0 start
                 p.add_(torch.randn_like(p) * 0.3)
     return model
+
+
+# The family `info` names for each architecture (independent of the loader's own table).
+FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen2ForCausalLM": "Qwen2",
+             "Qwen3ForCausalLM": "Qwen3", "Phi3ForCausalLM": "Phi-3", "OlmoForCausalLM": "OLMo",
+             "Olmo2ForCausalLM": "OLMo 2", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
+             "Gemma3ForCausalLM": "Gemma 3", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J",
+             "GPT2LMHeadModel": "GPT-2"}
+SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "gemma", "gemma2", "gemma3")
+WITH_GPT2 = sorted(FAMILIES) + ["gpt2"]
+
+
+def save_with_tokenizer(name: str, folder: str):
+    """A family's tiny model (`name` from WITH_GPT2) saved with a tokenizer.json of its style
+    (SentencePiece-style with a BOS, or byte-level BPE) and a vocabulary that fits it; the HF model."""
+    from tests.model import tokenizer_common as tc
+    from transformer_viewer.model.tokenizer import load_tokenizer
+
+    (tc.metaspace if name in SENTENCEPIECE_STYLE else tc.byte_level)(folder)
+    vocab = load_tokenizer(folder).n_vocab
+    if name == "gpt2":
+        from tests.helpers.models import hf_config, hf_model
+
+        hf = hf_model(hf_config(vocab_size=vocab))
+    else:
+        hf = build(name, vocab_size=vocab)
+    hf.save_pretrained(folder)
+    return hf
 
 
 def save(model, folder: str) -> str:

@@ -104,7 +104,8 @@ class WindowActions:
         return [str(v) for v in (value or [])]
 
     def add_recent(self, path: str) -> None:
-        path = os.path.abspath(path)
+        # A file or folder by its full path; a cached model's name (`org/name`) as it is.
+        path = os.path.abspath(path) if os.path.exists(path) else path
         items = [path] + [p for p in self.recent() if p != path]
         self.w.settings.setValue(RECENT_KEY, items[:RECENT_MAX])
         self._rebuild_recent()
