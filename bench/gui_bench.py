@@ -49,7 +49,8 @@ def redraw(folder: str, lengths, threads: int, reps: int) -> dict:
     res = json.loads(lines[-1])
     for r in res["rows"]:
         print(f"  redraw T={r['tokens']}: heatmap {r['heatmap']['median_s'] * 1e3:.1f} ms, "
-              f"grid {r['grid']['median_s'] * 1e3:.1f} ms", flush=True)
+              f"grid {r['grid']['median_s'] * 1e3:.1f} ms, zoom tile {r['zoom_tile']['median_s'] * 1e3:.1f} ms",
+              flush=True)
     return {"available": True, "goal_heatmap_s": HEATMAP_GOAL_S, **res}
 
 

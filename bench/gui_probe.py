@@ -1,5 +1,7 @@
 """Measurement 4a, in its own process (offscreen Qt): redraw of the attention heatmap and of the
-heads grid after a new trace, with traces our Session captured from the bench model.
+heads grid after a new trace, with traces our Session captured from the bench model as the
+window keeps them: the heatmap of the whole prompt and the grid draw the pooled overviews
+(the pattern itself up to 256 tokens); a zoom draws a 256 x 256 tile recomputed on demand.
 
     python bench/gui_probe.py FOLDER THREADS REPS T [T ...]
 
@@ -38,13 +40,14 @@ def main(folder: str, threads: int, reps: int, lengths: list[int]) -> dict:
     common.set_threads(threads)
     from PySide6 import QtWidgets
 
+    from transformer_viewer.model.on_demand import pattern_tile
     from transformer_viewer.model.session import Session
     from transformer_viewer.viewer.views.head_grid import HeadGridView
     from transformer_viewer.viewer.views.heatmap import HeatmapView
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     loaded, _ = common.load_ours(folder)
-    session = Session(loaded, keep_full=True)  # what the window keeps today: every full pattern
+    session = Session(loaded)  # what the window keeps: overviews, patterns on demand
     L, nh = loaded.config.n_layer, loaded.config.n_head
     rows = []
     for T in lengths:
@@ -55,30 +58,41 @@ def main(folder: str, threads: int, reps: int, lengths: list[int]) -> dict:
         masked = session.run(mask)  # a second, different trace, as after a toggle
         traces = (clean, masked)
         labels = clean.labels
+        cells = labels[::clean.overview_cell]  # the first token of each overview cell
 
         heat = HeatmapView()
         heat.resize(900, 820)
         heat.show()
-        heat.set_data(clean.attention[0, 0], labels, labels)
+        heat.set_data(clean.overview_max[0, 0], cells, cells)
         app.processEvents()
 
-        def redraw(i, heat=heat, traces=traces, labels=labels):
+        def redraw(i, heat=heat, traces=traces, cells=cells):
             trace = traces[i % 2]
             layer, head = (i // 2) % L, i % nh
-            heat.set_data(trace.attention[layer, head], labels, labels, title=f"layer {layer} head {head}")
+            heat.set_data(trace.overview_max[layer, head], cells, cells, title=f"layer {layer} head {head}")
             heat.graphics.viewport().repaint()
 
         grid = HeadGridView()
         grid.resize(520, 520)
         grid.show()
-        grid.set_patterns(clean.attention)
+        grid.set_patterns(clean.overview_max)
         app.processEvents()
 
         def regrid(i, grid=grid, traces=traces):
-            grid.set_patterns(traces[i % 2].attention)
+            grid.set_patterns(traces[i % 2].overview_max)
             grid.graphics.viewport().repaint()
 
-        rows.append({"tokens": T, "heatmap": timed(redraw, reps), "grid": timed(regrid, max(3, reps // 2))})
+        side = min(T, 256)
+
+        def zoom(i, heat=heat, trace=clean, side=side, T=T, labels=labels):
+            # A zoom's full-resolution tile: recomputed on demand, then drawn.
+            r0 = (i * 97) % (T - side + 1)
+            tile = pattern_tile(session, trace, L - 1, i % nh, (r0, r0 + side), (r0, r0 + side))
+            heat.set_data(tile, labels[r0:r0 + side], labels[r0:r0 + side])
+            heat.graphics.viewport().repaint()
+
+        rows.append({"tokens": T, "heatmap": timed(redraw, reps), "grid": timed(regrid, max(3, reps // 2)),
+                     "zoom_tile": timed(zoom, reps)})
         heat.close()
         grid.close()
         app.processEvents()

@@ -1,7 +1,7 @@
-"""Long prompts: what a capture costs in memory at 4,096 tokens, and what recomputing a head's
-pattern (whole, or a 512 x 512 tile) costs afterwards.
+"""Long prompts: what a capture costs in memory at 4,096 and 8,192 tokens, and what recomputing a
+head's pattern (whole, or a 512 x 512 tile) costs afterwards.
 
-    python bench/long_prompts.py [--tokens 4096] [--threads 2] [--hf-cap-gb 6]
+    python bench/long_prompts.py [--tokens 4096,8192] [--hf-tokens 4096] [--threads 2] [--hf-cap-gb 6]
 
 Each capture runs in a fresh process (peak RSS by VmHWM after clear_refs, as memory_probe.py):
 ours on a random model of SmolLM2-135M's shape (Llama architecture: 30 layers, 9 heads, 3 KV
@@ -130,22 +130,30 @@ def _child(args: list[str]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--tokens", type=int, default=4096)
+    p.add_argument("--tokens", default="4096,8192", help="prompt lengths of our capture, comma-separated")
+    p.add_argument("--hf-tokens", default="4096", help="lengths Hugging Face is tried at (its patterns are "
+                   "(L, nh, T, T) at once: 18 GB at 4,096 tokens)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--hf-cap-gb", type=float, default=6.0)
     p.add_argument("--probe", choices=["ours", "hf"])
     a = p.parse_args()
     if a.probe == "ours":
-        print(json.dumps(probe_ours(a.tokens, a.threads)), flush=True)
+        print(json.dumps(probe_ours(int(a.tokens), a.threads)), flush=True)
         return
     if a.probe == "hf":
-        print(json.dumps(probe_hf(a.tokens, a.threads, a.hf_cap_gb)), flush=True)
+        print(json.dumps(probe_hf(int(a.tokens), a.threads, a.hf_cap_gb)), flush=True)
         return
-    results = {"ours": _child(["--probe", "ours", "--tokens", str(a.tokens), "--threads", str(a.threads)]),
-               "hf": _child(["--probe", "hf", "--tokens", str(a.tokens), "--threads", str(a.threads),
-                             "--hf-cap-gb", str(a.hf_cap_gb)])}
     sys.path.insert(0, HERE)
     import common
+
+    results = {"machine": common.machine(), "threads": a.threads}
+    for T in (int(t) for t in a.tokens.split(",") if t):
+        results[f"ours_{T}"] = _child(["--probe", "ours", "--tokens", str(T), "--threads", str(a.threads)])
+        print(json.dumps(results[f"ours_{T}"]), flush=True)
+    for T in (int(t) for t in a.hf_tokens.split(",") if t):
+        results[f"hf_{T}"] = _child(["--probe", "hf", "--tokens", str(T), "--threads", str(a.threads),
+                                     "--hf-cap-gb", str(a.hf_cap_gb)])
+        print(json.dumps(results[f"hf_{T}"]), flush=True)
 
     with tempfile.TemporaryDirectory() as folder:
         common.make_hf_folder(folder)

@@ -33,11 +33,15 @@ def render(res: dict) -> str:
     ]
     if "capture" in res:
         out += ["### 1. Full capture (median ms; ratios are ours / peer in the same run)", "",
-                "| tokens | ours Session.run | HF eager, attentions + hidden states | TL run_with_cache | ours / HF | ours / TL |",
-                "|---:|---:|---:|---:|---|---|"]
+                "| tokens | ours Session.run | ours, views first (no log-probs) | HF eager, attentions + hidden states "
+                "| TL run_with_cache | ours / HF | ours / TL | views first / HF | views first / TL |",
+                "|---:|---:|---:|---:|---:|---|---|---|---|"]
         for r in res["capture"]:
-            out.append(f"| {r['tokens']} | {_ms(r['ours'])} | {_ms(r['hf'])} | {_ms(r['tl'])} | "
-                       f"{_verdict(r['ratio_vs_hf'], r['goal_vs_hf'])} | {_verdict(r['ratio_vs_tl'], r['goal_vs_tl'])} |")
+            views = r.get("ours_views")
+            out.append(f"| {r['tokens']} | {_ms(r['ours'])} | {_ms(views)} | {_ms(r['hf'])} | {_ms(r['tl'])} | "
+                       f"{_verdict(r['ratio_vs_hf'], r['goal_vs_hf'])} | {_verdict(r['ratio_vs_tl'], r['goal_vs_tl'])} | "
+                       + (f"{_verdict(r['views_ratio_vs_hf'], r['goal_vs_hf'])} | "
+                          f"{_verdict(r['views_ratio_vs_tl'], r['goal_vs_tl'])} |" if views else "- | - |"))
         out.append("")
     if "toggle" in res:
         with_run = any("ours_run" in r for r in res["toggle"])
@@ -62,7 +66,7 @@ def render(res: dict) -> str:
         tl = r.get("tl")
         out += [f"### 3. Memory: peak RSS increase of one capture at {r['tokens']} tokens (fresh process each; "
                 f"{r['ours']['method']})", "",
-                "| ours Session.run (patterns float16) | HF output_attentions=True | TL run_with_cache | ours / HF |",
+                "| ours Session.run (overviews float16) | HF output_attentions=True | TL run_with_cache | ours / HF |",
                 "|---:|---:|---:|---|",
                 f"| {_mib(r['ours']['increase'])} | {_mib(r['hf']['increase'])} | "
                 f"{_mib(tl['increase']) if tl else '-'} | {_verdict(r['ratio_vs_hf'], r['goal_vs_hf'])} |", ""]
@@ -73,11 +77,14 @@ def render(res: dict) -> str:
         if not rd["available"]:
             out += [f"- redraw: not available ({rd['reason']})"]
         else:
-            out += ["| tokens | heatmap redraw (set_data + repaint) | heads grid redraw (set_patterns + repaint) |",
-                    "|---:|---:|---:|"]
+            out += ["| tokens | heatmap redraw, overview (set_data + repaint) | heads grid redraw, overviews "
+                    "(set_patterns + repaint) | zoom: 256 x 256 tile on demand + redraw |",
+                    "|---:|---:|---:|---:|"]
             for r in rd["rows"]:
+                zoom = r.get("zoom_tile")
                 out.append(f"| {r['tokens']} | {_ms(r['heatmap'])} ms (cpu {r['heatmap']['cpu_median_s'] * 1e3:.1f}) | "
-                           f"{_ms(r['grid'])} ms (cpu {r['grid']['cpu_median_s'] * 1e3:.1f}) |")
+                           f"{_ms(r['grid'])} ms (cpu {r['grid']['cpu_median_s'] * 1e3:.1f}) | "
+                           + (f"{_ms(zoom)} ms (cpu {zoom['cpu_median_s'] * 1e3:.1f}) |" if zoom else "- |"))
             big = max(rd["rows"], key=lambda r: r["tokens"])
             ms, goal = big["heatmap"]["median_s"] * 1e3, rd["goal_heatmap_s"] * 1e3
             out += ["", f"- heatmap at {big['tokens']} tokens: {ms:.1f} ms median (goal <= {goal:g} ms, "

@@ -79,7 +79,7 @@ def main(argv=None) -> int:
 
         hf, tl = common.load_hf(folder), common.load_tl(folder)
         loaded, res["ours_loader"] = common.load_ours(folder)
-        session = Session(loaded, keep_full=True)  # what the window keeps today: every full pattern
+        session = Session(loaded)  # what the window keeps: overviews, patterns on demand
         res["agreement"] = common.check_agreement(hf, tl, loaded)
         res["agreement"].update(capture_bench.check_capture(hf, tl, session))
         res["agreement"]["toggle_probs_vs_tl"] = toggle_bench.check_toggle(tl, session, 64, 5)

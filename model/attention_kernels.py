@@ -4,7 +4,8 @@ Without autograd, the (T, T) scores are computed by blocks of queries, skipping 
 block can never see, optionally into one reusable workspace. Every path here produces the
 same bits as the plain masked product in `attention_pattern` (tests/model/test_fast_paths.py).
 Where nobody reads the whole pattern, `attend_by_blocks` never holds more than one block of
-query rows: memory O(block x T) per head instead of O(T^2), what makes long prompts fit.
+query rows: memory O(block x T) per head instead of O(T^2), what makes long prompts fit. Either
+way each block of rows meets the values of its visible keys only (`values_by_blocks`).
 `pattern_rows` is the one computation of a block of rows; a tile recomputed later
 (model/on_demand.py) calls it with the same blocks, so it equals what the forward had.
 """
@@ -110,16 +111,24 @@ def query_blocks(T: int) -> list[tuple[int, int]]:
     return list(zip(starts, starts[1:] + [T], strict=True))
 
 
+def window_blocked_keys(a: int, b: int, window: int, device) -> torch.Tensor:
+    """(b - a, b) bool: rows a..b-1 of `blocked_keys(b, window)`, built for these rows alone
+    (a (b, b) mask per block would cost more than the block's scores at long prompts)."""
+    rows = torch.arange(a, b, device=device)[:, None]  # (b - a, 1)
+    keys = torch.arange(b, device=device)[None, :]  # (1, b)
+    return (keys > rows) | (keys <= rows - window)
+
+
 def pattern_rows(qh: torch.Tensor, kh: torch.Tensor, a: int, b: int, window: int, cap: float,
                  out: torch.Tensor | None = None) -> torch.Tensor:
     """Query rows a..b-1 of the pattern against keys 0..b-1 (the later ones are all future):
     (B, nh, b - a, b), into `out` when given."""
     scores = softcap_(qh[:, :, a:b] @ kh[:, :, :b].transpose(-2, -1), cap)  # (B, nh, b - a, b)
     if window:
-        scores.masked_fill_(blocked_keys(b, window, qh.device)[a:b], float("-inf"))
+        scores.masked_fill_(window_blocked_keys(a, b, window, qh.device), float("-inf"))
     else:  # only the diagonal square holds future keys; the columns before a are all visible
-        # That square's mask is the same at every offset: one (r, r) mask, not a (b, b) one per block.
-        scores[..., a:b].masked_fill_(blocked_keys(b - a, 0, qh.device), float("-inf"))
+        # The square is the same for every block of b - a rows: one cached mask, whatever a is.
+        scores[..., a:b].masked_fill_(future_mask(b - a, qh.device), float("-inf"))
     return torch.softmax(scores, dim=-1) if out is None else torch.softmax(scores, dim=-1, out=out)
 
 
@@ -156,19 +165,31 @@ def attend_by_blocks(qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, windo
     """pattern @ v, (B, nh, T, hs), one block of query rows at a time; `observe(first_row, rows)`
     sees each block of pattern rows (B, nh, r, b) on the way.
 
-    Each block is held against all T keys (zeros past the visible ones) so its product with v
-    sums over the same T terms, in the same order, as the whole pattern's would.
+    Each block's product with v runs over its visible keys 0..b-1 only, as `values_by_blocks`
+    does for a whole pattern, so both give the same bits.
     """
     B, nh, T, hs = vh.shape
     z = vh.new_empty(B, nh, T, hs)
     blocks = query_blocks(T)
-    rows_buf = vh.new_zeros(B, nh, max(b - a for a, b in blocks), T)  # (B, nh, r, T)
+    flat = vh.new_empty(B * nh * max((b - a) * b for a, b in blocks))  # the largest block of rows
     for a, b in blocks:
-        rows = rows_buf[:, :, : b - a]  # (B, nh, b - a, T); columns >= b stay zero
-        pattern_rows(qh, kh, a, b, window, cap, out=rows[..., :b])
+        rows = flat[: B * nh * (b - a) * b].view(B, nh, b - a, b)  # contiguous, so the softmax and product stream
+        pattern_rows(qh, kh, a, b, window, cap, out=rows)
         if observe is not None:
-            observe(a, rows[..., :b])
-        z[:, :, a:b] = rows @ vh  # (B, nh, b - a, hs)
+            observe(a, rows)
+        torch.matmul(rows, vh[:, :, :b], out=z[:, :, a:b])  # (B, nh, b - a, hs)
+    return z
+
+
+def values_by_blocks(pattern: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
+    """pattern @ v, (B, nh, T, hs), by the query blocks of `attend_by_blocks` and over each
+    block's visible keys only: a third less work than the whole product at long prompts (the
+    future keys would only add exact zeros), and the same bits as the path that never holds
+    the whole pattern. A causal pattern's future entries are never read."""
+    B, nh, T, hs = vh.shape
+    z = vh.new_empty(B, nh, T, hs)
+    for a, b in query_blocks(T):
+        torch.matmul(pattern[:, :, a:b, :b], vh[:, :, :b], out=z[:, :, a:b])  # (B, nh, b - a, hs)
     return z
 
 

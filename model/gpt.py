@@ -29,6 +29,7 @@ from transformer_viewer.model.attention_kernels import (  # noqa: F401 (re-expor
     observe_pattern_rows,
     pattern_rows,
     query_blocks,
+    values_by_blocks,
 )
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.hooks import HookPoint
@@ -117,7 +118,7 @@ class CausalSelfAttention(nn.Module):
         elif self.hook_pattern._forward_hooks or self.hook_pattern._forward_pre_hooks:
             # Someone reads (or edits) the whole pattern: build it, the same numbers row for row.
             pattern = blocked_pattern(qh, kh, self.window, self.softcap, self.workspace)
-            z = self.hook_pattern(pattern) @ vh  # (B, nh, T, hs)
+            z = values_by_blocks(self.hook_pattern(pattern), vh)  # (B, nh, T, hs)
         else:  # the pattern is never whole: one block of query rows at a time
             z = attend_by_blocks(qh, kh, vh, self.window, self.softcap, self.pattern_rows_observer)
         z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)

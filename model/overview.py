@@ -41,55 +41,96 @@ class OverviewPooler:
     """Accumulates one layer's overview from the blocks of pattern rows the attention computes.
 
     `__call__(first_row, rows)` takes rows (B, nh, r, b) of query rows first_row.. against keys
-    0..b-1 (batch element 0 is pooled); `finish(max_out, mean_out)` writes (nh, n, n) results.
+    0..b-1, every later key being in the future for these rows (batch element 0 is pooled);
+    `finish(max_out, mean_out)` writes (nh, n, n) results (`mean_out` may be `max_out` itself
+    when a cell is one token).
     """
 
-    def __init__(self, n_head: int, T: int, device, max_cells: int = MAX_CELLS):
+    def __init__(self, n_head: int, T: int, device, max_cells: int = MAX_CELLS, out: np.ndarray | None = None):
         self.T = T
         self.cell = cell_size(T, max_cells)
         self.n = n_cells(T, max_cells)
-        self.max = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device)
-        self.sum = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device)
+        # With one token per cell the overview is the pattern: on the CPU its rows go straight
+        # into `out` (the trace's (nh, n, n) array, any float dtype), with no sums and no
+        # float32 copy in between; `finish` then has nothing left to write.
+        self.direct = torch.from_numpy(out) if out is not None and self.cell == 1 and torch.device(device).type == "cpu" \
+            else None
+        if self.direct is None:
+            self.max = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device)
+        self.sum = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device) if self.cell > 1 else None
 
     def __call__(self, first_row: int, rows: torch.Tensor) -> None:
-        w = self.cell
         rows = rows[0]  # (nh, r, b)
-        nh, r, b = rows.shape
-        full = b // w  # column cells wholly inside the visible keys
-        col_max = rows.new_zeros(nh, r, -(-b // w))  # (nh, r, cells over 0..b-1)
-        col_sum = rows.new_zeros(nh, r, -(-b // w))
-        if full:
-            body = rows[..., : full * w].unflatten(-1, (full, w))  # (nh, r, full, w), a view
-            torch.amax(body, dim=-1, out=col_max[..., :full])
-            torch.sum(body, dim=-1, out=col_sum[..., :full])
-        if b > full * w:  # the cell the visible keys end in
-            tail = rows[..., full * w:]  # (nh, r, b - full * w)
-            col_max[..., full] = tail.amax(dim=-1)
-            col_sum[..., full] = tail.sum(dim=-1)
-        # Rows pool into row cells: whole cells by a reshape, the cut cells at either end alone.
-        m = col_max.shape[-1]
-        a, b = first_row, first_row + r
-        lo, hi = min(-(-a // w) * w, b), max(b // w * w, min(-(-a // w) * w, b))  # whole cells: rows lo..hi-1
-        for r0, r1 in ((a, lo), (hi, b)):
-            if r1 > r0:
-                cell = r0 // w
-                acc = self.max[:, cell, :m]
-                torch.maximum(acc, col_max[:, r0 - a:r1 - a].amax(dim=1), out=acc)
-                self.sum[:, cell, :m] += col_sum[:, r0 - a:r1 - a].sum(dim=1)
+        w, r, b = self.cell, rows.shape[1], rows.shape[2]
+        if self.direct is not None:
+            self.direct[:, first_row:first_row + r, :b] = rows
+            self.direct[:, first_row:first_row + r, b:] = 0  # the future
+            return
+        if w == 1:  # one token per cell: the overview is the pattern itself
+            self.max[:, first_row:first_row + r, :b] = rows
+            return
+        # Rows are pooled first: the reduction runs along whole contiguous key rows (vectorized),
+        # and the column pooling then sees w times fewer numbers. The rows split into the
+        # whole row cells inside this block, written once, and the cut cells at either end,
+        # which the neighbouring block completes.
+        a, e = first_row, first_row + r
+        lo = min(-(-a // w) * w, e)  # first row of a whole cell
+        hi = max(e // w * w, lo)  # end of the last whole cell
         if hi > lo:
             k = (hi - lo) // w
-            cells = slice(lo // w, hi // w)
-            body_max = col_max[:, lo - a:hi - a].unflatten(1, (k, w)).amax(dim=2)  # (nh, k, m)
-            body_sum = col_sum[:, lo - a:hi - a].unflatten(1, (k, w)).sum(dim=2)
-            acc = self.max[:, cells, :m]
-            torch.maximum(acc, body_max, out=acc)
-            self.sum[:, cells, :m] += body_sum
+            body = rows[:, lo - a:hi - a].unflatten(1, (k, w))  # (nh, k, w, b), a view
+            self._pool_columns(lo // w, body.amax(dim=2), body.sum(dim=2), whole=True)
+        for r0, r1 in ((a, lo), (hi, e)):
+            if r1 > r0:
+                part = rows[:, r0 - a:r1 - a]  # (nh, r1 - r0, b), inside one row cell
+                self._pool_columns(r0 // w, part.amax(dim=1, keepdim=True), part.sum(dim=1, keepdim=True),
+                                   whole=False)
+
+    def _pool_columns(self, cell: int, row_max: torch.Tensor, row_sum: torch.Tensor, whole: bool) -> None:
+        """Pool (nh, k, b) row-pooled values over column cells into row cells cell..cell+k-1:
+        written directly when these row cells are wholly in this block, else accumulated."""
+        w = self.cell
+        k, b = row_max.shape[1], row_max.shape[2]
+        full = b // w  # column cells wholly inside the visible keys
+        cells = slice(cell, cell + k)
+        acc_max, acc_sum = self.max[:, cells], self.sum[:, cells]  # (nh, k, n) views
+        if full:
+            body_max = row_max[..., : full * w].unflatten(-1, (full, w))  # (nh, k, full, w)
+            body_sum = row_sum[..., : full * w].unflatten(-1, (full, w))
+            if whole:
+                torch.amax(body_max, dim=-1, out=acc_max[..., :full])
+                torch.sum(body_sum, dim=-1, out=acc_sum[..., :full])
+            else:
+                m = acc_max[..., :full]
+                torch.maximum(m, body_max.amax(dim=-1), out=m)
+                acc_sum[..., :full] += body_sum.sum(dim=-1)
+        if b > full * w:  # the column cell the visible keys end in
+            tail_max = row_max[..., full * w:].amax(dim=-1)  # (nh, k)
+            tail_sum = row_sum[..., full * w:].sum(dim=-1)
+            if whole:
+                acc_max[..., full] = tail_max
+                acc_sum[..., full] = tail_sum
+            else:
+                m = acc_max[..., full]
+                torch.maximum(m, tail_max, out=m)
+                acc_sum[..., full] += tail_sum
 
     def finish(self, max_out: np.ndarray, mean_out: np.ndarray) -> None:
         """Write the (nh, n, n) max and mean into the given arrays (any float dtype)."""
-        counts = torch.from_numpy(cell_counts(self.T, self.cell)).to(self.sum)  # (n,)
-        mean = self.sum / (counts[:, None] * counts[None, :])  # (nh, n, n)
+        same = np.may_share_memory(mean_out, max_out)  # one array for both (a cell is one token)
+        if self.direct is not None:
+            for out in (max_out,) if same else (max_out, mean_out):
+                if not np.may_share_memory(out, self.direct.numpy()):
+                    torch.from_numpy(out).copy_(self.direct)
+            return
         torch.from_numpy(max_out).copy_(self.max)
+        if same:
+            return
+        if self.cell == 1:  # the mean of one token is the token
+            torch.from_numpy(mean_out).copy_(self.max)
+            return
+        counts = torch.from_numpy(cell_counts(self.T, self.cell)).to(self.sum)  # (n,)
+        mean = self.sum.div_(counts[:, None] * counts[None, :])  # (nh, n, n)
         torch.from_numpy(mean_out).copy_(mean)
 
 

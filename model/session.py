@@ -7,7 +7,10 @@ layers l.. and reuses everything before. `Session.predict` is the same without c
 the next-token distribution, for toggles and scans. `Session.masked_residuals` gives the
 residual streams under another mask without touching the cache (the lens of a masked run).
 
-Hooks are registered for each forward (model/hooks.py) and always removed afterwards.
+Hooks are registered for each forward (model/hooks.py) and always removed afterwards. What a
+run writes into its trace is in capture_readers.py and overview.py, the unembedding's outputs in
+unembedding.py, the memory budget in memory_budget.py; what a trace does not keep is recomputed
+by on_demand.py from the residual streams cached here.
 """
 
 from __future__ import annotations
@@ -18,25 +21,35 @@ import itertools
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import torch
 from torch.nn.modules import module as _torch_module
 
+from transformer_viewer.model.capture_readers import (
+    HeadGrams,
+    finish_overviews,
+    overview_poolers,
+    readers,
+    trace_arrays,
+)
 from transformer_viewer.model.checkpoint import LoadedModel
-from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
+from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace, observe_pattern_rows
 from transformer_viewer.model.hooks import caching, hooks, reading
 from transformer_viewer.model.interventions import check_intervention, first_changed_layer, head_mask_hooks
-from transformer_viewer.model.linear import linear
-from transformer_viewer.model.overview import OverviewPooler, cell_size, n_cells
+from transformer_viewer.model.memory_budget import (  # noqa: F401 (DEFAULT_MEMORY_BUDGET: the app's default)
+    DEFAULT_MEMORY_BUDGET,
+    KEPT_RUNS,
+    capture_bytes,
+    check_budget,
+    max_tokens,
+)
+from transformer_viewer.model.overview import cell_size, n_cells
 from transformer_viewer.model.tokenizer import Tokenized
 from transformer_viewer.model.trace import NextToken, Trace, resid_labels
+from transformer_viewer.model.unembedding import next_token, position_logits, token_logprobs
 
-DEFAULT_MEMORY_BUDGET = 4 << 30  # bytes of captured arrays one trace may hold
-VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once
-KEPT_RUNS = 3  # runs whose residual streams stay cached for recomputation (clean, masked, one more)
 _RUN_IDS = itertools.count(1)  # unique in the process, so no session mistakes another's trace for its own
 
 
@@ -68,7 +81,7 @@ class Session:
         self.tokens: Tokenized | None = None
         self.dropped = 0
         self._ids: torch.Tensor | None = None  # (1, T)
-        self._grams: dict[int, tuple[tuple, torch.Tensor]] = {}  # layer -> (weight key, per-head Gram)
+        self._grams = HeadGrams()  # per-head Gram matrices of c_proj, for the head norms
         self._workspace = AttentionWorkspace()  # attention scores, reused across layers and runs
         self._runs: OrderedDict[int, _Run] = OrderedDict()  # run id -> what recomputation starts from
         self.recompute_cache: dict = {}  # for model.on_demand; emptied with the runs it was made from
@@ -123,32 +136,12 @@ class Session:
         return p
 
     def estimate_bytes(self, T: int) -> int:
-        """Bytes a capture of T tokens keeps: the trace's arrays, the cached residual streams of
-        the runs kept for recomputation, and the largest block of pattern rows held at once."""
-        c = self.config
-        L, nh, C = c.n_layer, c.n_head, c.n_embd
-        item = self.pattern_dtype.itemsize
-        n = n_cells(T)
-        trace = (2 * L * nh * n * n * item  # overviews
-                 + L * c.n_mlp * (4 + 8 + 4)  # MLP summaries
-                 + (L * nh + 2 * L + 2 + 1) * T * 4 + T * 8  # head and residual norms, log-probs, ids
-                 + self.n_vocab * 4)  # next-token distribution
-        if self.keep_full:
-            trace += L * nh * T * T * item + L * T * c.n_mlp * item
-        resid = KEPT_RUNS * (L + 1) * T * C * 4
-        rows = nh * 96 * T * 4 * 2  # one block of pattern rows and its softmax input
-        qk = 2 * T * C * 4  # one layer's queries and keys, kept while its tiles are asked for
-        return trace + resid + rows + qk
+        """Bytes a capture of T tokens keeps (model/memory_budget.py)."""
+        return capture_bytes(self.config, T, self.pattern_dtype, self.n_vocab, self.keep_full)
 
     def max_tokens_within_budget(self) -> int:
         """The longest prompt whose capture fits the budget (0: not even one token)."""
-        if self.estimate_bytes(1) > self.memory_budget:
-            return 0
-        lo, hi = 1, self.config.block_size
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self.estimate_bytes(mid) <= self.memory_budget else (lo, mid - 1)
-        return lo
+        return max_tokens(self.estimate_bytes, self.memory_budget, self.config.block_size)
 
     # -- capture --------------------------------------------------------------------------
     @torch.inference_mode()
@@ -167,36 +160,29 @@ class Session:
         start = self._start_layer(mask, ablation, self._cached_trace is not None)
         t0 = time.perf_counter()
         L = self.config.n_layer
-        arrays = self._trace_arrays(T, start)
+        arrays = trace_arrays(self.config, T, n_cells(T), start, self.pattern_dtype, self.keep_full,
+                              self._cached_trace if start > 0 else None)
         resid_names = [f"blocks.{layer}.hook_resid_pre" for layer in range(start, L)]
-        # A prompt of at most MAX_CELLS tokens is its own overview: with the full patterns kept,
-        # the trace shares them instead of pooling 1 x 1 cells (a copy of every pattern).
-        share = self.keep_full and cell_size(T) == 1
-        poolers = {} if share else {layer: OverviewPooler(self.config.n_head, T, self.device)
-                                    for layer in range(start, L)}
+        poolers = overview_poolers(self.config.n_head, T, range(start, L), self.device, arrays, self.keep_full)
         # Overviews pooled from the blocks of pattern rows as they pass; with keep_full, from
         # the whole pattern the trace keeps anyway.
         observers = {} if self.keep_full else poolers
         with (self._scratch_attention(), hooks(self.model, head_mask_hooks(mask, ablation, start)),
               observe_pattern_rows(self.model, observers),
-              reading(self.model, self._readers(arrays, start, poolers)), caching(self.model, resid_names) as kept):
+              reading(self.model, readers(self.model, arrays, start, self._grams, self.keep_full, poolers)),
+              caching(self.model, resid_names) as kept):
             x = self.model.embed(ids) if start == 0 else self._resid[start]
             final = self.model.run_blocks(x, start)
-        for layer, pooler in poolers.items():
-            pooler.finish(arrays["overview_max"][layer], arrays["overview_mean"][layer])
-        if share:
-            arrays["overview_max"] = arrays["overview_mean"] = arrays["attention"]
+        finish_overviews(poolers, arrays, T, self.keep_full)
         new_resid = list(self._resid) if start > 0 and self._resid else [None] * (L + 1)
         for layer in range(start, L):
             new_resid[layer] = kept[f"blocks.{layer}.hook_resid_pre"]
         new_resid[L] = final
         if logprobs:
-            token_lp, logits_p, logprobs_p = self._token_logprobs(final[0], ids[0], p)
+            token_lp, logits_p, logprobs_p = token_logprobs(self.model, final[0], ids[0], p, self.n_vocab)
         else:
-            token_lp = None
-            logits_p = self.model.unembed(final[0, p]).float()[: self.n_vocab]  # (V,)
-            logprobs_p = torch.log_softmax(logits_p, dim=-1)
-        nxt = _next_token(logits_p, logprobs_p, p, top_k)
+            token_lp, (logits_p, logprobs_p) = None, position_logits(self.model, final[0, p], self.n_vocab)
+        nxt = next_token(logits_p, logprobs_p, p, top_k)
         elapsed = (time.perf_counter() - t0) * 1000.0
         self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
         run_id = self._keep_run(_Run(new_resid, mask.copy(), ablation))
@@ -242,67 +228,11 @@ class Session:
         """(T,) log p(token t | tokens < t) of the run that made `trace` (NaN at t = 0);
         None when `is_cancelled()` turned true part way."""
         final = self.resid_pre(trace, self.config.n_layer)
-        token_lp, _, _ = self._token_logprobs(final[0], self._ids[0], 0, is_cancelled)
+        token_lp, _, _ = token_logprobs(self.model, final[0], self._ids[0], 0, self.n_vocab, is_cancelled)
         return token_lp
 
     def _check_budget(self, T: int) -> None:
-        if self.estimate_bytes(T) <= self.memory_budget:
-            return
-        fits = self.max_tokens_within_budget()
-        advice = (f"shorten the prompt to {fits} tokens or fewer" if fits else
-                  "not even one token fits; raise the memory budget")
-        raise CaptureTooLargeError(f"capturing {T} tokens needs about {_size(self.estimate_bytes(T))}, over the "
-                                   f"{_size(self.memory_budget)} budget; {advice}")
-
-    def _trace_arrays(self, T: int, start: int) -> dict[str, np.ndarray]:
-        """The arrays of a new trace by field name, holding the cached trace's values for the
-        layers before `start` (the rest are written by the run)."""
-        c = self.config
-        L, nh, n = c.n_layer, c.n_head, n_cells(T)
-        arrays = {
-            "overview_max": np.empty((L, nh, n, n), dtype=self.pattern_dtype),
-            "overview_mean": np.empty((L, nh, n, n), dtype=self.pattern_dtype),
-            "mlp_max": np.empty((L, c.n_mlp), dtype=np.float32),
-            "mlp_argmax": np.empty((L, c.n_mlp), dtype=np.int64),
-            "mlp_mean": np.empty((L, c.n_mlp), dtype=np.float32),
-            "head_norms": np.empty((L, nh, T), dtype=np.float32),
-        }
-        if self.keep_full:
-            arrays["attention"] = np.empty((L, nh, T, T), dtype=self.pattern_dtype)
-            arrays["mlp_post"] = np.empty((L, T, c.n_mlp), dtype=self.pattern_dtype)
-        norms = np.empty((2 * L + 2, T), dtype=np.float32)
-        prev = self._cached_trace
-        if start > 0 and prev is not None:
-            # Copies, never shared: the previous trace may still be on screen.
-            for name, dest in arrays.items():
-                dest[:start] = getattr(prev, name)[:start]
-            rows = 2 * L + 2 if start >= L else 1 + 2 * start
-            norms[:rows] = prev.resid_norms[:rows]
-        arrays["resid_norms"] = norms
-        return arrays
-
-    def _readers(self, arrays: dict[str, np.ndarray], start: int, poolers: dict) -> list[tuple[str, object]]:
-        """(hook point, reader) pairs that write layers start.. of a run into the trace's arrays."""
-        norms = arrays["resid_norms"]
-        L = self.config.n_layer
-        readers = [("hook_embed", partial(_store_norm, norms[0]))] if start == 0 else []
-        for layer in range(start, L):
-            b = f"blocks.{layer}"
-            readers += [
-                (f"{b}.hook_resid_pre", partial(_store_norm, norms[1 + 2 * layer])),
-                (f"{b}.hook_resid_mid", partial(_store_norm, norms[2 + 2 * layer])),
-                (f"{b}.attn.hook_z", partial(_store_head_norms, self._head_gram(layer), arrays["head_norms"][layer])),
-                (f"{b}.mlp.hook_post", partial(_summarize_mlp, layer, arrays)),
-            ]
-            if self.keep_full:
-                readers += [
-                    (f"{b}.attn.hook_pattern", partial(_store, arrays["attention"][layer])),
-                    (f"{b}.mlp.hook_post", partial(_store, arrays["mlp_post"][layer])),
-                ]
-                if layer in poolers:
-                    readers.append((f"{b}.attn.hook_pattern", partial(poolers[layer], 0)))
-        readers.append((f"blocks.{L - 1}.hook_resid_post", partial(_store_norm, norms[2 * L + 1])))
-        return readers
+        check_budget(self.estimate_bytes, self.memory_budget, self.config.block_size, T)
 
     def _scratch_attention(self):
         """Attention in the session's reusable workspace, unless a hook from outside the session
@@ -310,53 +240,6 @@ class Session:
         foreign = _torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks or any(
             b.attn.hook_pattern._forward_hooks or b.attn.hook_pattern._forward_pre_hooks for b in self.model.blocks)
         return contextlib.nullcontext() if foreign else attention_workspace(self.model, self._workspace)
-
-    def _token_logprobs(self, final: torch.Tensor, ids: torch.Tensor, p: int, is_cancelled=None):
-        """log p(token t | < t) for every t, and the logits and log-probs at position p.
-
-        The unembedding runs over blocks of the vocabulary with a running log-sum-exp: the
-        (T, V) logits (200 MB at 1024 tokens) never exist at once, and a (T, 2048) block still
-        in cache when it is reduced makes the whole thing about a third faster than one GEMM.
-        """
-        model = self.model
-        T = final.shape[0]
-        h = model.hook_final(model.ln_f(final))  # (T, C)
-        w = model.lm_head.weight[: self.n_vocab]  # (V, C); padded rows never count
-        bias = model.lm_head.bias
-        V = w.shape[0]
-        targets = ids[1:]  # (T-1,), the token each position predicts
-        picked = torch.zeros(T - 1, dtype=torch.float32, device=h.device)  # logit of each target
-        logits_p = torch.empty(V, dtype=torch.float32, device=h.device)
-        starts = range(0, V, VOCAB_BLOCK)
-        lse = torch.empty(len(starts), T, dtype=torch.float32, device=h.device)  # (blocks, T)
-        for j, v0 in enumerate(starts):
-            if is_cancelled is not None and is_cancelled():
-                return None, None, None
-            v1 = min(v0 + VOCAB_BLOCK, V)
-            block = model.cap_logits(linear(h, w[v0:v1], None if bias is None else bias[v0:v1])).float()  # (T, v1 - v0)
-            # log-sum-exp as x0 - log_softmax(x)0: one fused kernel instead of five passes.
-            lse[j] = block[:, 0] - torch.log_softmax(block, dim=-1)[:, 0]
-            logits_p[v0:v1] = block[p]
-            rows = ((targets >= v0) & (targets < v1)).nonzero().squeeze(1)
-            picked[rows] = block[rows, targets[rows] - v0]
-        lse = torch.logsumexp(lse, dim=0)  # (T,)
-        token_lp = torch.full((T,), float("nan"), dtype=torch.float32)
-        token_lp[1:] = (picked - lse[:-1]).cpu()
-        return token_lp.numpy(), logits_p, logits_p - lse[p]
-
-    def _head_gram(self, layer: int) -> torch.Tensor:
-        """(nh, hs, hs) W_h W_h^T of each head's slice of c_proj, cached while the weight is unchanged."""
-        c = self.config
-        w_o = self.model.blocks[layer].attn.c_proj.weight  # (C, nh * hs): out = z_flat @ w_o.T
-        key = (w_o.data_ptr(), w_o._version, w_o.dtype, w_o.device)
-        cached = self._grams.get(layer)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        w_heads = w_o.T.reshape(c.n_head, c.head_size, c.n_embd).double()  # (nh, hs, C)
-        # Built in float64 once, so the only float32 rounding is in the per-run quadratic form.
-        gram = (w_heads @ w_heads.transpose(1, 2)).to(torch.float32)  # (nh, hs, hs)
-        self._grams[layer] = (key, gram)
-        return gram
 
     def _start_layer(self, mask: np.ndarray, ablation: str, have_cache: bool) -> int:
         if not have_cache or self._resid is None or self._cached_mask is None:
@@ -392,8 +275,7 @@ class Session:
             else:
                 with self._scratch_attention(), hooks(model, head_mask_hooks(mask, ablation, start)):
                     final = model.run_blocks(self._resid[start][:, :keep], start)
-        logits = model.unembed(final[0, p]).float()[: self.n_vocab]  # (V,)
-        return _next_token(logits, torch.log_softmax(logits, dim=-1), p, top_k)
+        return next_token(*position_logits(model, final[0, p], self.n_vocab), p, top_k)
 
     @torch.inference_mode()
     def masked_residuals(self, mask=None, ablation: str = "zero") -> list[torch.Tensor]:
@@ -422,48 +304,3 @@ class Session:
             raise ModelError("no run yet; call run() first")
         return list(self._resid)
 
-
-def _size(n: int) -> str:
-    """Bytes in the unit that reads best: a small budget is not "0 MiB"."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"
-
-
-def _store(dest: np.ndarray, activation: torch.Tensor) -> None:
-    """Batch row 0 straight into the trace's array, converted in one pass with no temporary."""
-    torch.from_numpy(dest).copy_(activation[0])
-
-
-def _summarize_mlp(layer: int, arrays: dict[str, np.ndarray], post: torch.Tensor) -> None:
-    """Each neuron's max over the tokens, the token where it is reached, and its mean."""
-    mx, arg = post[0].max(dim=0)  # (n_mlp,) each
-    torch.from_numpy(arrays["mlp_max"][layer]).copy_(mx)
-    torch.from_numpy(arrays["mlp_argmax"][layer]).copy_(arg)
-    torch.from_numpy(arrays["mlp_mean"][layer]).copy_(post[0].mean(dim=0))
-
-
-def _store_norm(dest: np.ndarray, resid: torch.Tensor) -> None:
-    torch.from_numpy(dest).copy_(torch.linalg.vector_norm(resid[0].float(), dim=-1))
-
-
-def _store_head_norms(gram: torch.Tensor, dest: np.ndarray, z: torch.Tensor) -> None:
-    """The L2 norm of each head's write to the residual: ||z_h W_h||^2 = z_h G_h z_h^T, T*nh*hs^2
-    work instead of T*nh*hs*C and no (nh, T, C) temporary. gram (nh, hs, hs), dest (nh, T)."""
-    zt = z[0].to(gram.dtype)  # (T, nh, hs)
-    sq = (torch.einsum("tni,nij->tnj", zt, gram) * zt).sum(-1)  # (T, nh)
-    torch.from_numpy(dest).copy_(sq.clamp_min_(0).sqrt_().T)
-
-
-def _next_token(logits: torch.Tensor, logprobs: torch.Tensor, position: int, top_k: int) -> NextToken:
-    k = max(1, min(int(top_k), logits.shape[-1]))
-    top = torch.topk(logits, k)
-    probs = logprobs.exp()
-    return NextToken(
-        position=position,
-        probs=probs.cpu().numpy().astype(np.float32),
-        top_ids=top.indices.cpu().numpy().astype(np.int64),
-        top_probs=probs[top.indices].cpu().numpy().astype(np.float32),
-        top_logits=top.values.cpu().numpy().astype(np.float32),
-    )

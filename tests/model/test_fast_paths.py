@@ -165,3 +165,32 @@ def test_session_runs_agree_with_plain_kernels_to_rounding(monkeypatch):
     assert_float32_close(fast.token_logprobs[1:], plain.token_logprobs[1:], reduction=K, depth=L + 1,
                          what="token log-probabilities")
     assert not any(took[n_fast:])
+
+
+@pytest.mark.parametrize("T", [1, 5, 255, 256, 257, 700])
+def test_column_max_equals_torch_max_with_ties_and_nan(T):
+    from transformer_viewer.model.capture_readers import column_max
+
+    g = torch.Generator().manual_seed(T)
+    x = torch.randn(T, 40, generator=g)
+    x[T // 2] = x[0]  # ties: the first row holding the maximum is the one named
+    if T > 3:
+        x[T - 2, 3] = x[1, 4] = float("nan")  # a NaN anywhere in a column is that column's maximum
+    values, where = column_max(x)
+    want_values, want_where = x.max(dim=0)
+    torch.testing.assert_close(values, want_values, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(where, want_where)
+
+
+def test_pattern_rows_with_a_window_equal_the_masked_full_product():
+    from transformer_viewer.model.attention_kernels import attention_pattern, pattern_rows, query_blocks
+
+    g = torch.Generator().manual_seed(0)
+    T, window = 3 * QUERY_BLOCK + 16, 37
+    qh, kh = torch.randn(1, 2, T, 8, generator=g), torch.randn(1, 2, T, 8, generator=g)
+    full = attention_pattern(qh, kh, window, 0.0)  # (1, 2, T, T)
+    for a, b in query_blocks(T):
+        rows = pattern_rows(qh, kh, a, b, window, 0.0)  # (1, 2, b - a, b)
+        torch.testing.assert_close(rows, full[:, :, a:b, :b], rtol=0, atol=1e-6)
+        assert torch.all(full[:, :, a:b, b:] == 0)
+        assert torch.all(rows[..., : max(0, a - window + 1)] == 0)  # keys out of every row's window

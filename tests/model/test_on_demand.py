@@ -126,6 +126,27 @@ def test_pooled_overviews_equal_pooling_the_full_pattern(loaded, T):
         np.testing.assert_allclose(trace.overview_mean[layer], mean, rtol=1e-5, atol=1e-7)
         if T <= 256:
             np.testing.assert_allclose(trace.overview_max[layer], full, rtol=0, atol=1e-6)
+    if T <= 256:  # one token per cell: the mean is the max, one array kept for both
+        assert trace.overview_mean is trace.overview_max
+
+
+@pytest.mark.parametrize("T,max_cells", [(300, 256), (1000, 256), (1100, 256), (257, 16), (64 * 5 + 40, 7)])
+def test_the_pooler_fed_block_by_block_equals_pooling_the_whole_pattern(T, max_cells):
+    """Cells that straddle query blocks, cut cells at the prompt's end, blocks with a long tail."""
+    from transformer_viewer.model.attention_kernels import query_blocks
+    from transformer_viewer.model.overview import OverviewPooler
+
+    g = torch.Generator().manual_seed(T)
+    full = torch.rand(2, T, T, generator=g).tril_()  # (nh, T, T), zeros in the future
+    pooler = OverviewPooler(2, T, "cpu", max_cells)
+    for a, b in query_blocks(T):
+        pooler(a, full[None, :, a:b, :b])  # (1, nh, b - a, b), as the forward passes them
+    n = pooler.n
+    mx, mean = np.empty((2, n, n), np.float32), np.empty((2, n, n), np.float32)
+    pooler.finish(mx, mean)
+    want_max, want_mean = pool_pattern(full.numpy(), max_cells)
+    np.testing.assert_array_equal(mx, want_max)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-5, atol=1e-7)
 
 
 def test_pool_pattern_by_hand():
@@ -248,6 +269,13 @@ def test_on_demand_patterns_overviews_and_mlp_for_family_switches(name):
         full = ref[("pattern", layer)].numpy()  # (nh, T, T)
         for head in range(s.config.n_head):
             np.testing.assert_allclose(head_pattern(s, trace, layer, head), full[head], rtol=0, atol=1e-6)
+        rng = np.random.default_rng(layer)
+        for _ in range(4):  # tiles cut anywhere: across query blocks, the window's edge, the diagonal
+            r0, r1 = sorted(int(v) for v in rng.integers(0, T + 1, 2))
+            c0, c1 = sorted(int(v) for v in rng.integers(0, T + 1, 2))
+            head = int(rng.integers(s.config.n_head))
+            np.testing.assert_allclose(pattern_tile(s, trace, layer, head, (r0, r1), (c0, c1)),
+                                       full[head, r0:r1, c0:c1], rtol=0, atol=1e-6)
         mx, mean = pool_pattern(full)
         np.testing.assert_allclose(trace.overview_max[layer], mx, rtol=0, atol=1e-6)
         np.testing.assert_allclose(trace.overview_mean[layer], mean, rtol=1e-5, atol=1e-7)
@@ -268,7 +296,7 @@ def test_the_forward_without_the_whole_pattern_equals_the_forward_with_it(name):
         with hooks(s.model, [("blocks.1.attn.hook_pattern", lambda _m, _i, out: kept.append(out.shape))]):
             whole = s.model(ids)[0]
     assert kept == [(1, s.config.n_head, ids.shape[1], ids.shape[1])]
-    torch.testing.assert_close(rows_only, whole, rtol=0, atol=1e-6)
+    torch.testing.assert_close(rows_only, whole, rtol=0, atol=0)  # the same products, block by block
 
 
 def mask_of_shape(s: Session, *heads) -> np.ndarray:

@@ -143,7 +143,7 @@ def check_arguments(args) -> None:
 def _state(worker, mask, args):
     """A ViewerState as the window would hold it after running `args.prompt` under `mask`."""
     from transformer_viewer.viewer.state import ViewerState
-    from transformer_viewer.viewer.worker.requests import TraceRequest
+    from transformer_viewer.viewer.worker.requests import LogprobsRequest, TraceRequest
 
     st = ViewerState()
     st.set_model(worker.session.info())
@@ -153,6 +153,11 @@ def _state(worker, mask, args):
     traced = []
     worker.submit(TraceRequest(text=args.prompt, mask=mask, ablation=args.ablation), on_result=traced.append)
     trace, clean = traced[0].value.trace, traced[0].value.clean
+    if trace.token_logprobs is None:  # the second pass the window makes once the views are drawn
+        filled = []
+        worker.submit(LogprobsRequest(text=args.prompt, mask=mask, ablation=args.ablation), on_result=filled.append)
+        trace = filled[0].value.trace or trace
+        clean = filled[0].value.clean or clean
     if args.query is not None and not 0 <= args.query < trace.n_tokens:
         raise ModelError(f"--query {args.query} is outside the prompt's {trace.n_tokens} tokens (0..{trace.n_tokens - 1})")
     st.set_traces(trace, clean)

@@ -207,12 +207,12 @@ class TokenStrip(QWidget):
             lines.append("special token: added by the tokenizer or typed as its name, not ordinary text")
         lp = math.nan if trace.token_logprobs is None else float(trace.token_logprobs[i])
         if trace.token_logprobs is None:
-            lines.append("p: still being computed for the masked model")
+            lines.append("p: still being computed" + (" for the masked model" if trace is not clean else ""))
         elif not math.isfinite(lp):
             lines.append("first token: the model has nothing to predict it from")
         else:
             lines.append(f"p = {math.exp(lp):.4g}   surprisal {-lp:.2f} nats" + ("   (masked model)" if trace is not clean else ""))
-            if clean is not None and trace is not clean and i < clean.n_tokens:
+            if clean is not None and trace is not clean and clean.token_logprobs is not None and i < clean.n_tokens:
                 lines.append(f"clean model: p = {math.exp(float(clean.token_logprobs[i])):.4g}")
         values, _ = chip_values(self.state, self.mode, self._fetched_row())
         if values is not None and math.isfinite(values[i]):

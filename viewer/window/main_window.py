@@ -295,9 +295,19 @@ class MainWindow(QMainWindow):
                                position=traced.position, top_k=traced.top_k)
 
     def _on_logprobs(self, answer) -> None:
-        trace, st = answer.value.trace, self.state
-        if trace is not None and st.trace is not None and st.trace.run_id == trace.run_id:
-            st.set_traces(trace, st.clean_trace)
+        value, st = answer.value, self.state
+        if st.trace is None:
+            return
+        clean = st.clean_trace
+        if value.clean is not None and clean is not None and clean.run_id == value.clean.run_id:
+            clean = value.clean
+        if st.trace is st.clean_trace:  # the clean trace on screen: it stays one object
+            trace = clean
+        elif value.trace is not None and st.trace.run_id == value.trace.run_id:
+            trace = value.trace
+        else:
+            trace = st.trace
+        st.set_traces(trace, clean)
 
     def _on_trace_failed(self, failure) -> None:
         if failure.cancelled:

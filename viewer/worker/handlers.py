@@ -150,7 +150,8 @@ def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_c
     k = int(request.top_k)
     clean = session.clean
     if clean is None:
-        clean = session.run(None, "zero", position, k)
+        # The views first; the log-probabilities follow as a LogprobsRequest.
+        clean = session.run(None, "zero", position, k, logprobs=False)
     elif clean.next.position != position or len(clean.next.top_ids) != k:
         # Same prompt, another prediction position: only the next-token distribution moves.
         nxt = session.predict(None, "zero", position, k, update_cache=False)
@@ -179,12 +180,23 @@ def _mask_key(mask: np.ndarray, ablation: str) -> tuple:
 
 
 def handle_logprobs(session: WorkerSession, request: LogprobsRequest, _progress, is_cancelled) -> LogprobsResult:
-    """Fill in the per-token log-probabilities of the masked trace the last TraceRequest made."""
+    """Fill in the per-token log-probabilities of the clean trace (if not yet there) and of the
+    trace the request names: the masked one the last TraceRequest made, or the clean one."""
     mask = None if request.mask is None else np.asarray(request.mask, dtype=bool)
+    clean = session.clean
+    if request.text != session.prompt_text or clean is None:
+        return LogprobsResult(None)  # another prompt since: a newer trace request handles it
+    filled = None
+    if clean.token_logprobs is None:
+        logprobs = session.token_logprobs(clean, is_cancelled)
+        if logprobs is None:
+            raise Cancelled
+        session.clean = filled = clean = dataclasses.replace(clean, token_logprobs=logprobs)
+    if mask is None or not mask.any():
+        return LogprobsResult(clean, filled)
     masked = session.masked
-    if (mask is None or request.text != session.prompt_text or masked is None
-            or masked[0] != _mask_key(mask, request.ablation)):
-        return LogprobsResult(None)  # another prompt or mask since: a newer trace request handles it
+    if masked is None or masked[0] != _mask_key(mask, request.ablation):
+        return LogprobsResult(None, filled)  # another mask since: a newer trace request handles it
     trace = masked[1]
     if trace.token_logprobs is None:
         logprobs = session.token_logprobs(trace, is_cancelled)
@@ -192,7 +204,7 @@ def handle_logprobs(session: WorkerSession, request: LogprobsRequest, _progress,
             raise Cancelled
         trace = dataclasses.replace(trace, token_logprobs=logprobs)
         session.masked = (masked[0], trace)
-    return LogprobsResult(trace)
+    return LogprobsResult(trace, filled)
 
 
 def handle_predict(session: WorkerSession, request: PredictRequest, _progress, _is_cancelled) -> PredictResult:

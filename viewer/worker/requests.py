@@ -81,9 +81,10 @@ class PredictRequest(TraceRequest):
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
 class LogprobsRequest(TraceRequest):
-    """The per-token log-probabilities of the masked trace of `text` under `mask`: the second,
-    cancellable pass after a head toggle's views have landed (the unembedding at every
-    position is the costliest part of a late-layer toggle)."""
+    """The per-token log-probabilities of the trace of `text` under `mask` (the clean one
+    without a mask): the second, cancellable pass after the views have landed (the unembedding
+    at every position is the costliest part of a capture at short prompts and of a late-layer
+    toggle). The clean trace's come first, whatever the mask: masked views compare against them."""
 
     kind: ClassVar[str] = "logprobs"
 
@@ -168,7 +169,8 @@ class PredictResult:
 
 @dataclass(frozen=True)
 class LogprobsResult:
-    trace: Any  # the masked trace with token_logprobs filled in; None when it is no longer the worker's
+    trace: Any  # the requested trace with token_logprobs filled in; None when it is no longer the worker's
+    clean: Any = None  # the clean trace with its token_logprobs, when this request filled them in
 
 
 @dataclass(frozen=True)

@@ -145,3 +145,23 @@ def test_a_registry_entry_is_an_export_choice(ckpt, capsys, tmp_path, monkeypatc
     assert rc == 0, err
     diff = np.load(tmp_path / "p.npy")
     assert diff.shape[0] == diff.shape[1] and np.abs(diff).max() > 0
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_exported_state_has_the_log_probabilities_the_window_fills_in_later(ckpt, reference, masked, qapp):
+    """The window gets them in a second pass after the views; an export waits for that pass."""
+    import argparse
+
+    from transformer_viewer.viewer.cli.export import _state
+    from transformer_viewer.viewer.worker.handlers import WorkerSession
+    from transformer_viewer.viewer.worker.inline import InlineWorker
+
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[0, 1] = masked
+    worker = InlineWorker(WorkerSession(load_checkpoint(ckpt), keep_full=True))
+    st = _state(worker, mask, argparse.Namespace(prompt=PROMPT, ablation="zero", query=None,
+                                                                   layer=None, head=None))
+    assert (st.trace is st.clean_trace) == (not masked)
+    np.testing.assert_allclose(st.clean_trace.token_logprobs, reference().token_logprobs, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(st.trace.token_logprobs, reference(mask if masked else None).token_logprobs,
+                               rtol=1e-5, atol=1e-6)

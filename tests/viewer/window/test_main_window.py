@@ -93,6 +93,22 @@ def test_a_toggle_lands_the_views_then_the_masked_log_probabilities(qtbot, windo
     np.testing.assert_allclose(st.trace.token_logprobs, want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_new_prompt_lands_the_views_then_the_clean_log_probabilities(qtbot, window):
+    st = window.state
+    first = []
+    st.clean_trace_changed.connect(lambda t: first.append(t.token_logprobs is None))
+    editor = window.prompt_editor.edit
+    editor.clear()
+    qtbot.keyClicks(editor, "The keeper climbed the stairs")
+    wait_idle(qtbot, window, lambda: st.trace is not None and st.trace.text == "The keeper climbed the stairs"
+              and st.trace.token_logprobs is not None)
+    assert first[0] and not first[-1]  # the views before the log-probabilities, then the same run with them
+    assert st.trace is st.clean_trace  # the clean trace on screen stays one object
+    ref = reference_session(st.model_info.source)
+    ref.set_prompt("The keeper climbed the stairs")
+    np.testing.assert_allclose(st.clean_trace.token_logprobs, ref.run().token_logprobs, rtol=1e-5, atol=1e-6)
+
+
 def test_a_toggle_shows_the_prediction_before_the_views_catch_up(qtbot, window, monkeypatch):
     """The worker answers the masked next-token distribution (PredictRequest) before the
     capture that redraws everything; held here, the capture cannot hide which came first."""

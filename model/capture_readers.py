@@ -1,0 +1,158 @@
+"""What a capture writes into the trace as the forward passes: the arrays of a new trace, and
+the readers hooked to activations that fill them layer by layer (residual norms, per-head
+output norms, MLP summaries, pooled attention overviews, and with `keep_full` the whole
+patterns and activations).
+
+Each reader reduces its activation at once and keeps nothing of it, so a capture holds
+O(T) per layer; model/session.py registers them for one forward.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+
+from transformer_viewer.model.overview import OverviewPooler, cell_size
+
+COLUMN_BLOCK = 256  # rows transposed at once by column_max
+
+
+def trace_arrays(config, T: int, n: int, start: int, pattern_dtype, keep_full: bool, prev) -> dict[str, np.ndarray]:
+    """The arrays of a new trace by field name (n: overview cells per side), holding the
+    previous trace's values for the layers before `start` (the rest are written by the run)."""
+    L, nh = config.n_layer, config.n_head
+    arrays = {
+        "overview_max": np.empty((L, nh, n, n), dtype=pattern_dtype),
+        "overview_mean": np.empty((L, nh, n, n), dtype=pattern_dtype),
+        "mlp_max": np.empty((L, config.n_mlp), dtype=np.float32),
+        "mlp_argmax": np.empty((L, config.n_mlp), dtype=np.int64),
+        "mlp_mean": np.empty((L, config.n_mlp), dtype=np.float32),
+        "head_norms": np.empty((L, nh, T), dtype=np.float32),
+    }
+    if keep_full:
+        arrays["attention"] = np.empty((L, nh, T, T), dtype=pattern_dtype)
+        arrays["mlp_post"] = np.empty((L, T, config.n_mlp), dtype=pattern_dtype)
+    norms = np.empty((2 * L + 2, T), dtype=np.float32)
+    if start > 0 and prev is not None:
+        # Copies, never shared: the previous trace may still be on screen.
+        for name, dest in arrays.items():
+            dest[:start] = getattr(prev, name)[:start]
+        rows = 2 * L + 2 if start >= L else 1 + 2 * start
+        norms[:rows] = prev.resid_norms[:rows]
+    arrays["resid_norms"] = norms
+    return arrays
+
+
+def overview_poolers(n_head: int, T: int, layers, device, arrays: dict[str, np.ndarray], keep_full: bool) -> dict:
+    """One OverviewPooler per layer run, by layer; none when the full patterns are kept and a
+    cell is one token (the trace then shares the patterns as the overview, no copy)."""
+    if keep_full and cell_size(T) == 1:
+        return {}
+    return {layer: OverviewPooler(n_head, T, device, out=arrays["overview_max"][layer]) for layer in layers}
+
+
+def finish_overviews(poolers: dict, arrays: dict[str, np.ndarray], T: int, keep_full: bool) -> None:
+    """Write each pooler's overview into the trace's arrays. With one token per cell the mean
+    is the max: one array serves as both (the pattern itself, when kept)."""
+    one_token_cells = cell_size(T) == 1
+    mean_name = "overview_max" if one_token_cells else "overview_mean"
+    for layer, pooler in poolers.items():
+        pooler.finish(arrays["overview_max"][layer], arrays[mean_name][layer])
+    if one_token_cells:
+        shared = arrays["attention"] if keep_full else arrays["overview_max"]
+        arrays["overview_max"] = arrays["overview_mean"] = shared
+
+
+def readers(model, arrays: dict[str, np.ndarray], start: int, grams: HeadGrams, keep_full: bool,
+            poolers: dict) -> list[tuple[str, object]]:
+    """(hook point, reader) pairs that write layers start.. of a run into the trace's arrays;
+    with `keep_full`, the whole patterns also feed the layers' overview `poolers`."""
+    norms = arrays["resid_norms"]
+    L = len(model.blocks)
+    out = [("hook_embed", partial(store_norm, norms[0]))] if start == 0 else []
+    for layer in range(start, L):
+        b = f"blocks.{layer}"
+        out += [
+            (f"{b}.hook_resid_pre", partial(store_norm, norms[1 + 2 * layer])),
+            (f"{b}.hook_resid_mid", partial(store_norm, norms[2 + 2 * layer])),
+            (f"{b}.attn.hook_z", partial(store_head_norms, grams.get(model, layer), arrays["head_norms"][layer])),
+            (f"{b}.mlp.hook_post", partial(summarize_mlp, layer, arrays)),
+        ]
+        if keep_full:
+            out += [
+                (f"{b}.attn.hook_pattern", partial(store, arrays["attention"][layer])),
+                (f"{b}.mlp.hook_post", partial(store, arrays["mlp_post"][layer])),
+            ]
+            if layer in poolers:
+                out.append((f"{b}.attn.hook_pattern", partial(poolers[layer], 0)))
+    out.append((f"blocks.{L - 1}.hook_resid_post", partial(store_norm, norms[2 * L + 1])))
+    return out
+
+
+def store(dest: np.ndarray, activation: torch.Tensor) -> None:
+    """Batch row 0 straight into the trace's array, converted in one pass with no temporary."""
+    torch.from_numpy(dest).copy_(activation[0])
+
+
+def store_norm(dest: np.ndarray, resid: torch.Tensor) -> None:
+    torch.from_numpy(dest).copy_(torch.linalg.vector_norm(resid[0].float(), dim=-1))
+
+
+def summarize_mlp(layer: int, arrays: dict[str, np.ndarray], post: torch.Tensor) -> None:
+    """Each neuron's max over the tokens, the token where it is reached, and its mean."""
+    mx, arg = column_max(post[0])  # (n_mlp,) each
+    torch.from_numpy(arrays["mlp_max"][layer]).copy_(mx)
+    torch.from_numpy(arrays["mlp_argmax"][layer]).copy_(arg)
+    torch.from_numpy(arrays["mlp_mean"][layer]).copy_(post[0].mean(dim=0))
+
+
+def column_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`x.max(dim=0)` of a (T, n) tensor, (n,) values and (n,) first indices, by blocks of rows.
+
+    A max with indices over the outer dimension strides through memory: 20-40 ms for
+    (1024, 3072) on a CPU core. A block of rows transposed (small enough to stay in cache) is
+    reduced along contiguous rows instead, several times faster. NaN wins, as in `max`.
+    """
+    T, n = x.shape
+    if T <= COLUMN_BLOCK:  # small enough to stay in cache as it is
+        return x.max(dim=0)
+    best = x.new_full((n,), float("-inf"))
+    where = torch.zeros(n, dtype=torch.long, device=x.device)
+    for a in range(0, T, COLUMN_BLOCK):
+        m, i = x[a:a + COLUMN_BLOCK].T.contiguous().max(dim=1)  # (n,) each, over the block's rows
+        better = (m > best) | (m.isnan() & ~best.isnan())  # strict: the first maximum is kept
+        best = torch.where(better, m, best)
+        where = torch.where(better, i + a, where)
+    return best, where
+
+
+def store_head_norms(gram: torch.Tensor, dest: np.ndarray, z: torch.Tensor) -> None:
+    """The L2 norm of each head's write to the residual: ||z_h W_h||^2 = z_h G_h z_h^T, T*nh*hs^2
+    work instead of T*nh*hs*C and no (nh, T, C) temporary. gram (nh, hs, hs), dest (nh, T)."""
+    zt = z[0].to(gram.dtype)  # (T, nh, hs)
+    sq = (torch.einsum("tni,nij->tnj", zt, gram) * zt).sum(-1)  # (T, nh)
+    torch.from_numpy(dest).copy_(sq.clamp_min_(0).sqrt_().T)
+
+
+class HeadGrams:
+    """Per layer, (nh, hs, hs) W_h W_h^T of each head's slice of c_proj, cached while the
+    weight is unchanged (same tensor, same version)."""
+
+    def __init__(self):
+        self._grams: dict[int, tuple[tuple, torch.Tensor]] = {}
+
+    def get(self, model, layer: int) -> torch.Tensor:
+        attn = model.blocks[layer].attn
+        nh, hs = attn.n_head, attn.head_size
+        w_o = attn.c_proj.weight  # (C, nh * hs): out = z_flat @ w_o.T
+        key = (w_o.data_ptr(), w_o._version, w_o.dtype, w_o.device)
+        cached = self._grams.get(layer)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        w_heads = w_o.T.reshape(nh, hs, w_o.shape[0]).double()  # (nh, hs, C)
+        # Built in float64 once, so the only float32 rounding is in the per-run quadratic form.
+        gram = (w_heads @ w_heads.transpose(1, 2)).to(torch.float32)  # (nh, hs, hs)
+        self._grams[layer] = (key, gram)
+        return gram

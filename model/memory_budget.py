@@ -1,0 +1,60 @@
+"""What a capture of T tokens keeps in memory, and the budget that refuses one too large for it
+before anything is allocated (`TV_MEMORY_BUDGET_MB` in the app)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from transformer_viewer.model.errors import CaptureTooLargeError
+from transformer_viewer.model.overview import n_cells
+
+DEFAULT_MEMORY_BUDGET = 4 << 30  # bytes of captured arrays one trace may hold
+KEPT_RUNS = 3  # runs whose residual streams stay cached for recomputation (clean, masked, one more)
+
+
+def capture_bytes(config, T: int, pattern_dtype, n_vocab: int, keep_full: bool) -> int:
+    """Bytes a capture of T tokens keeps: the trace's arrays, the cached residual streams of
+    the runs kept for recomputation, and the largest block of pattern rows held at once."""
+    L, nh, C = config.n_layer, config.n_head, config.n_embd
+    item = np.dtype(pattern_dtype).itemsize
+    n = n_cells(T)
+    trace = (2 * L * nh * n * n * item  # overviews
+             + L * config.n_mlp * (4 + 8 + 4)  # MLP summaries
+             + (L * nh + 2 * L + 2 + 1) * T * 4 + T * 8  # head and residual norms, log-probs, ids
+             + n_vocab * 4)  # next-token distribution
+    if keep_full:
+        trace += L * nh * T * T * item + L * T * config.n_mlp * item
+    resid = KEPT_RUNS * (L + 1) * T * C * 4
+    rows = nh * 96 * T * 4 * 2  # one block of pattern rows and its softmax input
+    qk = 2 * T * C * 4  # one layer's queries and keys, kept while its tiles are asked for
+    return trace + resid + rows + qk
+
+
+def max_tokens(estimate, budget: int, block_size: int) -> int:
+    """The longest prompt whose `estimate(T)` fits `budget` (0: not even one token)."""
+    if estimate(1) > budget:
+        return 0
+    lo, hi = 1, block_size
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if estimate(mid) <= budget else (lo, mid - 1)
+    return lo
+
+
+def check_budget(estimate, budget: int, block_size: int, T: int) -> None:
+    """Refuse a capture of T tokens whose `estimate(T)` is over `budget`, saying what fits."""
+    if estimate(T) <= budget:
+        return
+    fits = max_tokens(estimate, budget, block_size)
+    advice = (f"shorten the prompt to {fits} tokens or fewer" if fits else
+              "not even one token fits; raise the memory budget")
+    raise CaptureTooLargeError(f"capturing {T} tokens needs about {size_text(estimate(T))}, over the "
+                               f"{size_text(budget)} budget; {advice}")
+
+
+def size_text(n: int) -> str:
+    """Bytes in the unit that reads best: a small budget is not "0 MiB"."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
