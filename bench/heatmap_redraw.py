@@ -2,7 +2,11 @@
 
     .venv/bin/python bench/heatmap_redraw.py [64 256 1024]
 
-Goal: <= 30 ms median for a 1024 x 1024 heatmap. Runs offscreen, one thread.
+Goal: <= 30 ms median for a 1024 x 1024 heatmap. Runs offscreen, one thread. Then the long
+prompt views, drawn from pooled overviews as the window draws them: the attention heatmap
+after a zoom (a 256 x 256 overview of 8,192 tokens with a 512 x 512 full-resolution tile drawn
+over it; goal <= 30 ms) and the heads grid of 30 x 9, 28 x 16 and 32 x 32 heads from their
+overviews (goal <= 50 ms for 30 x 9).
 """
 
 from __future__ import annotations
@@ -75,5 +79,61 @@ def main(sizes: list[int]) -> None:
         g.close()
 
 
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def long_prompt_views(T: int = 8192) -> None:
+    """Zoom redraw of the attention heatmap, and grid redraws, from overviews of a T-token prompt."""
+    app = QtWidgets.QApplication.instance()
+    from transformer_viewer.viewer.views.head_grid import HeadGridView
+    from transformer_viewer.viewer.views.zoom_heatmap import ZoomHeatmap
+
+    rng = np.random.default_rng(1)
+    cell = -(-T // 256)
+    n = -(-T // cell)
+    labels = tuple(f"tok{i % 997}" for i in range(T))
+    w = ZoomHeatmap(debounce_ms=10_000)  # no tile loader here: the tile is set by hand
+    w.resize(900, 820)
+    w.show()
+    w.set_data(np.tril(rng.random((n, n))).astype(np.float32), labels, labels, cell=cell)
+    app.processEvents()
+    tiles = [np.tril(rng.random((512, 512))).astype(np.float32) for _ in range(4)]
+
+    def zoom(i, w=w):
+        r0 = 512 * (i % 8)  # a new place each time: the view moves and its tile is drawn over the overview
+        w.set_visible_tokens((r0, r0 + 512), (r0, r0 + 512))
+        w.set_tile(tiles[i % 4], (r0, r0 + 512), (r0, r0 + 512))
+        w.graphics.viewport().repaint()
+
+    print(f"heatmap zoom at {T} tokens (256 x 256 overview + 512 x 512 tile) {fmt(median_ms(zoom, 20))}  (median of 20)")
+    w.close()
+    for L, nh in ((30, 9), (28, 16), (32, 32)):
+        g = HeadGridView()
+        g.resize(520, 520)
+        g.show()
+        frames = [(rng.random((L, nh, n, n), dtype=np.float32).astype(np.float16),) * 2 for _ in range(2)]
+        g.set_overviews(*frames[0], cell, T)
+        app.processEvents()
+
+        def regrid(i, g=g, frames=frames, cell=cell):
+            g.set_overviews(*frames[i % 2], cell, T)
+            g.graphics.viewport().repaint()
+
+        print(f"grid {L} x {nh} heads from {n} x {n} overviews ({T} tokens) {fmt(median_ms(regrid, 5))}  (median of 5)")
+        g.close()
+
+
 if __name__ == "__main__":
+    print(f"CPU: {cpu_name()}")
     main([int(a) for a in sys.argv[1:]] or [64, 256, 1024])
+    long_prompt_views()

@@ -3,6 +3,11 @@
 Masking a head leaves the patterns of its own and earlier layers as they were; the heads of
 later layers read a changed residual stream and attend differently. This view shows by how
 much, on a diverging scale centred at zero (exactly zero when nothing is masked).
+
+A long prompt's difference is drawn from the two traces' mean-pooled overviews: a mean is
+linear, so the difference of block means is the block mean of the difference, exactly.
+Zoomed in, the visible part is drawn at full resolution over it, cut from the full patterns
+when the traces have them, else asked of the worker (both runs' tiles, subtracted there).
 """
 
 from __future__ import annotations
@@ -10,20 +15,25 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
+from transformer_viewer.viewer.views.heatmap import HeatmapExport
 from transformer_viewer.viewer.views.parts import ExportButton, view_bar
+from transformer_viewer.viewer.views.tile_loader import TileLoader
+from transformer_viewer.viewer.views.zoom_heatmap import ZoomHeatmap
+from transformer_viewer.viewer.worker.patterns import PatternDiffRequest, diff_source
 
 
 def attention_diff(trace, clean, layer: int, head: int) -> np.ndarray:
-    """(T, T) float32 masked - clean pattern (rows are queries)."""
-    return trace.attention[layer, head].astype(np.float32) - clean.attention[layer, head].astype(np.float32)
+    """(n, n) float32 masked - clean pattern (rows are queries), pooled by block means when the
+    traces' overviews are (n = T when the overview is the pattern)."""
+    return trace.overview_mean[layer, head].astype(np.float32) - clean.overview_mean[layer, head].astype(np.float32)
 
 
 class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
-    def __init__(self, state, parent=None):
+    def __init__(self, state, worker=None, parent=None):
         super().__init__(parent)
         self.state = state
-        self.heatmap = HeatmapView()
+        self.heatmap = ZoomHeatmap()
+        self.tiles = TileLoader(self.heatmap, worker, self)
         self.info = QtWidgets.QLabel("")
         self.info.setWordWrap(True)
         self.export_button = ExportButton(self, "attention_diff")
@@ -36,6 +46,7 @@ class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
         self.heatmap.cell_clicked.connect(lambda row, _c: state.set_selection(query=row))
         state.trace_changed.connect(self.refresh)
         state.selection_changed.connect(self.refresh)
+        self._shown = None  # (trace, clean, layer, head) drawn
         self.refresh()
 
     def refresh(self, *_args) -> None:
@@ -44,10 +55,20 @@ class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
         if trace is None or clean is None or clean.n_tokens != trace.n_tokens:
             return
         layer, head = st.layer, st.head
+        if not (0 <= layer < trace.mask.shape[0] and 0 <= head < trace.mask.shape[1]):
+            return  # a newly loaded model's first trace is on its way
+        shown = self._shown
+        if shown is not None and shown[0] is trace and shown[1] is clean and shown[2:] == (layer, head):
+            self.heatmap.highlight_row(st.query_index)  # only the query moved
+            return
+        self._shown = (trace, clean, layer, head)
         m = attention_diff(trace, clean, layer, head)
-        self.heatmap.set_data(m, trace.labels, trace.labels, levels=None, diverging=True,
-                              title=f"masked − clean attention, layer {layer} head {head}")
+        cell = trace.overview_cell
+        title = f"masked − clean attention, layer {layer} head {head}"
+        self.heatmap.set_data(m, trace.labels, trace.labels, levels=None, diverging=True, title=title, cell=cell,
+                              pooling="mean")
         self.heatmap.highlight_row(st.query_index)
+        self._set_tiles(trace, clean, layer, head)
         if not trace.mask.any():
             self.info.setText("No head is masked: the difference is exactly zero. Mask a head to see "
                               "how the heads of later layers change where they look.")
@@ -55,7 +76,22 @@ class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
             first = int(np.flatnonzero(trace.mask.any(axis=1))[0])
             note = (" — unchanged: no masked head's output reaches this layer's attention"
                     if layer <= first else "")
-            self.info.setText(f"largest change {np.abs(m).max():.4f}{note}")
+            what = "largest change" if cell == 1 else "largest change of a block mean"
+            self.info.setText(f"{what} {np.abs(m).max():.4f}{note}")
+
+    def _set_tiles(self, trace, clean, layer: int, head: int) -> None:
+        if trace.attention is not None and clean.attention is not None:
+            a, b = trace.attention, clean.attention
+
+            def local(rows, cols):
+                (r0, r1), (c0, c1) = rows, cols
+                return a[layer, head, r0:r1, c0:c1].astype(np.float32) - b[layer, head, r0:r1, c0:c1].astype(np.float32)
+
+            self.tiles.set_source(("full", id(a), id(b), layer, head), local=local)
+            return
+        run, base = trace.run_id, clean.run_id
+        self.tiles.set_source(diff_source(run, base, layer, head), request=lambda rows, cols: PatternDiffRequest(
+            run_id=run, base_run_id=base, layer=layer, head=head, rows=rows, cols=cols))
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(640, 600)

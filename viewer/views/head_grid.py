@@ -1,8 +1,10 @@
 """The "model view": every head's attention pattern as a thumbnail, layers on rows, heads on columns.
 
-All thumbnails are tiles of one image (one ImageItem, one upload), each max-pooled to at most
-THUMB x THUMB so that a sharp one-token pattern stays visible at 1024 tokens. Masked heads are
-greyed and crossed; the selected head has a bright frame.
+All thumbnails are tiles of one image (one ImageItem, one upload), each pooled from the trace's
+overview (its max or mean pooling, so no full pattern is needed at any length) to at most
+THUMB x THUMB, so that a sharp one-token pattern stays visible at 8k tokens. Masked heads are
+greyed and crossed; the selected head has a bright frame. The wheel zooms and a drag pans, so
+32 x 32 heads stay readable; the labels thin out to fit.
 """
 
 from __future__ import annotations
@@ -11,57 +13,24 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.views.heatmap import LOG_FLOOR, get_colormap
-
-THUMB = 64  # pixels per thumbnail side, at most
-GAP = 0.12  # space between tiles, as a fraction of a tile
-
-
-def max_pool(attention: np.ndarray, size: int = THUMB) -> np.ndarray:
-    """(L, nh, T, T) -> (L, nh, S, S) float32 with S <= size, each cell the max of its block."""
-    L, nh, T, T2 = attention.shape
-    k = max(1, math.ceil(max(T, T2) / size))
-    if k == 1:
-        return np.asarray(attention, dtype=np.float32)
-    S, S2 = math.ceil(T / k), math.ceil(T2 / k)
-    if (S * k, S2 * k) != (T, T2):
-        padded = np.zeros((L, nh, S * k, S2 * k), dtype=attention.dtype)
-        padded[:, :, :T, :T2] = attention
-        attention = padded
-    a = np.ascontiguousarray(attention)
-    if a.dtype == np.float16:
-        # numpy has no fast float16 max; for non-negative halves the bit patterns sort like the
-        # values, so take the max as uint16. A negative value (sign bit) would win: then redo.
-        pooled = _pool(a.view(np.uint16), L, nh, S, S2, k)
-        if not (pooled >= 0x8000).any():
-            return pooled.view(np.float16).astype(np.float32)
-        a = a.astype(np.float32)
-    return _pool(a, L, nh, S, S2, k).astype(np.float32)
-
-
-def _pool(a: np.ndarray, L: int, nh: int, S: int, S2: int, k: int) -> np.ndarray:
-    # Rows first: k whole rows reduce element-wise (vectorised), then k-wide runs within a row.
-    rows = a.reshape(L, nh, S, k, S2 * k).max(axis=3)  # (L, nh, S, S2 * k)
-    return rows.reshape(L, nh, S, S2, k).max(axis=4)  # (L, nh, S, S2)
-
-
-def tile(thumbs: np.ndarray) -> tuple[np.ndarray, int]:
-    """(L, nh, S, S) -> one (L * P, nh * P) image with NaN gaps, P = S + gap pixels."""
-    L, nh, S, S2 = thumbs.shape
-    gap = max(1, round(GAP * S))
-    P = max(S, S2) + gap
-    out = np.full((L * P, nh * P), np.nan, dtype=np.float32)
-    view = out.reshape(L, P, nh, P)  # (L, P, nh, P)
-    view[:, :S, :, :S2] = thumbs.transpose(0, 2, 1, 3)  # (L, S, nh, S)
-    return out, P
+from transformer_viewer.viewer.views.grid_marks import GridMarks, fit_ranges, thinned_ticks
+from transformer_viewer.viewer.views.heatmap_parts import LOG_FLOOR, get_colormap
+from transformer_viewer.viewer.views.thumbnails import (  # noqa: F401 - re-exported
+    GAP,
+    THUMB,
+    max_pool,
+    mean_pool,
+    thumb_size,
+    tile,
+)
 
 
 class HeadGridView(QtWidgets.QWidget):
-    """`set_patterns(attention (L, nh, T, T), mask (L, nh))`; emits `head_activated(layer, head)` on
-    click. With a `ViewerState` it follows the state's trace, mask and selection, and a click
-    selects the head."""
+    """`set_trace(trace)` (its overviews) or `set_patterns(attention (L, nh, T, T), mask (L, nh))`;
+    emits `head_activated(layer, head)` on click. With a `ViewerState` it follows the state's
+    trace, mask and selection, and a click selects the head."""
 
     head_activated = QtCore.Signal(int, int)
     hover_text_changed = QtCore.Signal(str)
@@ -73,11 +42,14 @@ class HeadGridView(QtWidgets.QWidget):
         self._mask = np.zeros((0, 0), dtype=bool)
         self._selected: tuple[int, int] | None = None
         self._thumbs = np.zeros((0, 0, 0, 0), dtype=np.float32)
-        self._patterns: np.ndarray | None = None
+        self._patterns: np.ndarray | None = None  # full patterns, when the trace has them (export)
+        self._overviews = None  # (overview_max, overview_mean, cell, T) the thumbnails pool
+        self._pooling = "max"
         self._log = False
         self._cmap_name = "viridis"
         self._cell = 1.0  # view units per tile, gap included; a tile is [0, 1) x [0, 1) after scaling
         self._hover = ""
+        self._fitted = True  # every head in view; a zoom or pan by the user ends it
 
         self.graphics = pg.GraphicsLayoutWidget()
         self.plot: pg.PlotItem = self.graphics.addPlot()
@@ -91,32 +63,34 @@ class HeadGridView(QtWidgets.QWidget):
         self.plot.getAxis("top").setLabel("head")
         self.view: pg.ViewBox = self.plot.getViewBox()
         self.view.setDefaultPadding(0.01)
+        self.view.sigResized.connect(lambda _v: self._refit())
+        self.view.sigRangeChangedManually.connect(lambda *_a: setattr(self, "_fitted", False))
         self.image = pg.ImageItem(axisOrder="row-major")
         self.image.setColorMap(get_colormap(self._cmap_name))
         self.plot.addItem(self.image)
 
-        self._masked_fill = QtWidgets.QGraphicsPathItem()
-        self._masked_fill.setBrush(QtGui.QColor(128, 128, 128, 170))
-        self._masked_fill.setPen(QtGui.QPen(QtCore.Qt.PenStyle.NoPen))
-        self._crosses = QtWidgets.QGraphicsPathItem()
-        cross_pen = pg.mkPen((235, 50, 50), width=2)
-        cross_pen.setCosmetic(True)
-        self._crosses.setPen(cross_pen)
-        self._frame = QtWidgets.QGraphicsRectItem()
-        frame_pen = pg.mkPen((255, 255, 255), width=3)
-        frame_pen.setCosmetic(True)
-        self._frame.setPen(frame_pen)
-        self._frame.hide()
-        for z, item in enumerate((self._masked_fill, self._crosses, self._frame), start=5):
-            item.setZValue(z)
-            self.plot.addItem(item, ignoreBounds=True)
+        self.marks = GridMarks(self.plot)
 
         self.hover_label = QtWidgets.QLabel(" ")
+        self.pooling_combo = QtWidgets.QComboBox()
+        self.pooling_combo.addItem("max of blocks", "max")
+        self.pooling_combo.addItem("mean of blocks", "mean")
+        self.pooling_combo.setToolTip("Each thumbnail pixel shows its block of the pattern by the largest weight "
+                                      "(sharp heads stay visible) or the mean")
+        self.pooling_combo.currentIndexChanged.connect(lambda _i: self.set_pooling(self.pooling_combo.currentData()))
+        self.fit_button = QtWidgets.QToolButton(text="Fit")
+        self.fit_button.setToolTip("Show every head again (the wheel zooms, a drag pans)")
+        self.fit_button.clicked.connect(self.fit)
+        bottom = QtWidgets.QHBoxLayout()
+        bottom.setContentsMargins(4, 0, 4, 0)
+        bottom.addWidget(self.hover_label, 1)
+        bottom.addWidget(self.pooling_combo)
+        bottom.addWidget(self.fit_button)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addWidget(self.graphics, 1)
-        layout.addWidget(self.hover_label)
+        layout.addLayout(bottom)
 
         scene = self.graphics.scene()
         scene.sigMouseClicked.connect(self._on_mouse_clicked)
@@ -130,10 +104,10 @@ class HeadGridView(QtWidgets.QWidget):
             self._on_trace(state.trace)
 
     def _on_trace(self, trace) -> None:
-        if trace is not None and trace.attention is not self._patterns:
+        if trace is not None and (self._overviews is None or trace.overview_max is not self._overviews[0]):
             # The trace's own mask always matches its patterns, even when a newly loaded model
             # has already reshaped the state's mask.
-            self.set_patterns(trace.attention, trace.mask)
+            self.set_trace(trace)
 
     def _on_mask(self, mask) -> None:
         if mask.shape == self._shape:  # crosses at once; the patterns follow with the trace
@@ -141,23 +115,57 @@ class HeadGridView(QtWidgets.QWidget):
 
     # -- data -----------------------------------------------------------------------------
     def set_patterns(self, attention, mask=None) -> None:
+        """Thumbnails of full patterns (L, nh, T, T)."""
         a = np.asarray(attention)
         if a.ndim != 4 or a.shape[2] != a.shape[3]:
             raise ValueError(f"attention must be (L, nh, T, T), got shape {a.shape}")
-        L, nh = a.shape[:2]
-        self._patterns = a
-        self._thumbs = max_pool(a)
+        self.set_overviews(a, a, 1, a.shape[2], mask, full=a)
+
+    def set_trace(self, trace) -> None:
+        """Thumbnails of a trace's pooled overviews (its full patterns are not needed)."""
+        self.set_overviews(trace.overview_max, trace.overview_mean, trace.overview_cell, trace.n_tokens,
+                           trace.mask, full=trace.attention)
+
+    def set_overviews(self, overview_max, overview_mean, cell: int, T: int, mask=None, full=None) -> None:
+        """Thumbnails from (L, nh, n, n) overviews whose cells cover `cell` tokens of a T-token
+        prompt; `full`: the (L, nh, T, T) patterns, when there are any, for .npy export."""
+        self._overviews = (overview_max, overview_mean, int(cell), int(T))
+        self._patterns = full
+        L, nh = overview_max.shape[:2]
+        self._thumbs = self._pool()
         old_layout = (self._shape, self._cell)
         self._shape = (L, nh)
         self._render()
         if (self._shape, self._cell) != old_layout:  # tiles moved: a new model or a new thumbnail size
             self._set_ticks()
-            self.view.autoRange(padding=0.01)
+            self.fit()
         mask = np.zeros((L, nh), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
         if not np.array_equal(mask, self._mask):  # a head toggle has drawn its cross already
             self.set_mask(mask)
         if self._selected is not None:
             self.set_selected(*self._selected)
+
+    def _pool(self) -> np.ndarray:
+        omax, omean, cell, T = self._overviews
+        size = thumb_size(omax.shape[0] * omax.shape[1])
+        if self._pooling == "mean":
+            return mean_pool(omean, T, cell, size)
+        return max_pool(omax, size)
+
+    def set_pooling(self, pooling: str) -> None:
+        """Thumbnails of each block's "max" (sharp patterns stay visible) or "mean"."""
+        if pooling not in ("max", "mean"):
+            raise ValueError(f"unknown pooling {pooling!r}; use max or mean")
+        if self.pooling_combo.currentData() != pooling:
+            self.pooling_combo.setCurrentIndex(self.pooling_combo.findData(pooling))
+        if pooling != self._pooling:
+            self._pooling = pooling
+            if self._overviews is not None:
+                self._thumbs = self._pool()
+                self._render()
+
+    def pooling(self) -> str:
+        return self._pooling
 
     def _render(self) -> None:
         if self._thumbs.size == 0:
@@ -177,36 +185,42 @@ class HeadGridView(QtWidgets.QWidget):
 
     def _set_ticks(self) -> None:
         L, nh = self._shape
-        c = self._cell
-        self.plot.getAxis("left").setTicks([[(r * c + 0.5, str(r)) for r in range(L)]])
-        self.plot.getAxis("top").setTicks([[(h * c + 0.5, str(h)) for h in range(nh)]])
+        for axis, n in (("left", L), ("top", nh)):
+            self.plot.getAxis(axis).setTicks(thinned_ticks(n, self._cell))
+
+    def fit(self) -> None:
+        """Show every head (again after a resize, until the user zooms or pans)."""
+        L, nh = self._shape
+        if not L:
+            return
+        w, h = nh * self._cell, L * self._cell
+        m = max(w, h)  # room to pan around, in any aspect of the dock
+        self.view.setLimits(xMin=-m, xMax=w + m, yMin=-m, yMax=h + m)
+        self._fitted = True
+        self._refit()
+
+    def _refit(self) -> None:
+        L, nh = self._shape
+        pixels = self.view.boundingRect()
+        if self._fitted and L and pixels.width() > 0 and pixels.height() > 0:
+            x, y = fit_ranges(nh * self._cell, L * self._cell, pixels)
+            self.view.setRange(xRange=x, yRange=y, padding=0)
 
     def set_mask(self, mask) -> None:
         mask = np.asarray(mask, dtype=bool)
         if mask.shape != self._shape:
             raise ValueError(f"mask has shape {mask.shape}; the grid shows {self._shape}")
         self._mask = mask.copy()
-        fill, cross = QtGui.QPainterPath(), QtGui.QPainterPath()
-        for layer, head in zip(*np.nonzero(mask), strict=True):
-            x, y = head * self._cell, layer * self._cell
-            fill.addRect(QtCore.QRectF(x, y, 1, 1))
-            cross.moveTo(x, y)
-            cross.lineTo(x + 1, y + 1)
-            cross.moveTo(x + 1, y)
-            cross.lineTo(x, y + 1)
-        self._masked_fill.setPath(fill)
-        self._crosses.setPath(cross)
+        self.marks.set_mask(mask, self._cell)
 
     def set_selected(self, layer: int | None, head: int | None = None) -> None:
         L, nh = self._shape
         if layer is None or head is None or not (0 <= layer < L and 0 <= head < nh):
             self._selected = None if layer is None else (layer, head)
-            self._frame.hide()
+            self.marks.set_selected(None, None, self._cell)
             return
         self._selected = (int(layer), int(head))
-        pad = 0.04
-        self._frame.setRect(QtCore.QRectF(head * self._cell - pad, layer * self._cell - pad, 1 + 2 * pad, 1 + 2 * pad))
-        self._frame.show()
+        self.marks.set_selected(self._selected[0], self._selected[1], self._cell)
 
     def set_colormap(self, name: str) -> None:
         self._cmap_name = name
@@ -229,9 +243,10 @@ class HeadGridView(QtWidgets.QWidget):
         return self._thumbs
 
     def matrix(self) -> np.ndarray:
-        """What .npy export writes: the full patterns (L, nh, T, T)."""
+        """What .npy export writes: the full patterns (L, nh, T, T) when there are any, else the
+        thumbnails drawn (L, nh, S, S)."""
         if self._patterns is None:
-            return np.zeros((0, 0, 0, 0), dtype=np.float32)
+            return self._thumbs
         return np.asarray(self._patterns, dtype=np.float32)
 
     def row_labels(self):

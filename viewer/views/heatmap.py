@@ -1,8 +1,11 @@
 """A labelled heatmap: one matrix as an image, rows top to bottom, with a colour bar and hover readout.
 
-Cell (r, c) covers [c, c + 1] x [r, r + 1] in view coordinates and the y axis is inverted, so
-row 0 is at the top (queries on rows, keys on columns for attention). One ImageItem is reused
-for every update and its levels are always set explicitly, which keeps a 1024 x 1024 redraw cheap.
+Token (r, c) covers [c, c + 1] x [r, r + 1] in view coordinates and the y axis is inverted, so
+row 0 is at the top (queries on rows, keys on columns for attention). A matrix may be pooled:
+with `cell` > 1 each of its entries covers a cell x cell block of tokens (the attention
+overview of a long prompt), while the labels, the axes, the selection and the hover stay per
+token. One ImageItem is reused for every update and its levels are always set explicitly,
+which keeps a 1024 x 1024 redraw cheap.
 """
 
 from __future__ import annotations
@@ -13,29 +16,17 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from transformer_viewer.viewer.views.heatmap_parts import (  # noqa: F401 - re-exported for the views
+    COLORMAPS,
+    DIVERGING_COLORMAP,
+    LOG_FLOOR,
+    HeatmapExport,
+    format_value,
+    get_colormap,
+    log_display,
+    pick_levels,
+)
 from transformer_viewer.viewer.views.token_axis import TokenAxis
-
-COLORMAPS = ("viridis", "inferno", "magma", "plasma", "cividis")
-DIVERGING_COLORMAP = "CET-D1"
-LOG_FLOOR = 1e-4
-
-
-def get_colormap(name: str) -> pg.ColorMap:
-    try:
-        cmap = pg.colormap.get(name)
-    except Exception:  # pyqtgraph raises FileNotFoundError or KeyError depending on the source
-        cmap = None
-    if cmap is None:
-        raise ValueError(f"unknown colormap {name!r}; try one of {', '.join(COLORMAPS)} or {DIVERGING_COLORMAP}")
-    return cmap
-
-
-def format_value(v: float) -> str:
-    if not math.isfinite(v):
-        return str(v)
-    if v != 0 and abs(v) < 5e-4:
-        return f"{v:.2e}"
-    return f"{v:.3f}"
 
 
 class HeatmapView(QtWidgets.QWidget):
@@ -59,6 +50,9 @@ class HeatmapView(QtWidgets.QWidget):
         self._diverging = False
         self._hover = ""
         self._highlight: int | None = None
+        self._cell = 1  # tokens per matrix entry along each side
+        self._pooling = "max"  # what a pooled entry holds: "max" or "mean" of its block
+        self._size = (0, 0)  # (rows, cols) in tokens
 
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.ci.setContentsMargins(4, 4, 4, 4)
@@ -87,7 +81,7 @@ class HeatmapView(QtWidgets.QWidget):
         self.reset_button = QtWidgets.QToolButton(text="Reset zoom")
         self.reset_button.setToolTip("Show the whole matrix again (wheel zooms, drag pans)")
         self.reset_button.clicked.connect(self.reset_view)
-        bottom = QtWidgets.QHBoxLayout()
+        self.bottom_bar = bottom = QtWidgets.QHBoxLayout()
         bottom.setContentsMargins(4, 0, 4, 0)
         bottom.addWidget(self.hover_label, 1)
         bottom.addWidget(self.reset_button)
@@ -104,24 +98,29 @@ class HeatmapView(QtWidgets.QWidget):
     # -- data -----------------------------------------------------------------------------
     def set_data(self, matrix, row_labels=None, col_labels=None, *, levels=(0, 1), colormap: str | None = None,
                  log_scale: bool = False, diverging: bool = False, title: str = "",
-                 row_name: str = "query", col_name: str = "key") -> None:
-        """Show `matrix` (R, C). `levels=None` takes them from the data (symmetric when diverging)."""
+                 row_name: str = "query", col_name: str = "key", cell: int = 1, pooling: str = "max") -> None:
+        """Show `matrix` (R, C). `levels=None` takes them from the data (symmetric when diverging).
+        With `cell` > 1 each entry covers cell x cell tokens (its block's `pooling`, "max" or
+        "mean") and the labels name the tokens: ceil(len(labels) / cell) entries per side."""
         m = np.asarray(matrix)
         if m.ndim != 2:
             raise ValueError(f"a heatmap needs a 2-D matrix, got shape {m.shape}")
         m = np.ascontiguousarray(m, dtype=np.float32)
         R, C = m.shape
-        rows = tuple(row_labels) if row_labels is not None else tuple(str(i) for i in range(R))
-        cols = tuple(col_labels) if col_labels is not None else tuple(str(i) for i in range(C))
-        if len(rows) != R or len(cols) != C:
-            raise ValueError(f"{len(rows)} row and {len(cols)} column labels for a {R} x {C} matrix")
-        reshaped = m.shape != self._matrix.shape
-        self._matrix = m
+        cell = max(1, int(cell))
+        rows = tuple(row_labels) if row_labels is not None else tuple(str(i) for i in range(R * cell))
+        cols = tuple(col_labels) if col_labels is not None else tuple(str(i) for i in range(C * cell))
+        if -(-len(rows) // cell) != R or -(-len(cols) // cell) != C:
+            raise ValueError(f"{len(rows)} row and {len(cols)} column labels for a {R} x {C} matrix"
+                             + (f" of {cell} x {cell} token cells" if cell > 1 else ""))
+        size = (len(rows), len(cols))
+        reshaped = size != self._size
+        self._matrix, self._cell, self._pooling, self._size = m, cell, pooling, size
         self._row_labels, self._col_labels = rows, cols
         self._row_name, self._col_name = row_name, col_name
         self._diverging = diverging
         self._log = bool(log_scale)
-        self._levels = self._pick_levels(m, levels, diverging)
+        self._levels = pick_levels(m, levels, diverging)
         if colormap is None:
             colormap = DIVERGING_COLORMAP if diverging else self._sequential
         self.set_colormap(colormap)
@@ -134,34 +133,23 @@ class HeatmapView(QtWidgets.QWidget):
             self._bottom.setLabel(col_name)
         self._render()
         if reshaped:
+            R, C = size
             self.view.setLimits(xMin=0, xMax=max(C, 1), yMin=0, yMax=max(R, 1),
                                 minXRange=min(C, 1), minYRange=min(R, 1))
             self.reset_view()
         self._place_highlight()
 
-    @staticmethod
-    def _pick_levels(m: np.ndarray, levels, diverging: bool) -> tuple[float, float]:
-        if levels is not None:
-            lo, hi = float(levels[0]), float(levels[1])
-        elif m.size == 0 or not np.isfinite(m).any():
-            lo, hi = 0.0, 1.0
-        elif diverging:
-            a = float(np.nanmax(np.abs(m)))
-            lo, hi = -a, a
-        else:
-            lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
-        if not hi > lo:
-            hi = lo + 1e-6
-        return lo, hi
+    def shown_values(self, m: np.ndarray) -> np.ndarray:
+        """What the image of values `m` shows: log10 of them (clipped at the floor) in log scale."""
+        if not self._log:
+            return m
+        return np.log10(np.maximum(m, log_display(self._levels)[0]))
 
     def _render(self) -> None:
         m = self._matrix
         if self._log:
-            floor = max(LOG_FLOOR, self._levels[0]) if self._levels[0] > 0 else LOG_FLOOR
-            top = self._levels[1] if self._levels[1] > floor else 1.0
-            shown = np.log10(np.maximum(m, floor))
-            levels = (math.log10(floor), math.log10(top))
-            ticks = [(float(e), f"{10.0 ** e:g}") for e in range(math.ceil(levels[0]), math.floor(levels[1]) + 1)]
+            _floor, levels, ticks = log_display(self._levels)
+            shown = self.shown_values(m)
         else:
             shown, levels, ticks = m, self._levels, None
         if ticks != self._bar_ticks:  # rebuilding the bar's axis costs a repaint of its text
@@ -171,7 +159,9 @@ class HeatmapView(QtWidgets.QWidget):
             shown = np.zeros((1, 1), dtype=np.float32)
         self.bar.setLevels(levels)
         self.image.setImage(shown, autoLevels=False, levels=levels)
-        self.image.setRect(QtCore.QRectF(0, 0, m.shape[1], m.shape[0]))
+        # A pooled matrix's last cells may be cut short by the prompt's end: they overhang the
+        # view's limits by less than one cell, and the limits hide that part.
+        self.image.setRect(QtCore.QRectF(0, 0, m.shape[1] * self._cell, m.shape[0] * self._cell))
 
     # -- appearance -----------------------------------------------------------------------
     def set_colormap(self, name: str) -> None:
@@ -207,7 +197,7 @@ class HeatmapView(QtWidgets.QWidget):
 
     def _place_highlight(self) -> None:
         r = self._highlight
-        R, C = self._matrix.shape
+        R, C = self._size
         if r is None or not 0 <= r < R:
             self._row_box.hide()
             return
@@ -215,13 +205,21 @@ class HeatmapView(QtWidgets.QWidget):
         self._row_box.show()
 
     def reset_view(self) -> None:
-        R, C = self._matrix.shape
+        R, C = self._size
         self.view.setRange(xRange=(0, max(C, 1)), yRange=(0, max(R, 1)), padding=0)
 
     # -- what is shown --------------------------------------------------------------------
     def matrix(self) -> np.ndarray:
         """The matrix as given (linear values, also in log scale), float32 (R, C)."""
         return self._matrix
+
+    def cell(self) -> int:
+        """Tokens per matrix entry along each side (1: one entry per token)."""
+        return self._cell
+
+    def token_size(self) -> tuple[int, int]:
+        """(rows, cols) in tokens."""
+        return self._size
 
     def row_labels(self) -> tuple[str, ...]:
         return self._row_labels
@@ -236,13 +234,25 @@ class HeatmapView(QtWidgets.QWidget):
         """The view that PNG/SVG export renders (the plot and colour bar, not the readout)."""
         return self.graphics
 
+    def value_at(self, row: int, col: int) -> tuple[float, str]:
+        """(value, what it is) at token (row, col): "" for the exact value, else the block it pools."""
+        w = self._cell
+        v = float(self._matrix[row // w, col // w])
+        if w == 1:
+            return v, ""
+        R, C = self._size
+        r0, c0 = row // w * w, col // w * w
+        return v, (f"{self._pooling} of block {self._row_name} {r0}..{min(r0 + w, R) - 1} x "
+                   f"{self._col_name} {c0}..{min(c0 + w, C) - 1}")
+
     def hover_text(self, row: int, col: int) -> str:
-        R, C = self._matrix.shape
+        R, C = self._size
         if not (0 <= row < R and 0 <= col < C):
             return ""
-        v = float(self._matrix[row, col])
+        v, pooled = self.value_at(row, col)
         return (f"{self._row_name} '{self._row_labels[row]}' ({row}) -> "
-                f"{self._col_name} '{self._col_labels[col]}' ({col}): {format_value(v)}")
+                f"{self._col_name} '{self._col_labels[col]}' ({col}): {format_value(v)}"
+                + (f" ({pooled})" if pooled else ""))
 
     def cell_at(self, scene_pos) -> tuple[int, int] | None:
         """The (row, col) under a scene position, or None outside the matrix."""
@@ -250,7 +260,7 @@ class HeatmapView(QtWidgets.QWidget):
             return None
         p = self.view.mapSceneToView(scene_pos)
         row, col = math.floor(p.y()), math.floor(p.x())
-        R, C = self._matrix.shape
+        R, C = self._size
         if 0 <= row < R and 0 <= col < C:
             return row, col
         return None
@@ -283,20 +293,3 @@ class HeatmapView(QtWidgets.QWidget):
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(640, 600)
-
-
-class HeatmapExport:
-    """The export protocol (export_target, matrix, row_labels, col_labels) of a view whose
-    picture is its `self.heatmap`; mixed in before the Qt base class."""
-
-    def export_target(self):
-        return self.heatmap.export_target()
-
-    def matrix(self) -> np.ndarray:
-        return self.heatmap.matrix()
-
-    def row_labels(self):
-        return self.heatmap.row_labels()
-
-    def col_labels(self):
-        return self.heatmap.col_labels()

@@ -105,9 +105,9 @@ def _configure_diff(view, _args) -> None:
 
 _V = "transformer_viewer.viewer.views"
 VIEWS: tuple[ViewEntry, ...] = (
-    ViewEntry("Tokens", f"{_V}.token_strip:TokenStrip", "top"),
-    ViewEntry("Attention", f"{_V}.attention_panel:AttentionPanel", "center", export_name="attention",
-              configure=_configure_attention),
+    ViewEntry("Tokens", f"{_V}.token_strip:TokenStrip", "top", uses_worker=True),
+    ViewEntry("Attention", f"{_V}.attention_panel:AttentionPanel", "center", uses_worker=True,
+              export_name="attention", configure=_configure_attention),
     ViewEntry("All heads", f"{_V}.head_grid:HeadGridView", "left", export_name="grid", export_size=None,
               configure=_configure_grid),
     ViewEntry("Head mask", f"{_V}.mask_grid:MaskGrid", "left"),
@@ -120,7 +120,7 @@ VIEWS: tuple[ViewEntry, ...] = (
               export_size=(1300, 520), configure=_configure_lens),
     ViewEntry("Head scan", f"{_V}.scan_view:ScanView", "tab", uses_worker=True, export_name="scan",
               export_size=(760, 560), configure=_configure_scan),
-    ViewEntry("Attention diff", f"{_V}.diff_view:AttentionDiffView", "tab", export_name="diff",
+    ViewEntry("Attention diff", f"{_V}.diff_view:AttentionDiffView", "tab", uses_worker=True, export_name="diff",
               configure=_configure_diff),
     ViewEntry("Head attribution", f"{_V}.attribution_view:AttributionView", "tab", uses_worker=True,
               export_name="attribution", export_size=(760, 560)),

@@ -8,6 +8,7 @@ font height of room instead of a whole label's width.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import pyqtgraph as pg
@@ -32,6 +33,25 @@ def nice_step(cells_per_label: float) -> int:
     return int(10 * magnitude)
 
 
+_MEASURED: dict = {}  # the last labels measured: every axis of every view shows the same prompt
+
+
+def _measured(labels: tuple[str, ...], metrics: QtGui.QFontMetricsF) -> tuple[tuple[str, ...], float]:
+    """(shortened labels, widest "position:label" in pixels), computed once per prompt for all
+    axes. A long prompt repeats its tokens: each distinct label is measured once."""
+    hit = _MEASURED.get("labels")
+    if hit is not None and hit[1] == metrics.height() and (hit[0] is labels or hit[0] == labels):
+        return hit[2], hit[3]
+    shown = tuple(short_label(x) for x in labels)
+    # The widest label is among the longest: measure the 64 longest distinct ones (labels are cut
+    # at MAX_LABEL_CHARS, so a label of many narrow letters cannot beat one of many wide ones by much).
+    widest = max(map(metrics.horizontalAdvance, heapq.nlargest(64, set(shown), key=len)), default=0.0)
+    if labels:
+        widest += metrics.horizontalAdvance(f"{len(labels)}:")
+    _MEASURED["labels"] = (labels, metrics.height(), shown, widest)
+    return shown, widest
+
+
 class TokenAxis(pg.AxisItem):
     """`orientation` 'left' (rows, inverted view) or 'bottom' (columns)."""
 
@@ -44,17 +64,20 @@ class TokenAxis(pg.AxisItem):
         self.setStyle(tickFont=self._font, autoExpandTextSpace=False)
         self._metrics = QtGui.QFontMetricsF(self._font)
         self._extent = 0.0
+        self._widest = 0.0  # pixels of the widest "index:label"
         self._positions: tuple[int, ...] | None = None  # the number shown before label i (None: i)
         self._numbered = True
 
     # -- labels ---------------------------------------------------------------------------
     def set_labels(self, labels) -> bool:
         """Set the labels; returns False (and does nothing) when they did not change."""
-        labels = tuple(str(x) for x in labels)
+        if labels is self._labels:
+            return False
+        labels = labels if type(labels) is tuple else tuple(map(str, labels))
         if labels == self._labels:
             return False
         self._labels = labels
-        self._shown = tuple(short_label(x) for x in labels)
+        self._shown, self._widest = _measured(labels, self._metrics)  # widest "index:label"
         self._measure()
         return True
 
@@ -71,9 +94,11 @@ class TokenAxis(pg.AxisItem):
         return self._positions[i] if self._positions is not None and i < len(self._positions) else i
 
     def _measure(self) -> None:
-        top = max(self._positions, default=len(self._labels)) if self._positions else len(self._labels)
-        prefix = f"{top}:" if self._numbered else ""
-        widest = max((self._metrics.horizontalAdvance(prefix + s) for s in self._shown), default=0.0)
+        widest = self._widest
+        if self._labels and (self._positions or not self._numbered):  # another number, or none, before each label
+            widest -= self._metrics.horizontalAdvance(f"{len(self._labels)}:")
+            if self._numbered:
+                widest += self._metrics.horizontalAdvance(f"{max(self._positions)}:")
         self._extent = widest + 10
         self._resize()
         self.picture = None

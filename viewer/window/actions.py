@@ -61,6 +61,8 @@ class WindowActions:
         self._action(ex, "All heads grid as P&NG…", lambda: self.export_dialog("grid", ".png"))
         self._action(ex, "Displayed matrix as .&npy…", lambda: self.export_dialog("heatmap", ".npy"))
         self._action(ex, "Displayed matrix as .&csv…", lambda: self.export_dialog("heatmap", ".csv"))
+        self._action(ex, "Current head's &full pattern as .npy…", self.export_pattern_dialog,
+                     tip="the selected head's whole pattern at full resolution, at any prompt length")
         m.addSeparator()
         self._action(m, "&Quit", w.close, QKeySequence.Quit)
 
@@ -146,6 +148,16 @@ class WindowActions:
         if path:
             if export(self.w, what, path, scale) is not None:
                 self.w.settings.setValue(EXPORT_DIR_KEY, os.path.dirname(os.path.abspath(path)))
+
+    def export_pattern_dialog(self) -> None:
+        from transformer_viewer.viewer.window.pattern_export import export_pattern
+
+        st = self.w.state
+        folder = str(self.w.settings.value(EXPORT_DIR_KEY, os.getcwd()))
+        name = os.path.join(folder, f"pattern_L{st.layer}H{st.head}.npy")
+        path, _ = QFileDialog.getSaveFileName(self.w, "Export the head's full pattern", name, "NumPy array (*.npy)")
+        if path and export_pattern(self.w, path) is not None:
+            self.w.settings.setValue(EXPORT_DIR_KEY, os.path.dirname(os.path.abspath(path)))
 
     # -- Device ---------------------------------------------------------------------------
     def _build_device(self) -> None:

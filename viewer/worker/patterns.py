@@ -30,6 +30,22 @@ class PatternTileRequest(Request):
 
 
 @dataclass(frozen=True)
+class PatternRowRequest(PatternTileRequest):
+    """A tile too (usually one query row), of its own kind: the token strip's row and the
+    heatmap's zoom do not supersede each other."""
+
+    kind: ClassVar[str] = "pattern-row"
+
+
+@dataclass(frozen=True)
+class PatternDiffRequest(PatternTileRequest):
+    """The tile of run `run_id` minus the same tile of run `base_run_id` (masked minus clean)."""
+
+    kind: ClassVar[str] = "pattern-diff"
+    base_run_id: int = 0
+
+
+@dataclass(frozen=True)
 class PatternTileResult:
     tile: Any  # (rows, cols) float32 ndarray
     run_id: int
@@ -37,6 +53,22 @@ class PatternTileResult:
     head: int
     rows: tuple[int, int]
     cols: tuple[int, int]
+    base_run_id: int | None = None  # a difference against this run's tile
+
+    @property
+    def source(self) -> tuple:
+        """What the tile was cut from: a view draws it only if that is still what it shows."""
+        if self.base_run_id is None:
+            return ("tile", self.run_id, self.layer, self.head)
+        return ("diff", self.run_id, self.base_run_id, self.layer, self.head)
+
+
+def tile_source(run_id: int, layer: int, head: int) -> tuple:
+    return ("tile", run_id, layer, head)
+
+
+def diff_source(run_id: int, base_run_id: int, layer: int, head: int) -> tuple:
+    return ("diff", run_id, base_run_id, layer, head)
 
 
 @dataclass(frozen=True)
@@ -68,6 +100,16 @@ def handle_tile(session, request: PatternTileRequest, _progress, _is_cancelled) 
                              tuple(request.cols))
 
 
+def handle_diff(session, request: PatternDiffRequest, _progress, _is_cancelled) -> PatternTileResult:
+    from transformer_viewer.model.on_demand import pattern_tile
+
+    rows, cols = tuple(request.rows), tuple(request.cols)
+    tile = pattern_tile(session, _trace_of(session, request.run_id), request.layer, request.head, rows, cols)
+    base = pattern_tile(session, _trace_of(session, request.base_run_id), request.layer, request.head, rows, cols)
+    return PatternTileResult(tile - base, request.run_id, request.layer, request.head, rows, cols,
+                             base_run_id=request.base_run_id)
+
+
 def handle_export(session, request: PatternExportRequest, progress, is_cancelled) -> str:
     from transformer_viewer.model.errors import ModelError
     from transformer_viewer.model.on_demand import save_head_pattern
@@ -85,4 +127,6 @@ def handle_export(session, request: PatternExportRequest, progress, is_cancelled
 
 
 register_handler(PatternTileRequest, handle_tile)
+register_handler(PatternRowRequest, handle_tile)
+register_handler(PatternDiffRequest, handle_diff)
 register_handler(PatternExportRequest, handle_export)

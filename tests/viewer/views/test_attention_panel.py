@@ -14,7 +14,9 @@ def fake_trace(L=3, nh=4, T=5):
     a = (a / a.sum(-1, keepdims=True)).astype(np.float16)
     mask = np.zeros((L, nh), dtype=bool)
     mask[2, 1] = True
-    return SimpleNamespace(attention=a, labels=tuple(f"t{i}" for i in range(T)), mask=mask)
+    # Up to 256 tokens the overview is the pattern itself, shared with the full arrays.
+    return SimpleNamespace(attention=a, overview_max=a, overview_mean=a, overview_cell=1,
+                           labels=tuple(f"t{i}" for i in range(T)), mask=mask, run_id=0)
 
 
 @pytest.fixture

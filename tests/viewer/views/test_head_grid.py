@@ -64,12 +64,12 @@ def test_masked_heads_are_marked(grid):
     mask[1, 2] = mask[2, 0] = True
     grid.set_patterns(patterns(), mask)
     np.testing.assert_array_equal(grid.mask(), mask)
-    fill = grid._masked_fill.path()
+    fill = grid.marks.fill.path()
     centre = lambda layer, head: grid.view.mapSceneToView(grid.head_scene_pos(layer, head))  # noqa: E731
     assert fill.contains(centre(1, 2)) and fill.contains(centre(2, 0))
     assert not fill.contains(centre(0, 0))
     grid.set_mask(np.zeros((3, 4), dtype=bool))
-    assert grid._masked_fill.path().isEmpty() and grid._crosses.path().isEmpty()
+    assert grid.marks.fill.path().isEmpty() and grid.marks.crosses.path().isEmpty()
     with pytest.raises(ValueError):
         grid.set_mask(np.zeros((2, 2), dtype=bool))
 
@@ -77,8 +77,8 @@ def test_masked_heads_are_marked(grid):
 def test_selected_frame_and_hover(grid, qtbot):
     grid.set_patterns(patterns(), None)
     grid.set_selected(1, 3)
-    assert grid.selected() == (1, 3) and grid._frame.isVisible()
-    assert grid._frame.rect().contains(grid.view.mapSceneToView(grid.head_scene_pos(1, 3)))
+    assert grid.selected() == (1, 3) and grid.marks.frame.isVisible()
+    assert grid.marks.frame.rect().contains(grid.view.mapSceneToView(grid.head_scene_pos(1, 3)))
     grid.set_mask(np.eye(3, 4, dtype=bool))
     with qtbot.waitSignal(grid.hover_text_changed, timeout=2000) as sig:
         grid.graphics.scene().sigMouseMoved.emit(grid.head_scene_pos(1, 1))
@@ -119,3 +119,21 @@ def test_ticks_follow_a_new_thumbnail_size(grid):
     ticks = grid.plot.getAxis("left")._tickLevels[0]
     centre = grid.view.mapSceneToView(grid.head_scene_pos(2, 0)).y()
     assert ticks[2][0] == pytest.approx(centre)
+
+
+def test_32_by_32_heads_fit_with_thinned_labels_and_stay_clickable(grid, qtbot):
+    rng = np.random.default_rng(5)
+    o = rng.random((32, 32, 8, 8)).astype(np.float16)
+    grid.set_overviews(o, o, 1, 8)
+    QtCore.QCoreApplication.processEvents()
+    right, bottom = grid.head_scene_pos(31, 31), grid.head_scene_pos(0, 0)
+    assert grid.view.sceneBoundingRect().contains(right) and grid.view.sceneBoundingRect().contains(bottom)
+    major = grid.plot.getAxis("left")._tickLevels[0]
+    assert [label for _pos, label in major] == [str(i) for i in range(0, 32, 4)]  # the rest only where they fit
+    pos = grid.graphics.mapFromScene(grid.head_scene_pos(31, 30))
+    with qtbot.waitSignal(grid.head_activated, timeout=2000) as sig:
+        qtbot.mouseClick(grid.graphics.viewport(), QtCore.Qt.MouseButton.LeftButton, pos=pos)
+    assert sig.args == [31, 30]
+    grid.view.scaleBy((0.25, 0.25))  # zoomed in, then Fit shows every head again
+    grid.fit()
+    assert grid.view.sceneBoundingRect().contains(grid.head_scene_pos(31, 31))

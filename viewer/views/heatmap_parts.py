@@ -1,0 +1,73 @@
+"""What every heatmap-like view shares: colour maps, value formatting, levels, and the export protocol."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+
+COLORMAPS = ("viridis", "inferno", "magma", "plasma", "cividis")
+DIVERGING_COLORMAP = "CET-D1"
+LOG_FLOOR = 1e-4
+
+
+def get_colormap(name: str) -> pg.ColorMap:
+    try:
+        cmap = pg.colormap.get(name)
+    except Exception:  # pyqtgraph raises FileNotFoundError or KeyError depending on the source
+        cmap = None
+    if cmap is None:
+        raise ValueError(f"unknown colormap {name!r}; try one of {', '.join(COLORMAPS)} or {DIVERGING_COLORMAP}")
+    return cmap
+
+
+def format_value(v: float) -> str:
+    if not math.isfinite(v):
+        return str(v)
+    if v != 0 and abs(v) < 5e-4:
+        return f"{v:.2e}"
+    return f"{v:.3f}"
+
+
+def log_display(levels: tuple[float, float]) -> tuple[float, tuple[float, float], list]:
+    """For a log-scale display of values within `levels`: the floor values are clipped to, the
+    log10 levels, and the colour bar's ticks (one per decade)."""
+    floor = max(LOG_FLOOR, levels[0]) if levels[0] > 0 else LOG_FLOOR
+    top = levels[1] if levels[1] > floor else 1.0
+    shown = (math.log10(floor), math.log10(top))
+    ticks = [(float(e), f"{10.0 ** e:g}") for e in range(math.ceil(shown[0]), math.floor(shown[1]) + 1)]
+    return floor, shown, ticks
+
+
+def pick_levels(m: np.ndarray, levels, diverging: bool) -> tuple[float, float]:
+    """The given levels, or the data's range (symmetric around zero when diverging)."""
+    if levels is not None:
+        lo, hi = float(levels[0]), float(levels[1])
+    elif m.size == 0 or not np.isfinite(m).any():
+        lo, hi = 0.0, 1.0
+    elif diverging:
+        a = float(np.nanmax(np.abs(m)))
+        lo, hi = -a, a
+    else:
+        lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
+    if not hi > lo:
+        hi = lo + 1e-6
+    return lo, hi
+
+
+class HeatmapExport:
+    """The export protocol (export_target, matrix, row_labels, col_labels) of a view whose
+    picture is its `self.heatmap`; mixed in before the Qt base class."""
+
+    def export_target(self):
+        return self.heatmap.export_target()
+
+    def matrix(self) -> np.ndarray:
+        return self.heatmap.matrix()
+
+    def row_labels(self):
+        return self.heatmap.row_labels()
+
+    def col_labels(self):
+        return self.heatmap.col_labels()

@@ -1,0 +1,88 @@
+"""Thumbnails of every head's pattern for the heads grid: pooled from full patterns or from a
+trace's overviews down to at most THUMB x THUMB, and tiled into one image."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+THUMB = 64  # pixels per thumbnail side, at most
+GAP = 0.12  # space between tiles, as a fraction of a tile
+
+
+def max_pool(attention: np.ndarray, size: int = THUMB) -> np.ndarray:
+    """(L, nh, T, T) -> (L, nh, S, S) float32 with S <= size, each cell the max of its block."""
+    L, nh, T, T2 = attention.shape
+    k = max(1, math.ceil(max(T, T2) / size))
+    if k == 1:
+        return np.asarray(attention, dtype=np.float32)
+    S, S2 = math.ceil(T / k), math.ceil(T2 / k)
+    if (S * k, S2 * k) != (T, T2):
+        padded = np.zeros((L, nh, S * k, S2 * k), dtype=attention.dtype)
+        padded[:, :, :T, :T2] = attention
+        attention = padded
+    a = np.ascontiguousarray(attention)
+    if a.dtype == np.float16:
+        # numpy has no fast float16 max; for non-negative halves the bit patterns sort like the
+        # values, so take the max as uint16. A negative value (sign bit) would win: then redo.
+        pooled = _pool(a.view(np.uint16), L, nh, S, S2, k)
+        if not (pooled >= 0x8000).any():
+            return pooled.view(np.float16).astype(np.float32)
+        a = a.astype(np.float32)
+    return _pool(a, L, nh, S, S2, k).astype(np.float32)
+
+
+def cell_counts(T: int, cell: int) -> np.ndarray:
+    """(n,) tokens in each overview cell along a side (the last may hold fewer)."""
+    n = -(-T // cell)
+    counts = np.full(n, cell, dtype=np.float64)
+    if n:
+        counts[-1] = T - cell * (n - 1)
+    return counts
+
+
+def mean_pool(overview_mean: np.ndarray, T: int, cell: int, size: int = THUMB) -> np.ndarray:
+    """(L, nh, n, n) block means of a T-token pattern (cells of `cell` tokens) -> (L, nh, S, S)
+    means over blocks of k cells, S <= size: each weighted by the tokens it covers, so the
+    result is the mean of the pattern over each thumbnail block."""
+    L, nh, n, _ = overview_mean.shape
+    k = max(1, math.ceil(n / size))
+    if k == 1:
+        return np.asarray(overview_mean, dtype=np.float32)
+    S = math.ceil(n / k)
+    counts = np.zeros(S * k)
+    counts[:n] = cell_counts(T, cell)
+    weights = np.outer(counts, counts).astype(np.float32)  # (S k, S k) tokens per cell
+    padded = np.zeros((L, nh, S * k, S * k), dtype=np.float32)
+    padded[:, :, :n, :n] = overview_mean
+    padded *= weights
+    sums = padded.reshape(L, nh, S, k, S, k).sum(axis=(3, 5))  # (L, nh, S, S)
+    return sums / weights.reshape(S, k, S, k).sum(axis=(1, 3))
+
+
+def _pool(a: np.ndarray, L: int, nh: int, S: int, S2: int, k: int) -> np.ndarray:
+    # Rows first: k whole rows reduce element-wise (vectorised), then the k columns of each
+    # cell as k strided slices, element-wise too (a reduce over a short inner axis is slow).
+    rows = a.reshape(L, nh, S, k, S2 * k).max(axis=3)  # (L, nh, S, S2 * k)
+    out = rows[..., 0::k].copy()  # (L, nh, S, S2)
+    for j in range(1, k):
+        np.maximum(out, rows[..., j::k], out=out)
+    return out
+
+
+def thumb_size(n_heads: int) -> int:
+    """Thumbnail side for a model of `n_heads` heads: smaller for 1,000 heads, so the grid's
+    image (and its redraw) stays a few megapixels."""
+    return THUMB if n_heads <= 512 else THUMB // 2
+
+
+def tile(thumbs: np.ndarray) -> tuple[np.ndarray, int]:
+    """(L, nh, S, S) -> one (L * P, nh * P) image with NaN gaps, P = S + gap pixels."""
+    L, nh, S, S2 = thumbs.shape
+    gap = max(1, round(GAP * S))
+    P = max(S, S2) + gap
+    out = np.full((L * P, nh * P), np.nan, dtype=np.float32)
+    view = out.reshape(L, P, nh, P)  # (L, P, nh, P)
+    view[:, :S, :, :S2] = thumbs.transpose(0, 2, 1, 3)  # (L, S, nh, S)
+    return out, P

@@ -1,0 +1,45 @@
+"""File > Export > "Current head's full pattern as .npy": one head's (T, T) float32 pattern at
+any prompt length, recomputed and streamed to the file by the worker (PatternExportRequest),
+never whole in memory. The status bar shows its progress and a Cancel button like every long
+task; a cancelled or failed export leaves no file behind."""
+
+from __future__ import annotations
+
+import os
+
+from transformer_viewer.viewer.export import ExportError, check_writable
+from transformer_viewer.viewer.worker.patterns import PatternExportRequest
+
+NOTHING_YET = "nothing to export yet: load a model and run a prompt first"
+
+
+def pattern_request(state, path: str) -> PatternExportRequest:
+    """The request for the selected head of the shown trace; one ExportError line when it cannot be."""
+    if state.trace is None:
+        raise ExportError(NOTHING_YET)
+    if os.path.splitext(os.fspath(path))[1].lower() != ".npy":
+        raise ExportError(f"cannot write {os.fspath(path)!r}: a head's full pattern is written as .npy; "
+                          "use a file name ending in .npy")
+    return PatternExportRequest(run_id=state.trace.run_id, layer=state.layer, head=state.head,
+                                path=check_writable(path))
+
+
+def export_pattern(window, path: str):
+    """Start writing the selected head's pattern to `path`; returns the request's handle, or
+    None after showing the one-line error."""
+    try:
+        request = pattern_request(window.state, path)
+    except ExportError as e:
+        window.show_error(str(e))
+        return None
+
+    def done(answer) -> None:
+        window.status.showMessage(f"exported {answer.value}", 5000)
+
+    def failed(failure) -> None:
+        if failure.cancelled:
+            window.status.showMessage("pattern export cancelled; no file was written", 5000)
+        else:
+            window.show_error(failure.message)
+
+    return window.worker.submit(request, on_result=done, on_failure=failed)
