@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 
 import torch
 
+from transformer_viewer.model.bundled import bundled_checkpoint_path
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import native, tensor_bounds
@@ -26,12 +26,6 @@ from transformer_viewer.model.tokenizer import (
     Tokenizer,
     load_tokenizer,
 )
-
-BUNDLED_NAME = "bundled.safetensors"
-
-
-def bundled_checkpoint_path() -> str:
-    return str(resources.files("transformer_viewer.assets").joinpath(BUNDLED_NAME))
 
 
 @dataclass

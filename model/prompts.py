@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 
@@ -17,10 +18,18 @@ class ExamplePrompt:
     title: str  # menu entry
     text: str  # the prompt itself
     shows: str  # what to look for, one line
+    head: tuple[int, int] | None = None  # (layer, head) of the bundled model that shows it
+
+
+def parse_layer_head(text: str) -> tuple[int, int] | None:
+    """"2.2" -> (2, 2); None for anything else."""
+    match = re.fullmatch(r"\s*(\d{1,6})\.(\d{1,6})\s*", text)
+    return (int(match[1]), int(match[2])) if match else None
 
 
 @functools.lru_cache(maxsize=1)
 def example_prompts() -> tuple[ExamplePrompt, ...]:
     """The bundled example prompts, in menu order."""
     raw = resources.files("transformer_viewer.assets").joinpath(PROMPTS_FILE).read_text(encoding="utf-8")
-    return tuple(ExamplePrompt(title=p["title"], text=p["text"], shows=p.get("shows", "")) for p in json.loads(raw))
+    return tuple(ExamplePrompt(title=p["title"], text=p["text"], shows=p.get("shows", ""),
+                               head=parse_layer_head(str(p.get("head", "")))) for p in json.loads(raw))

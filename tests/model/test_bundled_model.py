@@ -1,9 +1,10 @@
 """The model that ships in assets/: what its model card promises, measured on the file itself.
 
-These load the real 14 MB checkpoint, so they run in a few seconds, not milliseconds.
+These load the real 15 MB checkpoint, so they run in a few seconds, not milliseconds.
 """
 
 import json
+import os
 import re
 from importlib import resources
 
@@ -28,25 +29,28 @@ def scores(bundled):
     return detect_heads(Session(bundled))
 
 
-def test_layer_zero_attends_by_position(scores):
-    """What the shipped model does have: layer-0 heads that look at the last few tokens, far
-    above a uniform head's previous-token score (about 0.07 on this text)."""
-    local = np.flatnonzero(scores.previous_token[0] > 0.2)
-    assert len(local) >= 2
-    assert (scores.entropy[0, local] < 2.5).all()
-
-
-def test_it_beats_the_unigram_by_one_and_a_half_nats(bundled):
-    t = bundled.training
-    assert t["final_val_loss"] <= t["unigram_val_loss"] - 1.5
-    assert {f["path"] for f in t["data"]} == {"shakespeare.txt.xz", "kjv.txt.xz"}
-
-
-@pytest.mark.xfail(strict=True, reason="a previous-token head of 0.5, not met yet: the best head (0.3) is a recent-window "
-                   "head scoring 0.29 (assets/MODEL.md); strict, so a model that meets it turns this red")
 def test_it_has_a_previous_token_head(scores):
     layer, head, value = scores.best("previous_token")
     assert value >= 0.5, f"best previous-token head {layer}.{head} scores only {value:.3f}"
+
+
+def test_the_first_example_shows_that_head(scores):
+    """The window opens on the first example prompt and the head it names: the previous-token head."""
+    layer, head, _ = scores.best("previous_token")
+    assert example_prompts()[0].head == (layer, head)
+
+
+def test_it_beats_the_unigram_by_two_and_a_quarter_nats(bundled):
+    """The card's margin is 2.285 nats: the 2.3 aimed for is not reached (MODEL.md says so)."""
+    t = bundled.training
+    assert t["final_val_loss"] <= t["unigram_val_loss"] - 2.25
+    assert {f["path"] for f in t["data"]} == {"shakespeare.txt.xz", "kjv.txt.xz"}
+
+
+def test_it_is_a_rotary_model_under_16_mb(bundled):
+    c = bundled.config
+    assert c.positional == "rotary" and c.norm == "rmsnorm"
+    assert os.path.getsize(bundled_checkpoint_path()) < 16 * 1024 * 1024
 
 
 def test_the_model_card_quotes_the_measured_scores(scores, bundled):

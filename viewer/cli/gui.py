@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(parser)
     parser.add_argument("--prompt", default=None, help="text to run at start (default: an example prompt)")
     parser.add_argument("--head", metavar="LAYER.HEAD", default=None,
-                        help="the head to show once the model has loaded, e.g. 0.3 (default: 0.0)")
+                        help="the head to show once the model has loaded, e.g. 0.3 (default: with the bundled "
+                        "model and its first example, the head that example shows; otherwise 0.0)")
     parser.add_argument("--screenshot", metavar="FILE.png", default=None,
                         help="render the window offscreen once the prompt has run, save it as PNG, and exit")
 
@@ -57,7 +58,7 @@ def run(args) -> int:
     worker = WorkerClient()
     pending = (worker.submit(ProbeRequest()),
                worker.submit(LoadRequest(path=args.checkpoint, device=args.device, n_head=args.n_head)))
-    from transformer_viewer.viewer.window.actions import default_prompt
+    from transformer_viewer.viewer.window.actions import default_head, default_prompt
     from transformer_viewer.viewer.window.main_window import DEFAULT_SIZE, MainWindow
 
     settings = None
@@ -75,6 +76,8 @@ def run(args) -> int:
     head_error: list[str] = []
     if head is not None:
         select_head_when_loaded(window, *head, head_error)
+    elif args.checkpoint is None and args.prompt is None and default_head() is not None:
+        select_head_when_loaded(window, *default_head(), [], quiet=True)
     if args.screenshot:
         window.resize(*DEFAULT_SIZE)
     else:
@@ -106,19 +109,18 @@ def quiet_offscreen_messages(_mode, _context, message: str) -> None:
 
 
 def parse_head(text: str) -> tuple[int, int]:
-    import re
-
     from transformer_viewer.model.errors import ModelError
+    from transformer_viewer.model.prompts import parse_layer_head
 
-    match = re.fullmatch(r"\s*(\d{1,6})\.(\d{1,6})\s*", text)
-    if match is None:
+    parsed = parse_layer_head(text)
+    if parsed is None:
         raise ModelError(f"--head {text}: give a head as LAYER.HEAD, counting from 0, e.g. 0.3")
-    return int(match[1]), int(match[2])
+    return parsed
 
 
-def select_head_when_loaded(window, layer: int, head: int, errors: list[str]) -> None:
+def select_head_when_loaded(window, layer: int, head: int, errors: list[str], quiet: bool = False) -> None:
     """Select (layer, head) when the first model arrives; a head the model lacks is an error
-    (shown, and appended to `errors`), the selection left where it was."""
+    (shown unless `quiet`, and appended to `errors`), the selection left where it was."""
     st = window.state
 
     def on_model(info) -> None:
@@ -129,7 +131,8 @@ def select_head_when_loaded(window, layer: int, head: int, errors: list[str]) ->
             st.set_selection(layer=layer, head=head)
             return
         errors.append(f"--head {layer}.{head}: this model's heads run from 0.0 to {info.n_layer - 1}.{info.n_head - 1}")
-        window.show_error(errors[0])
+        if not quiet:
+            window.show_error(errors[0])
 
     st.model_changed.connect(on_model)
 

@@ -233,9 +233,22 @@ class WindowActions:
         for p in example_prompts():
             a = m.addAction(p.title)
             a.setToolTip(p.shows)
-            a.triggered.connect(lambda _c=False, text=p.text: self.w.run_prompt(text))
+            a.triggered.connect(lambda _c=False, p=p: self._run_example(p))
         if not m.actions():
             m.menuAction().setVisible(False)
+
+
+    def _run_example(self, prompt) -> None:
+        """Run an example; on the bundled model (the one the examples were written for) also
+        show the head that the example is about."""
+        from transformer_viewer.model.bundled import is_bundled
+
+        self.w.run_prompt(prompt.text)
+        info = self.w.state.model_info
+        if prompt.head is not None and info is not None and is_bundled(info.source):
+            layer, head = prompt.head
+            if layer < info.n_layer and head < info.n_head:
+                self.w.state.set_selection(layer=layer, head=head)
 
 
 def example_prompts() -> tuple:
@@ -244,6 +257,12 @@ def example_prompts() -> tuple:
         return load()
     except Exception:  # noqa: BLE001 - the examples are a convenience; a broken file must not stop the app
         return ()
+
+
+def default_head() -> tuple[int, int] | None:
+    """The head the first example is about (on the bundled model), shown at start."""
+    prompts = example_prompts()
+    return prompts[0].head if prompts else None
 
 
 def default_prompt() -> str:

@@ -48,3 +48,33 @@ def test_a_screenshot_with_a_missing_head_fails_with_that_line(qapp, tiny_ckpt, 
     args = gui_parser().parse_args([tiny_ckpt, "--device", "cpu", "--head", "0.9", "--screenshot", str(out)])
     assert gui.run(args) == 2
     assert capsys.readouterr().err.strip() == "error: --head 0.9: this model's heads run from 0.0 to 1.3"
+
+
+def test_quiet_selection_of_a_missing_head_shows_no_error(qtbot, tmp_path, tiny_ckpt):
+    """The default head (the first example's, written for the bundled model) is skipped silently
+    on a model that lacks it."""
+    w = new_window(qtbot, tmp_path, None)
+    errors: list[str] = []
+    gui.select_head_when_loaded(w, 2, 0, errors, quiet=True)
+    w.load(tiny_ckpt, device="cpu")
+    wait_idle(qtbot, w, lambda: w.state.trace is not None)
+    assert errors and w.last_error is None and (w.state.layer, w.state.head) == (0, 0)
+    w.close()
+
+
+def test_an_example_selects_its_head_on_the_bundled_model_only(qtbot, tmp_path, tiny_ckpt, monkeypatch):
+    from transformer_viewer.model.prompts import ExamplePrompt
+    from transformer_viewer.viewer.window import actions
+
+    example = ExamplePrompt(title="t", text="And the king went up into the house", shows="s", head=(1, 2))
+    w = new_window(qtbot, tmp_path, None)
+    w.load(tiny_ckpt, device="cpu")
+    wait_idle(qtbot, w, lambda: w.state.trace is not None)
+    w.actions_._run_example(example)  # another model: the prompt runs, the head stays
+    wait_idle(qtbot, w, lambda: w.state.trace is not None and w.state.trace.text == example.text)
+    assert (w.state.layer, w.state.head) == (0, 0)
+    monkeypatch.setattr("transformer_viewer.model.bundled.bundled_checkpoint_path", lambda: tiny_ckpt)
+    w.actions_._run_example(example)  # the examples' own model: its head is shown
+    assert (w.state.layer, w.state.head) == (1, 2)
+    assert actions.default_head() == actions.example_prompts()[0].head
+    w.close()
