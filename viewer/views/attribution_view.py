@@ -12,7 +12,7 @@ from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
 from transformer_viewer.viewer.views.logits_panel import token_label
-from transformer_viewer.viewer.views.parts import ExportButton, head_labels, layer_labels, view_bar
+from transformer_viewer.viewer.views.parts import ExportButton, bar_over, head_labels, layer_labels, view_bar
 
 
 class AttributionView(HeatmapExport, QtWidgets.QWidget):
@@ -26,11 +26,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         self.info.setWordWrap(True)
         self.export_button = ExportButton(self, "head_attribution")
         bar = view_bar(self.info, self.export_button)
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(bar)
-        layout.addWidget(self.heatmap, 1)
+        bar_over(self, bar, self.heatmap)
         self.heatmap.cell_clicked.connect(lambda row, col: state.set_selection(layer=row, head=col))
         state.trace_changed.connect(lambda _t: self.request())
         state.selection_changed.connect(self.request)  # the position follows the selected token

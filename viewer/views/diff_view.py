@@ -16,7 +16,7 @@ import numpy as np
 from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.heatmap import HeatmapExport
-from transformer_viewer.viewer.views.parts import ExportButton, view_bar
+from transformer_viewer.viewer.views.parts import ExportButton, bar_over, view_bar
 from transformer_viewer.viewer.views.tile_loader import TileLoader
 from transformer_viewer.viewer.views.zoom_heatmap import ZoomHeatmap
 from transformer_viewer.viewer.worker.patterns import PatternDiffRequest, diff_source
@@ -38,11 +38,7 @@ class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
         self.info.setWordWrap(True)
         self.export_button = ExportButton(self, "attention_diff")
         bar = view_bar(self.info, self.export_button)
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(bar)
-        layout.addWidget(self.heatmap, 1)
+        bar_over(self, bar, self.heatmap)
         self.heatmap.cell_clicked.connect(lambda row, _c: state.set_selection(query=row))
         state.trace_changed.connect(self.refresh)
         state.selection_changed.connect(self.refresh)

@@ -26,6 +26,7 @@ from transformer_viewer.viewer.views.parts import (
     DiffToggle,
     ExportButton,
     TextHeatmap,
+    bar_over,
     compact_axes,
     compact_table,
     depth_plot,
@@ -108,11 +109,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         body.addWidget(self.heatmap)
         body.addWidget(side)
         body.setSizes([640, 320])
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(bar)
-        layout.addWidget(body, 1)
+        bar_over(self, bar, body)
 
         self.heatmap.cell_clicked.connect(lambda _r, col: state.set_selection(query=self._start + col))
         self._start = 0  # the position of the drawn lens's first column

@@ -30,6 +30,7 @@ from transformer_viewer.viewer.views.parts import (
     AdaptiveSplitter,
     DiffToggle,
     ExportButton,
+    bar_over,
     compact_axes,
     compact_table,
 )
@@ -94,11 +95,7 @@ class MLPView(QtWidgets.QWidget):
         body.addWidget(side_box)
         body.setStretchFactor(0, 4)
         body.setStretchFactor(1, 1)
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(bar)
-        layout.addWidget(body, 1)
+        bar_over(self, bar, body)
 
         self.heatmap.cell_clicked.connect(self._on_cell_click)
         state.trace_changed.connect(self.refresh)

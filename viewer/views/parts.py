@@ -83,6 +83,15 @@ def view_bar(info: QtWidgets.QLabel, export_button: QtWidgets.QWidget, *controls
     return bar
 
 
+def bar_over(view: QtWidgets.QWidget, bar: QtWidgets.QLayout, body: QtWidgets.QWidget) -> None:
+    """Lay out `view` as its control row above its body, the body taking the spare height."""
+    layout = QtWidgets.QVBoxLayout(view)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(2)
+    layout.addLayout(bar)
+    layout.addWidget(body, 1)
+
+
 class ExportButton(QtWidgets.QToolButton):
     """"Export ▾": PNG, SVG, .npy, .csv of `view` (which has the export protocol)."""
 

@@ -21,6 +21,7 @@ from transformer_viewer.viewer.views.parts import (
     AdaptiveSplitter,
     DiffToggle,
     ExportButton,
+    bar_over,
     compact_axes,
     depth_plot,
     head_labels,
@@ -84,11 +85,7 @@ class ResidualView(QtWidgets.QWidget):
         self.plots.addWidget(self.norms)
         self.plots.addWidget(lower)
         self.plots.setSizes([520, 780])
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(bar)
-        layout.addWidget(self.plots, 1)
+        bar_over(self, bar, self.plots)
 
         self._norm_tokens = self._head_tokens = np.zeros((0, 0), dtype=np.int64)  # token of each drawn cell
         self._norms_full = np.zeros((0, 0), dtype=np.float32)
