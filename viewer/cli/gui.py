@@ -76,8 +76,8 @@ def run(args) -> int:
     head_error: list[str] = []
     if head is not None:
         select_head_when_loaded(window, *head, head_error)
-    elif args.checkpoint is None and args.prompt is None and default_head() is not None:
-        select_head_when_loaded(window, *default_head(), [], quiet=True)
+    elif args.checkpoint is None and args.prompt is None and (example_head := default_head()) is not None:
+        select_head_when_loaded(window, *example_head, [], quiet=True)  # the first example's head
     if args.screenshot:
         window.resize(*DEFAULT_SIZE)
     else:
