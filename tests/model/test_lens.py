@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers.models import tiny_session
+from tests.helpers.models import ANALYSIS_PROMPT, tiny_session
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import count_hooks
 from transformer_viewer.model.lens import lens_labels, logit_lens
@@ -91,3 +91,52 @@ def test_reference_ids_and_masked_residuals_leave_the_cache_alone():
     np.testing.assert_allclose(masked.reference_probs[2], want.numpy(), rtol=1e-5)
     with pytest.raises(ModelError):
         logit_lens(s, res, reference_ids=clean.top_ids[:, :3])
+
+
+def _masked_lens_pair(mask_layer: int, window=None):
+    """The masked lens with the clean lens's rows lent, and the same lens computed row by row."""
+    from tests.helpers.models import TINY, scaled_init_loaded
+    from transformer_viewer.model.session import Session
+
+    s = Session(scaled_init_loaded(config=TINY.replace(n_layer=4), seed=3))
+    s.set_prompt(ANALYSIS_PROMPT * 2)
+    s.run()
+    clean = logit_lens(s, positions=window)
+    mask = np.zeros((4, 4), dtype=bool)
+    mask[mask_layer] = True  # every head of the layer: the final top token moves at some positions
+    mask[3, 1] = True
+    res = s.masked_residuals(mask)
+    lent = logit_lens(s, res, reference_ids=clean.top_ids, positions=window, known=clean, known_rows=mask_layer + 1)
+    full = logit_lens(s, res, reference_ids=clean.top_ids, positions=window)
+    return s, res, clean, lent, full
+
+
+@pytest.mark.parametrize("mask_layer", [0, 2])
+def test_a_masked_lens_with_the_clean_rows_lent_equals_the_full_masked_lens(mask_layer):
+    s, res, clean, lent, full = _masked_lens_pair(mask_layer, window=(3, 20))
+    moved = lent.final_ids != clean.final_ids
+    assert moved.any() and not moved.all(), "the test needs positions where the final top token moved, and others"
+    for name in ("top_ids", "final_ids", "final_ranks", "reference_ids"):
+        np.testing.assert_array_equal(getattr(lent, name), getattr(full, name), err_msg=name)
+    for name in ("top_probs", "final_probs", "reference_probs"):
+        np.testing.assert_allclose(getattr(lent, name), getattr(full, name), rtol=1e-5, atol=1e-7, err_msg=name)
+    # the lent rows are the clean lens's top tokens, the later ones are not
+    np.testing.assert_array_equal(lent.top_ids[: mask_layer + 1], clean.top_ids[: mask_layer + 1])
+    assert (lent.top_ids[-1] != clean.top_ids[-1]).any()
+    # and row by row against a softmax of that row's logits, for a lent row at the moved positions
+    with torch.no_grad():
+        logits = s.model.unembed(res[mask_layer][0, 3:20])[:, : s.n_vocab]  # (P, V)
+    probs = torch.softmax(logits, dim=-1)
+    cols = torch.as_tensor(np.flatnonzero(moved))
+    final = torch.as_tensor(lent.final_ids)[cols]
+    want_rank = (logits[cols] > logits[cols, final][:, None]).sum(-1)
+    np.testing.assert_array_equal(lent.final_ranks[mask_layer, moved], want_rank.numpy())
+    np.testing.assert_allclose(lent.final_probs[mask_layer, moved], probs[cols, final].numpy(), rtol=1e-5)
+
+
+def test_a_lent_lens_of_another_shape_is_refused():
+    s = tiny_session()
+    s.run()
+    clean = logit_lens(s, positions=(0, 4))
+    with pytest.raises(ModelError):
+        logit_lens(s, known=clean, known_rows=1)

@@ -5,8 +5,8 @@ the prompt is short enough, writes the token in the cell; hovering names it at a
 the right, for the selected position: each layer's top token and the rank of the model's final
 top token through depth (log scale). With "Diff" on, the cells show p_masked(clean top token) -
 p_clean(clean top token). The lens is computed on the worker (a LensRequest per trace); a prompt
-longer than its window (WINDOW positions at GPT-2's vocabulary, fewer for a larger one, so that
-the unembedding costs about the same) is shown over the positions around the selected one
+longer than its window (WINDOW positions for GPT-2-small, fewer for a larger model, so that
+the unembedding costs about the same: `window_size`) is shown over the positions around the selected one
 (moving the selection out of it asks for the window there), since every position of a long
 prompt through a large vocabulary would take minutes. Token labels are made only for the cells
 that are written or hovered: a lens has (layers + 1) x positions cells.
@@ -35,15 +35,19 @@ from transformer_viewer.viewer.views.parts import (
     view_bar,
 )
 
-WINDOW = 256  # positions a long prompt's lens covers at once, at GPT-2's vocabulary
-MIN_WINDOW = 64
+WINDOW = 256  # positions a long prompt's lens covers at most
+MIN_WINDOW = 32  # and at least, however large the model
+# Multiply-adds of the unembedding one lens window may cost: GPT-2-small's 13 rows x 256 positions
+# x 50,257 tokens x width 768, about 1 s of GEMM on 2 CPU cores (a new lens asks for this once,
+# a head toggle for the rows after the masked layer only).
+LENS_BUDGET = 13 * WINDOW * 50257 * 768
 
 
-def window_size(vocab_size: int) -> int:
-    """Positions per lens window: fewer for a larger vocabulary (the lens's cost is positions
-    x vocabulary), never under MIN_WINDOW."""
-    return max(min(MIN_WINDOW, WINDOW), min(WINDOW, WINDOW * 50257 // max(int(vocab_size), 1)))
-
+def window_size(n_rows: int, vocab_size: int, width: int) -> int:
+    """Positions per lens window: as many as LENS_BUDGET pays for (the lens's cost is rows x
+    positions x vocabulary x width), between MIN_WINDOW and WINDOW."""
+    per_position = max(int(n_rows), 1) * max(int(vocab_size), 1) * max(int(width), 1)
+    return max(MIN_WINDOW, min(WINDOW, LENS_BUDGET // per_position))
 
 
 def lens_window(n_tokens: int, query: int, size: int = WINDOW) -> tuple[int, int]:
@@ -155,8 +159,9 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         self._pending = False
         if st.trace is None or not st.prompt:
             return
-        vocab = st.model_info.vocab_size if st.model_info is not None else 0
-        window = lens_window(st.trace.n_tokens, st.query_index, window_size(vocab or 50257))
+        info = st.model_info
+        size = WINDOW if info is None else window_size(info.n_layer + 1, info.vocab_size or 50257, info.n_embd)
+        window = lens_window(st.trace.n_tokens, st.query_index, size)
         self._asked = (st.trace, window)
         self.worker.submit(LensRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation,
                                        window=None if window == (0, st.trace.n_tokens) else window),

@@ -72,8 +72,10 @@ def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensRe
     if cached is not None and cached[0] == key:
         lens = cached[1]
     else:
+        # A head in layer l changes resid_pre of layer l + 1 on: rows 0..l are the clean lens's.
+        first = int(np.flatnonzero(mask.any(axis=1))[0])
         lens = logit_lens(session, session.masked_residuals(mask, request.ablation), reference_ids=clean.top_ids,
-                          positions=window, step=step(rows))
+                          positions=window, step=step(rows), known=clean, known_rows=first + 1)
         session.scratch["lens:masked"] = (key, lens)
     return LensResult(lens=lens, clean=clean, diff=lens_diff(clean, lens), mask=mask, **done)
 

@@ -197,12 +197,26 @@ def test_the_lens_request_reports_rows_and_stops_when_cancelled(long_session):
         handle_lens(session, LensRequest(text=prompt, mask=mask, window=(0, 20)), lambda *a: None, lambda: True)
 
 
-def test_lens_windows_shrink_with_the_vocabulary_and_hold_the_query():
-    from transformer_viewer.viewer.views.lens_view import MIN_WINDOW, WINDOW, lens_window, window_size
+def test_lens_windows_follow_the_cost_and_hold_the_query():
+    from transformer_viewer.viewer.views.lens_view import (
+        LENS_BUDGET,
+        MIN_WINDOW,
+        WINDOW,
+        lens_window,
+        window_size,
+    )
 
-    assert window_size(50257) == WINDOW and window_size(1000) == WINDOW
-    assert MIN_WINDOW < window_size(151936) < WINDOW and window_size(262144) == MIN_WINDOW
+    assert window_size(13, 50257, 768) == WINDOW  # GPT-2-small: the whole budget
+    assert window_size(3, 1000, 32) == WINDOW  # a tiny model: never more than WINDOW
+    qwen = window_size(25, 151936, 896)  # Qwen2-0.5B's shape: 24 layers, 152k vocabulary, width 896
+    assert MIN_WINDOW < qwen < 64
+    assert qwen * 25 * 151936 * 896 <= LENS_BUDGET < (qwen + 1) * 25 * 151936 * 896
+    assert window_size(27, 262144, 1152) == MIN_WINDOW  # a 262k vocabulary at width 1152: the floor
+    # the cost is rows x vocabulary x width: doubling any of them halves the window
+    assert window_size(31, 49152, 576) == 2 * window_size(31, 2 * 49152, 576) == 2 * window_size(62, 49152, 576)
+    sizes = [window_size(r, 151936, 896) for r in range(2, 60)]
+    assert sizes == sorted(sizes, reverse=True) and min(sizes) >= MIN_WINDOW and max(sizes) <= WINDOW
     assert lens_window(100, 50, 256) == (0, 100)
     for q in (0, 10, 4000, 8191):
-        a, b = lens_window(8192, q, 84)
-        assert b - a == 84 and a <= q < b and 0 <= a and b <= 8192
+        a, b = lens_window(8192, q, 37)
+        assert b - a == 37 and a <= q < b and 0 <= a and b <= 8192
