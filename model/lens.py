@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.lens_unembed import RowCells, lens_cells
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,6 @@ def lens_labels(n_layer: int) -> tuple[str, ...]:
     return tuple([f"{layer}.pre" for layer in range(n_layer)] + ["final"])
 
 
-POSITION_BLOCK = 128  # positions unembedded at once: (128, V) logits, 78 MB at a 152k vocabulary
-
-
 @torch.inference_mode()
 def logit_lens(session, residuals: list[torch.Tensor] | None = None,
                reference_ids: np.ndarray | None = None, positions: tuple[int, int] | None = None,
@@ -61,10 +59,11 @@ def logit_lens(session, residuals: list[torch.Tensor] | None = None,
     top tokens are copied, and only the positions whose final top token or reference token
     differs from `known`'s are unembedded again (for the rank and probability of the new one).
 
-    One (P, C) x (C, V) matmul per row and block of POSITION_BLOCK positions, so memory stays
+    The final row is unembedded first (it names each position's final top token), then every
+    other row at once, over blocks of the vocabulary (model/lens_unembed.py), so memory stays
     bounded however long the prompt and large the vocabulary; the padded vocabulary rows beyond
-    the tokenizer's are dropped before the softmax, as Session does. `step(done, total)` is
-    called after each row (it may raise to stop).
+    the tokenizer's never count, as in Session. `step(done, total)` reports progress in rows
+    (it may raise to stop).
     """
     resid = session.residuals() if residuals is None else list(residuals)
     L = session.config.n_layer
@@ -84,34 +83,34 @@ def logit_lens(session, residuals: list[torch.Tensor] | None = None,
     if known is not None and known.top_ids.shape != (R, T):
         raise ModelError(f"the known lens has shape {known.top_ids.shape}; this one has ({R}, {T})")
     out = _Cells(R, T, reference_ids)
-
-    def unembed_row(row: int, cols: np.ndarray | None = None) -> None:
-        """Fill row `row` at the columns `cols` (default: all), by blocks of positions."""
-        cols = np.arange(T) if cols is None else cols
-        for p0 in range(0, len(cols), POSITION_BLOCK):
-            c = cols[p0:p0 + POSITION_BLOCK]
-            contiguous = c[-1] - c[0] == len(c) - 1
-            x = resid[row][0, a + c[0]:a + c[-1] + 1] if contiguous else resid[row][0, a + c]  # (P, C)
-            ref = None if reference_ids is None else reference_ids[row, c]
-            out.put(row, c, _lens_block(session.model, x, session.n_vocab,
-                                        out.top_ids[L, c] if row != L else None, ref))
+    model, V = session.model, session.n_vocab
+    every = np.arange(T)
 
     # The final row decides what "the model's answer" is, so it goes first.
-    unembed_row(L)
-    done = 1
+    out.put(L, every, lens_cells(model, resid[L][0, a:b], V, reference=out.reference(L, every)))
     if step is not None:
-        step(done, R)
+        step(1, R)
+    wanted: list[tuple[int, np.ndarray]] = []  # (row, columns) still to unembed
     for row in range(L):
         if row < known_rows:
             out.lend(row, known)
             redo = np.flatnonzero(out.final_ids_differ(known) | out.reference_differs(row, known))
             if len(redo):
-                unembed_row(row, redo)
+                wanted.append((row, redo))
         else:
-            unembed_row(row)
-        done += 1
-        if step is not None:
-            step(done, R)
+            wanted.append((row, every))
+    if wanted:
+        x = torch.cat([resid[row][0, a:b] if len(cols) == T else resid[row][0, a + cols] for row, cols in wanted])
+        final_ids = out.top_ids[L]
+        refs = None if reference_ids is None else np.concatenate([out.reference(row, cols) for row, cols in wanted])
+        cells = lens_cells(model, x, V, np.concatenate([final_ids[cols] for _row, cols in wanted]), refs,
+                           step=None if step is None else lambda d, n: step(1 + (R - 1) * d // n, R))
+        n0 = 0
+        for row, cols in wanted:
+            out.put(row, cols, cells, slice(n0, n0 + len(cols)))
+            n0 += len(cols)
+    elif step is not None:
+        step(R, R)
     return out.lens(L)
 
 
@@ -126,11 +125,15 @@ class _Cells:
         self.reference_ids = reference_ids
         self.ref_probs = None if reference_ids is None else np.empty((R, T), dtype=np.float32)
 
-    def put(self, row: int, cols: np.ndarray, cells) -> None:
-        self.top_ids[row, cols], self.top_probs[row, cols] = cells[0], cells[1]
-        self.final_ranks[row, cols], self.final_probs[row, cols] = cells[2], cells[3]
+    def reference(self, row: int, cols: np.ndarray) -> np.ndarray | None:
+        return None if self.reference_ids is None else self.reference_ids[row, cols]
+
+    def put(self, row: int, cols: np.ndarray, cells: RowCells, part: slice = slice(None)) -> None:
+        """Row `row` at columns `cols` from `cells[part]`."""
+        self.top_ids[row, cols], self.top_probs[row, cols] = cells.top_ids[part], cells.top_probs[part]
+        self.final_ranks[row, cols], self.final_probs[row, cols] = cells.final_ranks[part], cells.final_probs[part]
         if self.ref_probs is not None:
-            self.ref_probs[row, cols] = cells[4]
+            self.ref_probs[row, cols] = cells.reference_probs[part]
 
     def lend(self, row: int, known: LogitLens) -> None:
         """Row `row` from `known`, right wherever final_ids_differ and reference_differs are False."""
@@ -161,27 +164,3 @@ class _Cells:
             reference_ids=reference_ids, reference_probs=ref_probs,
         )
 
-
-def _lens_block(model, x: torch.Tensor, V: int, final_ids: np.ndarray | None, reference: np.ndarray | None):
-    """One row's cells at P positions: (top id, its probability, rank and probability of the
-    final top token (`final_ids`; None: this is the final row, its own top), and the
-    probability of the `reference` ids), as numpy arrays.
-
-    Probabilities are exp(logit - logsumexp) of the few logits asked for: no (P, V)
-    log-softmax is made."""
-    logits = model.unembed(x)[:, :V].float()  # (P, V)
-    lse = torch.logsumexp(logits, dim=-1)  # (P,)
-    best_logit, best = logits.max(dim=-1)  # (P,)
-    if final_ids is None:
-        final_idx, final_logit = best, best_logit
-    else:
-        final_idx = torch.as_tensor(final_ids, device=logits.device)
-        final_logit = logits.gather(1, final_idx[:, None])[:, 0]  # (P,)
-    # Rank = how many tokens score strictly higher; ties count in the token's favour.
-    rank = (logits > final_logit[:, None]).sum(dim=-1)
-    asked = [best_logit, final_logit]
-    if reference is not None:
-        asked.append(logits.gather(1, torch.as_tensor(reference, device=logits.device)[:, None])[:, 0])
-    probs = (torch.stack(asked) - lse).exp().cpu().numpy()  # (2 or 3, P): one copy off the device
-    ids = torch.stack([best, rank]).cpu().numpy()  # (2, P)
-    return [ids[0], probs[0], ids[1], probs[1]] + ([probs[2]] if reference is not None else [])

@@ -140,3 +140,36 @@ def test_a_lent_lens_of_another_shape_is_refused():
     clean = logit_lens(s, positions=(0, 4))
     with pytest.raises(ModelError):
         logit_lens(s, known=clean, known_rows=1)
+
+
+def test_lens_cells_over_uneven_blocks_match_a_softmax_of_each_row(monkeypatch):
+    from transformer_viewer.model import lens_unembed
+
+    s = tiny_session()
+    s.run()
+    x = torch.cat([r[0] for r in s.residuals()])  # (3 T, C): every row of the lens
+    with torch.no_grad():
+        logits = s.model.unembed(x)[:, : s.n_vocab]  # (N, V)
+    probs = torch.softmax(logits, dim=-1)
+    N = x.shape[0]
+    rng = np.random.default_rng(0)
+    final = rng.integers(0, s.n_vocab, N)
+    final[:4] = logits[:4].argmax(-1).numpy()  # rows whose final token is their own top: rank 0
+    ref = rng.integers(0, s.n_vocab, N)
+    monkeypatch.setattr(lens_unembed, "ROW_BLOCK", 5)
+    monkeypatch.setattr(lens_unembed, "VOCAB_BLOCK", 999)
+    seen = []
+    cells = lens_unembed.lens_cells(s.model, x, s.n_vocab, final, ref, step=lambda d, n: seen.append((d, n)))
+    rows = torch.arange(N)
+    np.testing.assert_array_equal(cells.top_ids, logits.argmax(-1).numpy())
+    np.testing.assert_allclose(cells.top_probs, probs.max(-1).values.numpy(), rtol=1e-5)
+    want_rank = (logits > logits[rows, final][:, None]).sum(-1)
+    np.testing.assert_array_equal(cells.final_ranks, want_rank.numpy())
+    assert (cells.final_ranks[:4] == 0).all() and (cells.final_ranks[4:] > 0).any()
+    np.testing.assert_allclose(cells.final_probs, probs[rows, final].numpy(), rtol=1e-5)
+    np.testing.assert_allclose(cells.reference_probs, probs[rows, ref].numpy(), rtol=1e-5)
+    blocks = -(-s.n_vocab // 999) * -(-N // 5)
+    assert seen == [(d, blocks) for d in range(1, blocks + 1)]
+    own = lens_unembed.lens_cells(s.model, x, s.n_vocab)  # no final tokens asked: each row's own top
+    assert (own.final_ranks == 0).all() and np.isnan(own.reference_probs).all()
+    np.testing.assert_array_equal(own.final_probs, own.top_probs)
