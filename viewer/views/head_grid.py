@@ -1,6 +1,7 @@
 """The "model view": every head's attention pattern as a thumbnail, layers on rows, heads on columns.
 
-All thumbnails are tiles of one image (one ImageItem, one upload), each pooled from the trace's
+All thumbnails are tiles of one indexed image (one ImageItem, one upload; colour-table
+indices on fixed levels, gaps transparent), each pooled from the trace's
 overview (its max or mean pooling, so no full pattern is needed at any length) to at most
 THUMB x THUMB, so that a sharp one-token pattern stays visible at 8k tokens. Masked heads are
 greyed and crossed; the selected head has a bright frame. The wheel zooms and a drag pans, so
@@ -20,10 +21,12 @@ from transformer_viewer.viewer.views.heatmap_parts import LOG_FLOOR, get_colorma
 from transformer_viewer.viewer.views.thumbnails import (  # noqa: F401 - re-exported
     GAP,
     THUMB,
+    colour_table,
     max_pool,
     mean_pool,
     thumb_size,
     tile,
+    tile_indexed,
 )
 
 
@@ -66,7 +69,7 @@ class HeadGridView(QtWidgets.QWidget):
         self.view.sigResized.connect(lambda _v: self._refit())
         self.view.sigRangeChangedManually.connect(lambda *_a: setattr(self, "_fitted", False))
         self.image = pg.ImageItem(axisOrder="row-major")
-        self.image.setColorMap(get_colormap(self._cmap_name))
+        self.set_colormap(self._cmap_name)  # drawn as indices into its colour table, gaps transparent
         self.plot.addItem(self.image)
 
         self.marks = GridMarks(self.plot)
@@ -170,16 +173,14 @@ class HeadGridView(QtWidgets.QWidget):
     def _render(self) -> None:
         if self._thumbs.size == 0:
             return
-        img, P = tile(self._thumbs)
-        S = self._thumbs.shape[2]
-        self._cell = P / S  # in view units a tile's content is 1 wide
+        shown = self._thumbs
         if self._log:
             with np.errstate(invalid="ignore"):
-                img = np.log10(np.maximum(img, LOG_FLOOR))  # NaN gaps stay NaN
-            levels = (math.log10(LOG_FLOOR), 0.0)
-        else:
-            levels = (0.0, 1.0)
-        self.image.setImage(img, autoLevels=False, levels=levels)
+                shown = np.log10(np.maximum(shown, LOG_FLOOR))
+        img, P = tile_indexed(shown, self.levels())
+        S = self._thumbs.shape[2]
+        self._cell = P / S  # in view units a tile's content is 1 wide
+        self.image.setImage(img, autoLevels=False, levels=None, lut=self._table)
         L, nh = self._shape
         self.image.setRect(QtCore.QRectF(0, 0, nh * self._cell, L * self._cell))
 
@@ -224,7 +225,12 @@ class HeadGridView(QtWidgets.QWidget):
 
     def set_colormap(self, name: str) -> None:
         self._cmap_name = name
-        self.image.setColorMap(get_colormap(name))
+        self._table = colour_table(get_colormap(name))
+        self.image.setLookupTable(self._table)
+
+    def levels(self) -> tuple[float, float]:
+        """The fixed levels the colours span: probabilities 0..1, or their log10 from LOG_FLOOR."""
+        return (math.log10(LOG_FLOOR), 0.0) if self._log else (0.0, 1.0)
 
     def set_log_scale(self, on: bool) -> None:
         if bool(on) != self._log:
@@ -298,5 +304,5 @@ class HeadGridView(QtWidgets.QWidget):
         L, nh = self._shape
         if not L:
             return QtCore.QSize(520, 520)
-        tile = min(140.0, max(40.0, 720.0 / max(L, nh))) * (1 + GAP)
-        return QtCore.QSize(int(nh * tile + 70), int(L * tile + 90))
+        side = min(140.0, max(40.0, 720.0 / max(L, nh))) * (1 + GAP)
+        return QtCore.QSize(int(nh * side + 70), int(L * side + 90))

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 THUMB = 64  # pixels per thumbnail side, at most
+_HALF_TO_FLOAT = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)  # every float16's value
 GAP = 0.12  # space between tiles, as a fraction of a tile
 
 
@@ -28,7 +29,7 @@ def max_pool(attention: np.ndarray, size: int = THUMB) -> np.ndarray:
         # values, so take the max as uint16. A negative value (sign bit) would win: then redo.
         pooled = _pool(a.view(np.uint16), L, nh, S, S2, k)
         if not (pooled >= 0x8000).any():
-            return pooled.view(np.float16).astype(np.float32)
+            return _HALF_TO_FLOAT[pooled]  # a table lookup: numpy's float16 -> float32 cast is slower
         a = a.astype(np.float32)
     return _pool(a, L, nh, S, S2, k).astype(np.float32)
 
@@ -75,6 +76,35 @@ def thumb_size(n_heads: int) -> int:
     """Thumbnail side for a model of `n_heads` heads: smaller for 1,000 heads, so the grid's
     image (and its redraw) stays a few megapixels."""
     return THUMB if n_heads <= 512 else THUMB // 2
+
+
+GAP_INDEX = 255  # the colour-table entry of the gaps between tiles (transparent)
+
+
+def colour_table(cmap) -> np.ndarray:
+    """(256, 4) uint8 RGBA: entries 0..254 the colormap from low to high, GAP_INDEX transparent."""
+    table = np.zeros((256, 4), dtype=np.uint8)
+    table[:GAP_INDEX] = cmap.getLookupTable(nPts=GAP_INDEX, alpha=True, mode="byte")
+    return table
+
+
+def tile_indexed(thumbs: np.ndarray, levels: tuple[float, float]) -> tuple[np.ndarray, int]:
+    """(L, nh, S, S) values -> one (L * P, nh * P) uint8 image of colour-table indices, the
+    fixed `levels` mapped onto 0..254 and the gaps (and NaN) on GAP_INDEX. Qt draws it as an
+    indexed image as it is: no per-pixel float scaling or transparency pass at each redraw."""
+    lo, hi = levels
+    scale = (GAP_INDEX - 1) / (hi - lo) if hi > lo else 0.0
+    q = (np.asarray(thumbs, dtype=np.float32) - np.float32(lo)) * np.float32(scale) + np.float32(0.5)
+    gaps = np.isnan(q)
+    np.clip(q, 0, GAP_INDEX - 1, out=q)
+    q[gaps] = GAP_INDEX
+    q = q.astype(np.uint8)
+    L, nh, S, S2 = q.shape
+    gap = max(1, round(GAP * S))
+    P = max(S, S2) + gap
+    out = np.full((L * P, nh * P), GAP_INDEX, dtype=np.uint8)
+    out.reshape(L, P, nh, P)[:, :S, :, :S2] = q.transpose(0, 2, 1, 3)  # (L, S, nh, S)
+    return out, P
 
 
 def tile(thumbs: np.ndarray) -> tuple[np.ndarray, int]:

@@ -97,8 +97,36 @@ def test_thumbnails_are_what_is_drawn(grid):
 def test_log_scale(grid):
     grid.set_patterns(patterns())
     grid.set_log_scale(True)
-    assert tuple(grid.image.getLevels()) == pytest.approx((-4.0, 0.0))
-    assert np.nanmax(grid.image.image) <= 0.0
+    assert grid.levels() == pytest.approx((-4.0, 0.0))
+    thumbs = grid.thumbnails()
+    S = thumbs.shape[2]
+    # each pixel is its log10 placed on the fixed levels: -4 -> colour 0, 0 -> colour 254
+    want = np.round((np.log10(np.maximum(thumbs[1, 2], 1e-4)) + 4.0) / 4.0 * 254)
+    P = grid.image.image.shape[0] // thumbs.shape[0]
+    np.testing.assert_array_equal(grid.image.image[P:P + S, 2 * P:2 * P + S], want)
+
+
+def test_the_grid_is_drawn_as_colour_indices_on_fixed_levels_with_transparent_gaps(grid):
+    from transformer_viewer.viewer.views.heatmap_parts import get_colormap
+    from transformer_viewer.viewer.views.thumbnails import GAP_INDEX, colour_table, tile_indexed
+
+    a = patterns()
+    a[0, 1] = np.nan  # a head without a pattern is drawn as a gap, not as a colour
+    grid.set_patterns(a)
+    img = grid.image.image
+    assert img.dtype == np.uint8 and grid.image.levels is None
+    want, P = tile_indexed(grid.thumbnails(), (0.0, 1.0))
+    np.testing.assert_array_equal(img, want)
+    S = grid.thumbnails().shape[2]
+    assert (img[:S, P:P + S] == GAP_INDEX).all() and (img[:, S:P] == GAP_INDEX).all()
+    assert img[:S, :S].max() < GAP_INDEX
+    ramp, _P = tile_indexed(np.linspace(0, 1, 255, dtype=np.float32).reshape(1, 1, 1, 255), (0.0, 1.0))
+    np.testing.assert_array_equal(ramp[0, :255], np.arange(255))  # levels 0..1 span the colours exactly
+    table = colour_table(get_colormap("viridis"))
+    assert table[GAP_INDEX, 3] == 0 and (table[:GAP_INDEX, 3] == 255).all()
+    np.testing.assert_array_equal(grid.image.lut, table)
+    grid.set_colormap("magma")
+    np.testing.assert_array_equal(grid.image.lut, colour_table(get_colormap("magma")))
 
 
 def test_max_pool_float16_fast_path_matches_float32():
