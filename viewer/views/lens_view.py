@@ -38,7 +38,7 @@ from transformer_viewer.viewer.views.parts import (
 WINDOW = 256  # positions a long prompt's lens covers at most
 MIN_WINDOW = 32  # and at least, however large the model
 # Multiply-adds of the unembedding one lens window may cost: GPT-2-small's 13 rows x 256 positions
-# x 50,257 tokens x width 768, about 1 s of GEMM on 2 CPU cores (a new lens asks for this once,
+# x 50,257 tokens x width 768, about 2 s of GEMM on 2 CPU cores (a new lens asks for this once,
 # a head toggle for the rows after the masked layer only).
 LENS_BUDGET = 13 * WINDOW * 50257 * 768
 
