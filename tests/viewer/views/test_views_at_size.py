@@ -201,6 +201,24 @@ def test_the_lens_request_reports_rows_and_stops_when_cancelled(long_session):
         handle_lens(session, LensRequest(text=prompt, mask=mask, window=(0, 20)), lambda *a: None, lambda: True)
 
 
+@pytest.mark.parametrize("layer", [0, 1])
+def test_the_lens_request_lends_clean_rows_and_answers_as_a_full_masked_lens(long_session, layer):
+    from transformer_viewer.viewer.worker.lens import LensRequest, handle_lens
+
+    session, prompt = long_session
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[layer, :3] = True
+    window = (20, 60)
+    r = handle_lens(session, LensRequest(text=prompt, mask=mask, window=window), lambda *a: None, lambda: False)
+    clean = logit_lens(session, session.masked_residuals(), positions=window)
+    full = logit_lens(session, session.masked_residuals(mask), reference_ids=clean.top_ids, positions=window)
+    for name in ("top_ids", "final_ranks", "reference_ids"):
+        np.testing.assert_array_equal(getattr(r.lens, name), getattr(full, name), err_msg=name)
+    for name in ("top_probs", "final_probs", "reference_probs"):
+        np.testing.assert_allclose(getattr(r.lens, name), getattr(full, name), rtol=1e-5, atol=1e-7, err_msg=name)
+    assert not r.diff[: layer + 1].any() and r.diff[layer + 1:].any()  # rows up to the masked layer: the clean ones
+
+
 def test_lens_windows_follow_the_cost_and_hold_the_query():
     from transformer_viewer.viewer.views.lens_view import (
         LENS_BUDGET,
