@@ -39,6 +39,19 @@ class LogitLens:
     def n_tokens(self) -> int:
         return int(self.top_ids.shape[1])
 
+    def columns(self, a: int, b: int) -> LogitLens:
+        """Columns a..b-1 of this lens."""
+        return LogitLens(self.row_labels, *(np.array(x[..., a:b]) for x in self._arrays()))
+
+    def then(self, other: LogitLens) -> LogitLens:
+        """This lens with `other`'s columns after its own (the lens of the joined positions)."""
+        return LogitLens(self.row_labels, *(np.concatenate([x, y], axis=-1)
+                                            for x, y in zip(self._arrays(), other._arrays(), strict=True)))
+
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.top_ids, self.top_probs, self.final_ids, self.final_ranks, self.final_probs,
+                self.reference_ids, self.reference_probs)
+
 
 def lens_labels(n_layer: int) -> tuple[str, ...]:
     return tuple([f"{layer}.pre" for layer in range(n_layer)] + ["final"])

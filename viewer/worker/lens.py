@@ -57,27 +57,45 @@ def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensRe
             progress(offset + done, passes * total, "logit lens…")
         return report
 
-    key = ("lens:clean", window)
-    cached = session.scratch.get("lens:clean")
-    if cached is not None and cached[0] == key:
-        clean = cached[1]
-    else:
-        clean = logit_lens(session, session.masked_residuals(), positions=window, step=step(0))
-        session.scratch["lens:clean"] = (key, clean)
+    def clean_part(a, b):
+        return logit_lens(session, session.masked_residuals(), positions=(a, b), step=step(0))
+
+    clean = _windowed(session.scratch, "lens:clean", (), window, clean_part)
     done = dict(text=request.text, start=window[0], n_tokens=T)
     if not mask.any():
         return LensResult(lens=clean, clean=clean, diff=np.zeros_like(clean.top_probs), mask=mask, **done)
-    key = ("lens:masked", mask.tobytes(), request.ablation, window)
-    cached = session.scratch.get("lens:masked")
-    if cached is not None and cached[0] == key:
-        lens = cached[1]
-    else:
-        # A head in layer l changes resid_pre of layer l + 1 on: rows 0..l are the clean lens's.
-        first = int(np.flatnonzero(mask.any(axis=1))[0])
-        lens = logit_lens(session, session.masked_residuals(mask, request.ablation), reference_ids=clean.top_ids,
-                          positions=window, step=step(rows), known=clean, known_rows=first + 1)
-        session.scratch["lens:masked"] = (key, lens)
+    # A head in layer l changes resid_pre of layer l + 1 on: rows 0..l are the clean lens's.
+    first = int(np.flatnonzero(mask.any(axis=1))[0])
+
+    def masked_part(a, b):
+        part = clean.columns(a - window[0], b - window[0])
+        masked_resid = session.masked_residuals(mask, request.ablation)  # a rerun from layer `first`
+        return logit_lens(session, masked_resid, reference_ids=part.top_ids, positions=(a, b), step=step(rows),
+                          known=part, known_rows=first + 1)
+
+    lens = _windowed(session.scratch, "lens:masked", (mask.tobytes(), request.ablation), window, masked_part)
     return LensResult(lens=lens, clean=clean, diff=lens_diff(clean, lens), mask=mask, **done)
+
+
+def _windowed(scratch: dict, name: str, key: tuple, window: tuple[int, int], compute):
+    """The lens over `window`, from scratch[name] when it holds this `key`: the columns it has
+    are reused and only the others computed (`compute(a, b)`: the lens of positions
+    a..b-1), when they are one run of positions (the window moved); kept for the next ask."""
+    a, b = window
+    lens = None
+    cached = scratch.get(name)
+    if cached is not None and cached[0] == key:
+        (c0, c1), old = cached[1], cached[2]
+        if c0 <= a and b <= c1:  # inside the kept window, which stays kept
+            return old if (c0, c1) == (a, b) else old.columns(a - c0, b - c0)
+        if c0 <= a < c1 < b:  # moved right: the new positions follow the kept ones
+            lens = old.columns(a - c0, c1 - c0).then(compute(c1, b))
+        elif a < c0 < b <= c1:  # moved left
+            lens = compute(a, c0).then(old.columns(0, b - c0))
+    if lens is None:
+        lens = compute(a, b)
+    scratch[name] = (key, window, lens)
+    return lens
 
 
 register_handler(LensRequest, handle_lens)

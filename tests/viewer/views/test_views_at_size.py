@@ -219,6 +219,39 @@ def test_the_lens_request_lends_clean_rows_and_answers_as_a_full_masked_lens(lon
     assert not r.diff[: layer + 1].any() and r.diff[layer + 1:].any()  # rows up to the masked layer: the clean ones
 
 
+def test_a_moved_lens_window_computes_only_its_new_positions(long_session, monkeypatch):
+    from transformer_viewer.model import lens as lens_module
+    from transformer_viewer.viewer.worker.lens import LensRequest, handle_lens
+
+    session, prompt = long_session
+    asked = []
+    real = lens_module.logit_lens
+    monkeypatch.setattr(lens_module, "logit_lens", lambda *a, **k: asked.append(k["positions"]) or real(*a, **k))
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[1, 2] = True
+
+    def lens(window, m=None):
+        return handle_lens(session, LensRequest(text=prompt, mask=m, window=window), lambda *a: None, lambda: False)
+
+    lens((10, 40), mask)
+    assert asked == [(10, 40), (10, 40)]  # clean, then masked
+    asked.clear()
+    right, left = lens((25, 55), mask), lens((5, 35), mask)
+    assert asked == [(40, 55), (40, 55), (5, 25), (5, 25)]  # only the positions the window had not covered
+    asked.clear()
+    inside = lens((10, 30))  # inside the last window, unmasked: nothing to compute
+    assert asked == [] and inside.start == 10 and inside.lens.n_tokens == 20
+    lens((5, 35))  # the window it was cut from is still kept
+    assert asked == []
+    clean = real(session, session.masked_residuals(), positions=(25, 55))
+    full = real(session, session.masked_residuals(mask), reference_ids=clean.top_ids, positions=(25, 55))
+    for got, want in ((right.clean, clean), (right.lens, full), (left.lens.columns(20, 30), full.columns(0, 10))):
+        for name in ("top_ids", "final_ids", "final_ranks", "reference_ids"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+        for name in ("top_probs", "final_probs", "reference_probs"):
+            np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-5, atol=1e-7, err_msg=name)
+
+
 def test_lens_windows_follow_the_cost_and_hold_the_query():
     from transformer_viewer.viewer.views.lens_view import (
         LENS_BUDGET,
