@@ -11,7 +11,9 @@ Timed round-robin in one process (medians), each against its peer in the same ru
   once per layer (before, `lens_by_rows` here), against every layer's rows through each block of
   the head while it is in cache (model/lens_unembed.py);
 - a head toggle's masked lens: every row unembedded, against the clean lens's rows lent up to
-  the masked layer (`logit_lens(..., known=clean, known_rows=l + 1)`).
+  the masked layer (`logit_lens(..., known=clean, known_rows=l + 1)`);
+- the window moved by a click just past its end: the new positions only (the worker keeps the
+  columns it had).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ def build_session(T: int):
                        activation="silu", bias=False, **QWEN)
     model = GPT(config).eval()
     session = Session(LoadedModel(model=model, config=config, format="native", source="<bench>", name="qwen-shape"))
+    # The ids are random, but the lens must read the whole vocabulary, as with Qwen's own
+    # tokenizer (the default one, GPT-2's, would cap it at 50,257 tokens).
+    session.n_vocab = config.vocab_size
     ids = np.random.default_rng(0).integers(0, config.vocab_size, T)
     session.set_tokens(Tokenized(ids=tuple(int(i) for i in ids), labels=tuple("t" for _ in ids),
                                  spans=tuple((i, i + 1) for i in range(T)), text="x" * T))
@@ -70,6 +75,16 @@ def lens_by_rows(session, residuals, positions, reference_ids=None):
             if reference_ids is not None:
                 cells[-1].append(logprobs[positions_, torch.as_tensor(reference_ids[row])].exp().numpy())
     return top, cells
+
+
+def lens_window_start_after_click(size: int) -> int:
+    """How far into the old window the new one starts when the query moves one position past its
+    end (lens_window puts the query three quarters of the way in)."""
+    from transformer_viewer.viewer.views.lens_view import lens_window
+
+    old = lens_window(10 * size, 5 * size, size)
+    new = lens_window(10 * size, old[1], size)
+    return new[0] - old[0]
 
 
 def timed_round_robin(cases: dict, repeat: int) -> dict:
@@ -103,6 +118,7 @@ def main() -> int:
     old = (T - WINDOW_BY_VOCABULARY, T)
     new = (T - new_w, T)
     layer = L // 2
+    moved = lens_window_start_after_click(new_w)  # positions a moved window adds
     mask = np.zeros((L, QWEN["n_head"]), dtype=bool)
     mask[layer, 3] = True
     clean_old, clean_new = logit_lens(s, positions=old), logit_lens(s, positions=new)
@@ -121,6 +137,9 @@ def main() -> int:
             s, res, reference_ids=clean_new.top_ids, positions=new),
         f"masked lens, {new_w} positions, clean rows 0..{layer} lent (now)": lambda: logit_lens(
             s, res, reference_ids=clean_new.top_ids, positions=new, known=clean_new, known_rows=layer + 1),
+        # a click just past the window's end moves it by a quarter: only those positions are new
+        f"clean lens of a window moved by a quarter: its {moved} new positions (now)": lambda: logit_lens(
+            s, positions=(T - moved, T)),
     }
     got = timed_round_robin(cases, args.repeat)
     print(f"\n{platform.processor() or platform.machine()}, torch {torch.__version__}, threads {args.threads}, "

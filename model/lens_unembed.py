@@ -3,10 +3,10 @@ over blocks of the vocabulary, keeping per row only what the lens reports.
 
 A lens of a large model is bound by reading the head, not by arithmetic: at a 152k vocabulary
 and width 896 the head is 545 MB, and unembedding one layer's 37 positions at a time reads all
-of it for 37 rows, once per layer. Here every layer's rows go through each (VOCAB_BLOCK, C)
-block of the head while it is in cache, and each (N, VOCAB_BLOCK) block of logits is reduced
-at once: its max and argmax, its log-sum-exp (combined over blocks at the end), the count of
-logits above each row's final-token logit, and the logits of the asked tokens.
+of it for 37 rows, once per layer. Here every layer's rows go through each block of the head
+while it is in cache, and each (N, block) slice of logits is reduced at once: its max and
+argmax, its log-sum-exp (combined over blocks at the end), the count of logits above each row's
+final-token logit, and the logits of the asked tokens.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch
 
 from transformer_viewer.model.linear import linear
 
-VOCAB_BLOCK = 4096  # vocabulary rows of the head read at once
+VOCAB_BLOCK = 4096  # vocabulary rows of the head read at once, at least
+LOGITS_BLOCK = 1 << 22  # logits per block (16 MB): few rows take a wider slice of the vocabulary
 ROW_BLOCK = 2048  # residual rows unembedded together, at most: a (2048, 4096) block of logits is 32 MB
 
 
@@ -46,7 +47,10 @@ def lens_cells(model, x: torch.Tensor, n_vocab: int, final_ids: np.ndarray | Non
     the head (it may raise to stop)."""
     N = x.shape[0]
     parts = []
-    n_blocks = -(-n_vocab // VOCAB_BLOCK) * -(-N // ROW_BLOCK)
+    # Each reduction over a block is one parallel region: on a busy CPU waking its threads costs
+    # milliseconds, so a few rows (a moved window, the final row) take few, wide blocks.
+    width = max(VOCAB_BLOCK, LOGITS_BLOCK // max(1, min(N, ROW_BLOCK)))
+    n_blocks = -(-n_vocab // width) * -(-N // ROW_BLOCK)
     done = 0
 
     def counted():
@@ -58,11 +62,11 @@ def lens_cells(model, x: torch.Tensor, n_vocab: int, final_ids: np.ndarray | Non
     for n0 in range(0, N, ROW_BLOCK):
         n1 = min(N, n0 + ROW_BLOCK)
         parts.append(_cells(model, x[n0:n1], n_vocab, None if final_ids is None else final_ids[n0:n1],
-                            None if reference is None else reference[n0:n1], counted))
+                            None if reference is None else reference[n0:n1], width, counted))
     return RowCells(*(np.concatenate(a) for a in zip(*parts, strict=True)))
 
 
-def _cells(model, x: torch.Tensor, V: int, final_ids, reference, counted):
+def _cells(model, x: torch.Tensor, V: int, final_ids, reference, width: int, counted):
     h = model.hook_final(model.ln_f(x))  # (N, C)
     w = model.lm_head.weight[:V]  # (V, C)
     bias = model.lm_head.bias
@@ -82,10 +86,10 @@ def _cells(model, x: torch.Tensor, V: int, final_ids, reference, counted):
         # on the gathered head rows (each row's own column is checked again below).
         uniq, inverse = torch.unique(asked["final"], return_inverse=True)
         threshold = logits(uniq).gather(1, inverse[:, None])[:, 0]  # (N,)
-    starts = range(0, V, VOCAB_BLOCK)
+    starts = range(0, V, width)
     lse = torch.empty(len(starts), N, device=dev)  # (blocks, N)
     for j, v0 in enumerate(starts):
-        v1 = min(V, v0 + VOCAB_BLOCK)
+        v1 = min(V, v0 + width)
         block = logits(slice(v0, v1))  # (N, v1 - v0)
         top, arg = block.max(dim=1)
         better = top > best  # strictly: the first of equal maxima wins, as argmax

@@ -158,6 +158,7 @@ def test_lens_cells_over_uneven_blocks_match_a_softmax_of_each_row(monkeypatch):
     ref = rng.integers(0, s.n_vocab, N)
     monkeypatch.setattr(lens_unembed, "ROW_BLOCK", 5)
     monkeypatch.setattr(lens_unembed, "VOCAB_BLOCK", 999)
+    monkeypatch.setattr(lens_unembed, "LOGITS_BLOCK", 0)  # blocks of VOCAB_BLOCK tokens, however few rows
     seen = []
     cells = lens_unembed.lens_cells(s.model, x, s.n_vocab, final, ref, step=lambda d, n: seen.append((d, n)))
     rows = torch.arange(N)
