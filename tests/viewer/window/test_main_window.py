@@ -343,6 +343,24 @@ def test_busy_indicator_shows_only_for_slow_work(qtbot, window):
     assert not status.progress.isVisible()
 
 
+def test_a_progress_message_goes_when_the_work_ends_and_others_stay(window):
+    from types import SimpleNamespace
+
+    from transformer_viewer.viewer.worker.requests import Progress
+
+    status = window.status
+    status.set_busy(True)
+    status.show_progress(Progress(SimpleNamespace(kind="mlp-activations"), 0, 1, "MLP activations of layer 0…"))
+    assert status.currentMessage() == "MLP activations of layer 0…"
+    status.set_busy(False)
+    assert status.currentMessage() == ""
+    status.set_busy(True)
+    status.show_progress(Progress(SimpleNamespace(kind="trace"), 0, 1, "running…"))
+    status.showMessage("a warning the user should read", 10000)
+    status.set_busy(False)
+    assert status.currentMessage() == "a warning the user should read"
+
+
 def test_status_bar_shows_model_params_device_and_time(window):
     s = window.status
     assert "tiny.safetensors" in s.model_label.text()
