@@ -58,6 +58,15 @@ class OverviewPooler:
         if self.direct is None:
             self.max = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device)
         self.sum = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device) if self.cell > 1 else None
+        self._scratch: torch.Tensor | None = None  # row-pooled max and sum of a block, reused
+
+    def _row_pooled(self, shape: tuple[int, int, int], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two (nh, k, b) buffers for a block's row-pooled max and sum. Reused from block to
+        block: fresh ones (half a megabyte each at 1,024 tokens) are page-faulted in every time."""
+        n = math.prod(shape)
+        if self._scratch is None or self._scratch.numel() < 2 * n or self._scratch.dtype != like.dtype:
+            self._scratch = like.new_empty(2 * max(n, shape[0] * (-(-96 // self.cell)) * self.T))
+        return self._scratch[:n].view(shape), self._scratch[n:2 * n].view(shape)
 
     def __call__(self, first_row: int, rows: torch.Tensor) -> None:
         rows = rows[0]  # (nh, r, b)
@@ -79,7 +88,10 @@ class OverviewPooler:
         if hi > lo:
             k = (hi - lo) // w
             body = rows[:, lo - a:hi - a].unflatten(1, (k, w))  # (nh, k, w, b), a view
-            self._pool_columns(lo // w, body.amax(dim=2), body.sum(dim=2), whole=True)
+            row_max, row_sum = self._row_pooled((rows.shape[0], k, b), rows)
+            torch.amax(body, dim=2, out=row_max)
+            torch.sum(body, dim=2, out=row_sum)
+            self._pool_columns(lo // w, row_max, row_sum, whole=True)
         for r0, r1 in ((a, lo), (hi, e)):
             if r1 > r0:
                 part = rows[:, r0 - a:r1 - a]  # (nh, r1 - r0, b), inside one row cell
