@@ -37,6 +37,19 @@ def cell_counts(T: int, cell: int) -> np.ndarray:
     return counts
 
 
+class PoolScratch:
+    """One flat buffer, grown when asked for more, that the poolers of one capture share."""
+
+    def __init__(self):
+        self._flat: torch.Tensor | None = None
+
+    def get(self, n: int, like: torch.Tensor) -> torch.Tensor:
+        f = self._flat
+        if f is None or f.numel() < n or f.dtype != like.dtype or f.device != like.device:
+            self._flat = f = like.new_empty(n)
+        return f[:n]
+
+
 class OverviewPooler:
     """Accumulates one layer's overview from the blocks of pattern rows the attention computes.
 
@@ -46,7 +59,8 @@ class OverviewPooler:
     when a cell is one token).
     """
 
-    def __init__(self, n_head: int, T: int, device, max_cells: int = MAX_CELLS, out: np.ndarray | None = None):
+    def __init__(self, n_head: int, T: int, device, max_cells: int = MAX_CELLS, out: np.ndarray | None = None,
+                 scratch: PoolScratch | None = None):
         self.T = T
         self.cell = cell_size(T, max_cells)
         self.n = n_cells(T, max_cells)
@@ -58,15 +72,18 @@ class OverviewPooler:
         if self.direct is None:
             self.max = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device)
         self.sum = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device) if self.cell > 1 else None
-        self._scratch: torch.Tensor | None = None  # row-pooled max and sum of a block, reused
+        # Row-pooled max and sum of one block, in a buffer reused from block to block (fresh
+        # ones, half a megabyte each at 1,024 tokens, are page-faulted in every time) and shared
+        # by the layers' poolers, which never run at once.
+        self.scratch = scratch if scratch is not None else PoolScratch()
 
     def _row_pooled(self, shape: tuple[int, int, int], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Two (nh, k, b) buffers for a block's row-pooled max and sum. Reused from block to
-        block: fresh ones (half a megabyte each at 1,024 tokens) are page-faulted in every time."""
+        """Two (nh, k, b) buffers for a block's row-pooled max and sum."""
         n = math.prod(shape)
-        if self._scratch is None or self._scratch.numel() < 2 * n or self._scratch.dtype != like.dtype:
-            self._scratch = like.new_empty(2 * max(n, shape[0] * (-(-96 // self.cell)) * self.T))
-        return self._scratch[:n].view(shape), self._scratch[n:2 * n].view(shape)
+        # Sized for the largest block at once (k <= 96 / cell rows, b <= T): grown block by
+        # block it would be reallocated at every block.
+        flat = self.scratch.get(2 * max(n, shape[0] * -(-96 // self.cell) * self.T), like)
+        return flat[:n].view(shape), flat[n:2 * n].view(shape)
 
     def __call__(self, first_row: int, rows: torch.Tensor) -> None:
         rows = rows[0]  # (nh, r, b)
