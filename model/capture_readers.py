@@ -51,7 +51,9 @@ def overview_poolers(n_head: int, T: int, layers, device, arrays: dict[str, np.n
     if keep_full and cell_size(T) == 1:
         return {}
     scratch = PoolScratch()  # the layers run one after another: one buffer serves them all
-    return {layer: OverviewPooler(n_head, T, device, out=arrays["overview_max"][layer], scratch=scratch)
+    mean_name = "overview_max" if cell_size(T) == 1 else "overview_mean"  # one token: the mean is the max
+    return {layer: OverviewPooler(n_head, T, device, out=arrays["overview_max"][layer], scratch=scratch,
+                                  mean_out=arrays[mean_name][layer])
             for layer in layers}
 
 
