@@ -111,7 +111,7 @@ def test_the_app_reads_the_budget_from_the_environment(monkeypatch):
 
 
 def test_the_app_shows_a_capture_too_large_and_stays_usable(qtbot, tmp_path, tiny_ckpt, monkeypatch, dialogs, loaded):
-    budget = Session(loaded, keep_full=True).estimate_bytes(20)  # the app's session keeps full arrays
+    budget = Session(loaded).estimate_bytes(20)  # the app's session keeps overviews and summaries
     monkeypatch.setenv(handlers.MEMORY_BUDGET_ENV, str(budget / 2**20))
     window = new_window(qtbot, tmp_path, tiny_ckpt, prompt="short prompt")
     st = window.state

@@ -1,10 +1,9 @@
-"""Sessions that keep no full arrays (only pooled overviews and summaries), for the views that
-must draw without them: a worker session, a state holding its traces, and a window fixture."""
+"""Sessions that keep no full arrays (only pooled overviews and summaries), as the app's worker
+session does: a worker session and a state holding its traces."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.helpers.models import scaled_init_loaded
 from transformer_viewer.model.config import GPTConfig
@@ -37,15 +36,3 @@ def traced_state(session, text: str = LONG_PROMPT, mask=None):
 def no_mask(session) -> np.ndarray:
     c = session.config
     return np.zeros((c.n_layer, c.n_head), dtype=bool)
-
-
-@pytest.fixture
-def compact_window(monkeypatch):
-    """Windows built after this load their models into sessions without full arrays. The MLP
-    view is left out: it draws full activations from the trace until it asks the worker."""
-    from transformer_viewer.viewer.window import main_window
-    from transformer_viewer.viewer.worker import handlers
-
-    base = handlers.WorkerSession
-    monkeypatch.setattr(handlers, "WorkerSession", lambda loaded, **kw: base(loaded, **{**kw, "keep_full": False}))
-    monkeypatch.setattr(main_window, "VIEWS", tuple(v for v in main_window.VIEWS if v.title != "MLP neurons"))

@@ -93,7 +93,7 @@ def run(args) -> int:
         if value is not None and not 0 <= value < top:
             raise ModelError(f"--{name} {value} does not exist; the model has {name}s 0..{top - 1}")
     mask = parse_mask_spec(args.mask, c.n_layer, c.n_head)
-    session = WorkerSession(loaded, keep_full=True)  # the views draw the full arrays
+    session = WorkerSession(loaded)  # views ask for full patterns and activations as they draw
 
     app = _qt_app()
     bar = _ProgressBar()

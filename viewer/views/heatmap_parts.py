@@ -52,7 +52,8 @@ def pick_levels(m: np.ndarray, levels, diverging: bool) -> tuple[float, float]:
     else:
         lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
     if not hi > lo:
-        hi = lo + 1e-6
+        # A constant matrix: a diverging one (all zero) keeps zero at the neutral middle colour.
+        lo, hi = (lo - 1e-6, hi + 1e-6) if diverging else (lo, lo + 1e-6)
     return lo, hi
 
 

@@ -31,6 +31,7 @@ class ViewEntry:
     export_name: str | None = None  # `export --view NAME`; None: not exportable
     export_size: tuple[int, int] | None = (900, 820)  # layout size for export; None: the widget's sizeHint
     configure: Callable | None = None  # configure(view, args): apply the export command's arguments
+    needs_trace: bool = False  # a middle tab that draws from the trace: covered by a message until one exists
 
     def __post_init__(self) -> None:
         if self.place not in PLACES:
@@ -113,17 +114,17 @@ VIEWS: tuple[ViewEntry, ...] = (
     ViewEntry("Head mask", f"{_V}.mask_grid:MaskGrid", "left"),
     ViewEntry("Next token", f"{_V}.logits_panel:LogitsPanel", "right"),
     ViewEntry("Residual stream", f"{_V}.residual_view:ResidualView", "tab", export_name="residual",
-              export_size=(1400, 480), configure=_configure_residual),
+              export_size=(1400, 480), configure=_configure_residual, needs_trace=True),
     ViewEntry("MLP neurons", f"{_V}.mlp_view:MLPView", "tab", uses_worker=True, export_name="mlp",
-              export_size=(1100, 760), configure=_configure_mlp),
+              export_size=(1100, 760), configure=_configure_mlp, needs_trace=True),
     ViewEntry("Logit lens", f"{_V}.lens_view:LensView", "tab", uses_worker=True, export_name="logit-lens",
-              export_size=(1300, 520), configure=_configure_lens),
+              export_size=(1300, 520), configure=_configure_lens, needs_trace=True),
     ViewEntry("Head scan", f"{_V}.scan_view:ScanView", "tab", uses_worker=True, export_name="scan",
               export_size=(760, 560), configure=_configure_scan),
     ViewEntry("Attention diff", f"{_V}.diff_view:AttentionDiffView", "tab", uses_worker=True, export_name="diff",
-              configure=_configure_diff),
+              configure=_configure_diff, needs_trace=True),
     ViewEntry("Head attribution", f"{_V}.attribution_view:AttributionView", "tab", uses_worker=True,
-              export_name="attribution", export_size=(760, 560)),
+              export_name="attribution", export_size=(760, 560), needs_trace=True),
     ViewEntry("Continue", f"{_V}.generate_control:GenerateControl", "right-below", uses_worker=True),
 )
 

@@ -14,12 +14,14 @@ import os
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
+from transformer_viewer.viewer.views.registry import VIEWS
+
 LOADING = "loading the model\u2026"
 NO_MODEL = "no model loaded: open a checkpoint from the File menu"
 TYPE_A_PROMPT = "type a prompt"
 RUNNING = "running the prompt\u2026"
 # The tabs beside the heatmap that draw from the trace (the head scan runs on request).
-TRACE_TABS = ("Residual stream", "MLP neurons", "Logit lens", "Attention diff")
+TRACE_TABS = tuple(v.title for v in VIEWS if v.needs_trace)
 
 
 class EmptyState(QLabel):

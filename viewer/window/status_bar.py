@@ -26,6 +26,7 @@ class StatusBar(QStatusBar):
         self.cancel_button.clicked.connect(self._cancel)
         self.cancel_button.hide()
         self._progress_kind: str | None = None
+        self._progress_text = ""  # the message the last progress step showed
         for w in (self.progress, self.cancel_button, self.model_label, self.params_label,
                   self.device_label, self.forward_label):
             self.addPermanentWidget(w)
@@ -74,6 +75,9 @@ class StatusBar(QStatusBar):
             self.progress.hide()
             self.cancel_button.hide()
             self._progress_kind = None
+            if self._progress_text and self.currentMessage() == self._progress_text:
+                self.clearMessage()  # "computing…" is over; other messages keep their own timeout
+            self._progress_text = ""
 
     def _show_busy(self) -> None:
         self.progress.setRange(0, 0)  # indeterminate until a handler reports numbers
@@ -82,6 +86,7 @@ class StatusBar(QStatusBar):
     def show_progress(self, progress) -> None:
         if progress.text:
             self.showMessage(progress.text, 5000)
+            self._progress_text = progress.text
         self._progress_kind = progress.request.kind
         if progress.total > 0:
             self.progress.setRange(0, 1000)

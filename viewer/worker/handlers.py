@@ -117,8 +117,8 @@ def handle_load(_session, request: LoadRequest, progress, _is_cancelled) -> NewS
     device, warning = resolve_device_with_fallback(request.device)
     loaded = load_checkpoint(path, device=device, n_head=request.n_head)
     budget, budget_warning = memory_budget()
-    # The views still draw full patterns and activations from the trace itself.
-    session = WorkerSession(loaded, memory_budget=budget, keep_full=True)
+    # Traces keep overviews and summaries; full patterns and activations are fetched on demand.
+    session = WorkerSession(loaded, memory_budget=budget)
     warning = "; ".join(w for w in (warning, budget_warning) if w) or None
     return NewSession(session, LoadResult(session.info(), warning))
 

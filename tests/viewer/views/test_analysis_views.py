@@ -16,6 +16,7 @@ from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.generate import generate
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.lens import logit_lens
+from transformer_viewer.model.on_demand import head_pattern, mlp_activations
 from transformer_viewer.model.scan import head_scan
 from transformer_viewer.model.session import Session
 from transformer_viewer.model.tokenizer import Tokenizer
@@ -78,6 +79,16 @@ def set_mask(qtbot, w, *heads):
     qtbot.waitUntil(idle_and(w, lambda: np.array_equal(w.state.trace.mask, mask)), timeout=WAIT_MS)
 
 
+def shown_activations(qtbot, window, layer, *traces):
+    """Show the MLP view and wait for the (T, n_mlp) activations of `layer` in `traces`, which it
+    asks the worker for (a trace keeps per-neuron summaries only)."""
+    st = window.state
+    window.show_view("MLP neurons")
+    qtbot.waitUntil(idle_and(window, lambda: all(st.layer_activations(t, layer) is not None for t in traces)),
+                    timeout=WAIT_MS)
+    return [st.layer_activations(t, layer).astype(np.float32) for t in traces]
+
+
 def raw_norms(ckpt, prompt, mask=None):
     """Residual norms recomputed from raw activations, without the capture code."""
     from transformer_viewer.model.interventions import head_mask_hooks
@@ -132,11 +143,15 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
     assert trace is not clean
     np.testing.assert_array_equal(a.residual.matrix(), trace.resid_norms - clean.resid_norms)
     assert not np.any(a.residual.matrix()[:2]) and np.all(np.any(a.residual.matrix()[2:], axis=1))  # from 0.mid on
-    want = trace.attention[1, 0].astype(np.float32) - clean.attention[1, 0].astype(np.float32)
-    np.testing.assert_array_equal(a.diff.matrix(), want)
-    assert np.any(want)
+    session = window.worker.worker.session  # idle: the worker's own recompute, as its views get it
+    want = head_pattern(session, trace, 1, 0) - head_pattern(session, clean, 1, 0)
+    # Drawn from the traces' float16 overviews (one cell per token at this length): 2 roundings.
+    np.testing.assert_allclose(a.diff.matrix(), want, atol=2 ** -11)
+    assert np.abs(want).max() > 1e-3
+    acts, clean_acts = shown_activations(qtbot, window, 1, trace, clean)
+    np.testing.assert_array_equal(acts, mlp_activations(session, trace, 1))
     order = a.mlp.order()
-    want_mlp = (trace.mlp_post[1].astype(np.float32) - clean.mlp_post[1].astype(np.float32)).T[order]
+    want_mlp = (acts - clean_acts).T[order]
     np.testing.assert_array_equal(a.mlp.matrix(), want_mlp)
     window.show_view("Logit lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
@@ -175,7 +190,7 @@ def test_mlp_view_sorting_top_list_and_neuron_selection(window, qtbot):
 
     a, st = analysis_views(window), window.state
     st.set_selection(layer=1, query=5)
-    acts = st.trace.mlp_post[1].astype(np.float32).T  # (n_mlp, T)
+    acts = shown_activations(qtbot, window, 1, st.trace)[0].T  # (n_mlp, T)
     a.mlp.set_sort("token")
     assert a.mlp.order()[0] == int(np.argmax(acts[:, 5]))
     assert np.all(np.diff(a.mlp.matrix()[:, 5]) <= 0)
@@ -189,7 +204,7 @@ def test_mlp_view_sorting_top_list_and_neuron_selection(window, qtbot):
     a.mlp._on_table_click(2, 0)
     assert st.neuron == top[2][0]
     values, _ = chip_values(st, "neuron")
-    np.testing.assert_array_equal(values, st.trace.mlp_post[1, :, top[2][0]].astype(np.float32))
+    np.testing.assert_array_equal(values, acts[top[2][0]])
     assert window.token_strip.mode == "neuron"
 
 
@@ -266,6 +281,7 @@ def test_continue_appends_greedy_tokens_and_views_cover_them(window, qtbot, ckpt
     qtbot.waitUntil(idle_and(window, lambda: st.trace.text == st.prompt), timeout=WAIT_MS)
     assert window.prompt_editor.text() == st.prompt
     T = st.trace.n_tokens
+    shown_activations(qtbot, window, st.layer, st.trace)
     assert a.residual.matrix().shape[1] == T and a.mlp.matrix().shape[1] == T
     # sampled with a seed: the same seed, the same continuation
     a.generate.mode_combo.setCurrentIndex(1)
@@ -279,6 +295,7 @@ def test_views_export_png_svg_npy_csv(window, qtbot, tmp_path):
     from transformer_viewer.viewer.export import read_csv_matrix
 
     a = analysis_views(window)
+    shown_activations(qtbot, window, window.state.layer, window.state.trace)
     window.show_view("Logit lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
     for name, view in (("residual", a.residual), ("mlp", a.mlp), ("lens", a.lens), ("diff", a.diff)):
@@ -328,7 +345,8 @@ def test_export_cli_views(ckpt, tmp_path, capsys, qapp):
 
     m, rows, _ = read_csv_matrix(tmp_path / "m.csv")
     assert rows == ["n0", "n1", "n2", "n3", "n4"]
-    np.testing.assert_allclose(m, clean.mlp_post[1, :, :5].astype(np.float32).T, rtol=1e-6)
+    # The export recomputes the layer in float32, as the window's MLP view does.
+    np.testing.assert_allclose(m, mlp_activations(ref, clean, 1)[:, :5].T, rtol=1e-6, atol=1e-7)
     export("logit-lens", tmp_path / "l.npy")
     ref.run()
     np.testing.assert_array_equal(np.load(tmp_path / "l.npy"), logit_lens(ref).top_probs)

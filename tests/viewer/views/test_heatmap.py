@@ -117,6 +117,9 @@ def test_diverging_levels_are_symmetric(view):
     view.set_data(m, ("a", "b"), ("a", "b"), levels=None, diverging=True)
     assert view.levels() == pytest.approx((-0.5, 0.5))
     assert view.colormap_name() == "CET-D1"
+    view.set_data(np.zeros((2, 2), dtype=np.float32), ("a", "b"), ("a", "b"), levels=None, diverging=True)
+    lo, hi = view.levels()
+    assert lo == -hi and hi > 0  # an all-zero difference shows the neutral middle colour
 
 
 def test_highlight_and_reset(view):

@@ -1,4 +1,4 @@
-"""The window on sessions that keep only pooled overviews: a 16k-token prompt loads, zooms (a
+"""The window, whose worker session keeps only pooled overviews: a 16k-token prompt loads, zooms (a
 full-resolution tile arrives and is drawn) and toggles a head without stalling the GUI thread;
 and the selected head's full pattern exports as .npy through the worker."""
 
@@ -8,12 +8,10 @@ import numpy as np
 import pytest
 
 from tests.hardening.test_responsiveness import STALL_LIMIT_S, Heartbeat, overloaded
-from tests.helpers.compact import compact_window  # noqa: F401 - a fixture
 from tests.helpers.window import PROMPT, make_checkpoint, new_window, wait_idle
 from transformer_viewer.model.on_demand import head_pattern, pattern_tile
 
 LONG_T = 16384
-pytestmark = pytest.mark.usefixtures("compact_window")
 
 
 @pytest.fixture(scope="module")

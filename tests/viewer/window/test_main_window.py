@@ -11,6 +11,7 @@ from PySide6.QtGui import QDropEvent
 from tests.helpers.window import PROMPT, mask_of, new_window, reference_session, wait_idle
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.on_demand import mlp_activations
 from transformer_viewer.model.tokenizer import Tokenizer
 from transformer_viewer.viewer.views.logits_panel import compare, token_label
 from transformer_viewer.viewer.window import actions as window_actions
@@ -37,7 +38,9 @@ def test_typing_a_prompt_updates_tokens_and_heatmap(qtbot, window):
     T = len(expected.ids)
     matrix = window.attention.matrix()
     assert matrix.shape == (T, T)
-    np.testing.assert_array_equal(matrix, window.state.trace.attention[0, 0].astype(np.float32))
+    # A trace keeps float16 overviews (one cell per token at this length): the reference's pattern.
+    ref = reference_session(window.state.model_info.source, "Hello there, general").run()
+    np.testing.assert_array_equal(matrix, ref.attention[0, 0].astype(np.float32))
     assert window.attention.row_labels() == expected.labels
     assert window.head_grid.matrix().shape == (2, 4, T, T)
 
@@ -222,7 +225,7 @@ def test_loading_another_model_resets_the_mask_shape(qtbot, window, other_ckpt):
     window.load(other_ckpt)
     wait_idle(qtbot, window, lambda: window.state.model_info.n_layer == 3 and window.state.trace is not None)
     assert window.state.mask.shape == (3, 2) and not window.state.mask.any()
-    assert window.state.trace.attention.shape[:2] == (3, 2)
+    assert window.state.trace.overview_max.shape[:2] == (3, 2)
     assert "other.safetensors" in window.status.model_label.text()
     assert window.actions_.recent()[0].endswith("other.safetensors")
     assert window.actions_.recent_menu.actions()[0].toolTip().endswith("other.safetensors")
@@ -252,7 +255,8 @@ def test_keyboard_moves_layer_and_head(qtbot, window):
     assert st.layer == 1
     qtbot.keyClick(target, Qt.Key_Left)
     assert st.head == 0
-    np.testing.assert_array_equal(window.attention.matrix(), st.trace.attention[1, 0].astype(np.float32))
+    ref = reference_session(st.model_info.source, st.trace.text).run()
+    np.testing.assert_array_equal(window.attention.matrix(), ref.attention[1, 0].astype(np.float32))
     assert window.head_grid.selected() == (1, 0) and window.mask_grid.canvas.selected == (1, 0)
     # in the prompt editor the arrows move the cursor, not the selection
     window.prompt_editor.edit.setFocus()
@@ -339,6 +343,24 @@ def test_busy_indicator_shows_only_for_slow_work(qtbot, window):
     assert not status.progress.isVisible()
 
 
+def test_a_progress_message_goes_when_the_work_ends_and_others_stay(window):
+    from types import SimpleNamespace
+
+    from transformer_viewer.viewer.worker.requests import Progress
+
+    status = window.status
+    status.set_busy(True)
+    status.show_progress(Progress(SimpleNamespace(kind="mlp-activations"), 0, 1, "MLP activations of layer 0…"))
+    assert status.currentMessage() == "MLP activations of layer 0…"
+    status.set_busy(False)
+    assert status.currentMessage() == ""
+    status.set_busy(True)
+    status.show_progress(Progress(SimpleNamespace(kind="trace"), 0, 1, "running…"))
+    status.showMessage("a warning the user should read", 10000)
+    status.set_busy(False)
+    assert status.currentMessage() == "a warning the user should read"
+
+
 def test_status_bar_shows_model_params_device_and_time(window):
     s = window.status
     assert "tiny.safetensors" in s.model_label.text()
@@ -361,11 +383,15 @@ def test_token_tooltip_and_colour_modes(qtbot, window):
     assert "surprisal" in legend
     values, _ = chip_values(st, "attention")
     q = st.query_index
-    np.testing.assert_allclose(values[: q + 1], trace.attention[st.layer, st.head, q, : q + 1].astype(np.float32))
+    ref_session = reference_session(st.model_info.source, trace.text)
+    ref = ref_session.run()
+    np.testing.assert_allclose(values[: q + 1], ref.attention[st.layer, st.head, q, : q + 1].astype(np.float32))
     st.set_neuron(5)
     assert strip.mode == "neuron"
+    # A trace keeps per-neuron summaries; choosing a neuron fetches the layer's activations.
+    wait_idle(qtbot, window, lambda: st.layer_activations(trace, st.layer) is not None)
     values, legend = chip_values(st, "neuron")
-    np.testing.assert_allclose(values, trace.mlp_post[st.layer, :, 5].astype(np.float32))
+    np.testing.assert_allclose(values, mlp_activations(ref_session, ref, st.layer)[:, 5], rtol=1e-6, atol=1e-6)
     assert "neuron 5" in legend
 
 
