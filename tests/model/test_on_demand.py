@@ -346,3 +346,30 @@ def test_pattern_rows_in_a_reused_buffer_equal_fresh_tensors(window, cap):
         got = pattern_rows(qh, kh, a, b, window, cap, out=rows, scores=rows)
         assert got.data_ptr() == flat.data_ptr()
         assert torch.equal(got, pattern_rows(qh, kh, a, b, window, cap))
+
+
+def test_a_pooler_with_its_outputs_writes_them_after_the_last_block_and_frees_its_sums():
+    """A capture holds one layer's float32 accumulators at a time: none before a layer's first
+    block, none after its last (the overview is written then)."""
+    from transformer_viewer.model.attention_kernels import query_blocks
+    from transformer_viewer.model.overview import OverviewPooler
+
+    T = 1000
+    full = torch.rand(3, T, T, generator=torch.Generator().manual_seed(2)).tril_()  # (nh, T, T)
+    n = (T + 3) // 4
+    mx, mean = np.full((3, n, n), np.nan, np.float16), np.full((3, n, n), np.nan, np.float16)
+    pooler = OverviewPooler(3, T, "cpu", out=mx, mean_out=mean)
+    assert pooler.max is None and pooler.sum is None
+    blocks = query_blocks(T)
+    for a, b in blocks[:-1]:
+        pooler(a, full[None, :, a:b, :b])
+    assert pooler.max is not None and np.isnan(mx).all()
+    a, b = blocks[-1]
+    pooler(a, full[None, :, a:b, :b])
+    assert pooler.max is None and pooler.sum is None
+    want_max, want_mean = pool_pattern(full.numpy())
+    np.testing.assert_array_equal(mx, want_max.astype(np.float16))
+    np.testing.assert_allclose(mean.astype(np.float32), want_mean, rtol=1e-3, atol=1e-6)
+    again = np.zeros_like(mx), np.zeros_like(mean)
+    pooler.finish(*again)  # already written and freed: the capture's own finish is a no-op
+    assert not again[0].any() and not again[1].any()
