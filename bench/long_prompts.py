@@ -9,6 +9,11 @@ heads, width 576, MLP 1536, vocabulary 49,152), Hugging Face's LlamaForCausalLM 
 with eager attention and `output_attentions=True` under an address-space cap (it needs the
 (L, nh, T, T) patterns at once; its peak, or that it died at the cap, is reported). Then
 GPT-2-small at 1,024 tokens, ours against Hugging Face, through memory_probe.py.
+
+After our capture, on demand in a middle layer: one head's whole pattern (the first with the
+layer's queries and keys recomputed, then other heads of the layer with them cached), and
+512 x 512 tiles on the diagonal at the start, the middle and the end of the prompt, each cold
+(another layer: its queries and keys recomputed) and warm (another head of that layer).
 """
 
 from __future__ import annotations
@@ -59,13 +64,14 @@ def probe_ours(T: int, threads: int) -> dict:
     gc.collect()
     base = memory_probe.psutil.Process().memory_info().rss
     memory_probe._reset_hwm()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trace = session.run()
-    capture_s = time.perf_counter() - t0
+    capture_s, capture_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     peak = memory_probe._hwm()
-    out = {"tool": "ours", "tokens": T, "increase": peak - base, "capture_s": capture_s, "trace_bytes": trace.nbytes,
+    out = {"tool": "ours", "tokens": T, "increase": peak - base, "capture_s": capture_s,
+           "capture_cpu_s": capture_cpu_s, "trace_bytes": trace.nbytes,
            "estimate": session.estimate_bytes(T)}
-    layer, head = config.n_layer - 1, 4
+    layer, head = config.n_layer // 2, 4
     t0 = time.perf_counter()
     head_pattern(session, trace, layer, head)
     out["pattern_first_ms"] = (time.perf_counter() - t0) * 1000  # includes the layer's queries and keys
@@ -74,13 +80,19 @@ def probe_ours(T: int, threads: int) -> dict:
         t0 = time.perf_counter()
         head_pattern(session, trace, layer, h)
         times.append((time.perf_counter() - t0) * 1000)
-    out["pattern_ms"] = statistics.median(times)
-    tiles = []
-    for r0 in (0, T // 2, T - 512):
-        t0 = time.perf_counter()
-        pattern_tile(session, trace, layer, head, (r0, r0 + 512), (max(0, r0 - 256), max(0, r0 - 256) + 512))
-        tiles.append((time.perf_counter() - t0) * 1000)
-    out["tile_ms"] = statistics.median(tiles)
+    out["pattern_ms"] = statistics.median(times)  # the layer's queries and keys cached
+    for name, r0 in (("start", 0), ("middle", T // 2 - 256), ("end", T - 512)):
+        cold, warm = [], []
+        for h in (0, 1, 2):
+            session.recompute_cache.clear()  # as for a tile of another layer: its q/k recomputed
+            t0 = time.perf_counter()
+            pattern_tile(session, trace, layer + 1, h, (r0, r0 + 512), (r0, r0 + 512))
+            cold.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            pattern_tile(session, trace, layer + 1, h + 3, (r0, r0 + 512), (r0, r0 + 512))
+            warm.append((time.perf_counter() - t0) * 1000)
+        out[f"tile_{name}_ms"] = statistics.median(warm)
+        out[f"tile_{name}_cold_ms"] = statistics.median(cold)
     return out
 
 
@@ -162,6 +174,7 @@ def main() -> None:
                                    str(a.threads)], capture_output=True, text=True, timeout=1200)
             lines = done.stdout.strip().splitlines()
             results[f"gpt2_{tool}"] = json.loads(lines[-1]) if lines else {"failed": done.stderr[-800:]}
+    results["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(results, indent=1))
 
 

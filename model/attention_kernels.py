@@ -120,10 +120,21 @@ def window_blocked_keys(a: int, b: int, window: int, device) -> torch.Tensor:
 
 
 def pattern_rows(qh: torch.Tensor, kh: torch.Tensor, a: int, b: int, window: int, cap: float,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+                 out: torch.Tensor | None = None, scores: torch.Tensor | None = None) -> torch.Tensor:
     """Query rows a..b-1 of the pattern against keys 0..b-1 (the later ones are all future):
-    (B, nh, b - a, b), into `out` when given."""
-    scores = softcap_(qh[:, :, a:b] @ kh[:, :, :b].transpose(-2, -1), cap)  # (B, nh, b - a, b)
+    (B, nh, b - a, b), into `out` when given. `scores`, a contiguous (B, nh, b - a, b) tensor,
+    holds the scores before the softmax; it may be `out` itself (the softmax then runs in place).
+
+    Reused buffers matter more than they seem: a fresh tensor of a block's scores is a megabyte
+    or more per head at long prompts, which the allocator takes from the system and the first
+    write page-faults in, every block, costing more than the product that fills it.
+    """
+    key_t = kh[:, :, :b].transpose(-2, -1)
+    if scores is None:
+        scores = qh[:, :, a:b] @ key_t  # (B, nh, b - a, b)
+    else:
+        torch.matmul(qh[:, :, a:b], key_t, out=scores)  # the same kernel, no allocation
+    softcap_(scores, cap)
     if window:
         scores.masked_fill_(window_blocked_keys(a, b, window, qh.device), float("-inf"))
     else:  # only the diagonal square holds future keys; the columns before a are all visible
@@ -148,8 +159,11 @@ def blocked_pattern(qh: torch.Tensor, kh: torch.Tensor, window: int, cap: float,
     zeroed = ws is not None and ws.zero_above_diagonal == shape
     if ws is not None:
         ws.zero_above_diagonal = None  # until this pattern is complete
-    for a, b in query_blocks(T):
-        pattern_rows(qh, kh, a, b, window, cap, out=pattern[:, :, a:b, :b])
+    blocks = query_blocks(T)
+    scratch = qh.new_empty(B * nh * max((b - a) * b for a, b in blocks))  # the largest block's scores
+    for a, b in blocks:
+        scores = scratch[: B * nh * (b - a) * b].view(B, nh, b - a, b)
+        pattern_rows(qh, kh, a, b, window, cap, out=pattern[:, :, a:b, :b], scores=scores)
         if not zeroed:
             pattern[:, :, a:b, b:].zero_()
     if ws is not None:
@@ -174,7 +188,7 @@ def attend_by_blocks(qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, windo
     flat = vh.new_empty(B * nh * max((b - a) * b for a, b in blocks))  # the largest block of rows
     for a, b in blocks:
         rows = flat[: B * nh * (b - a) * b].view(B, nh, b - a, b)  # contiguous, so the softmax and product stream
-        pattern_rows(qh, kh, a, b, window, cap, out=rows)
+        pattern_rows(qh, kh, a, b, window, cap, out=rows, scores=rows)
         if observe is not None:
             observe(a, rows)
         torch.matmul(rows, vh[:, :, :b], out=z[:, :, a:b])  # (B, nh, b - a, hs)

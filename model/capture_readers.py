@@ -14,7 +14,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from transformer_viewer.model.overview import OverviewPooler, cell_size
+from transformer_viewer.model.overview import OverviewPooler, PoolScratch, cell_size
 
 COLUMN_BLOCK = 256  # rows transposed at once by column_max
 
@@ -50,7 +50,11 @@ def overview_poolers(n_head: int, T: int, layers, device, arrays: dict[str, np.n
     cell is one token (the trace then shares the patterns as the overview, no copy)."""
     if keep_full and cell_size(T) == 1:
         return {}
-    return {layer: OverviewPooler(n_head, T, device, out=arrays["overview_max"][layer]) for layer in layers}
+    scratch = PoolScratch()  # the layers run one after another: one buffer serves them all
+    mean_name = "overview_max" if cell_size(T) == 1 else "overview_mean"  # one token: the mean is the max
+    return {layer: OverviewPooler(n_head, T, device, out=arrays["overview_max"][layer], scratch=scratch,
+                                  mean_out=arrays[mean_name][layer])
+            for layer in layers}
 
 
 def finish_overviews(poolers: dict, arrays: dict[str, np.ndarray], T: int, keep_full: bool) -> None:

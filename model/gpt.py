@@ -124,10 +124,12 @@ class CausalSelfAttention(nn.Module):
         z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)
         return self.resid_dropout(self.c_proj(z.reshape(B, T, self.n_head * self.head_size)))  # (B, T, C)
 
-    def pattern_rows(self, qh: torch.Tensor, kh: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    def pattern_rows(self, qh: torch.Tensor, kh: torch.Tensor, a: int, b: int, out: torch.Tensor | None = None,
+                     scores: torch.Tensor | None = None) -> torch.Tensor:
         """Query rows a..b-1 of this layer's pattern, (B, nh, b - a, b), from `heads_qkv`'s
-        queries and keys: what the forward computes for that block (`query_blocks`)."""
-        return pattern_rows(qh, kh, a, b, self.window, self.softcap)
+        queries and keys: what the forward computes for that block (`query_blocks`); `out` and
+        `scores` are buffers as in `attention_kernels.pattern_rows`."""
+        return pattern_rows(qh, kh, a, b, self.window, self.softcap, out=out, scores=scores)
 
     def heads_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The queries (scaled), keys and values the pattern is made of, (B, nh, T, hs) each,

@@ -37,6 +37,19 @@ def cell_counts(T: int, cell: int) -> np.ndarray:
     return counts
 
 
+class PoolScratch:
+    """One flat buffer, grown when asked for more, that the poolers of one capture share."""
+
+    def __init__(self):
+        self._flat: torch.Tensor | None = None
+
+    def get(self, n: int, like: torch.Tensor) -> torch.Tensor:
+        f = self._flat
+        if f is None or f.numel() < n or f.dtype != like.dtype or f.device != like.device:
+            self._flat = f = like.new_empty(n)
+        return f[:n]
+
+
 class OverviewPooler:
     """Accumulates one layer's overview from the blocks of pattern rows the attention computes.
 
@@ -46,8 +59,14 @@ class OverviewPooler:
     when a cell is one token).
     """
 
-    def __init__(self, n_head: int, T: int, device, max_cells: int = MAX_CELLS, out: np.ndarray | None = None):
+    def __init__(self, n_head: int, T: int, device, max_cells: int = MAX_CELLS, out: np.ndarray | None = None,
+                 scratch: PoolScratch | None = None, mean_out: np.ndarray | None = None):
         self.T = T
+        # With both outputs given, the overview is written there as soon as the last block of
+        # rows has passed and the float32 sums are freed: a capture then holds one layer's
+        # sums at a time, not every layer's (75 MB of GPT-2-small's 1,024-token capture).
+        self._outs = (out, mean_out) if out is not None and mean_out is not None else None
+        self.finished = False
         self.cell = cell_size(T, max_cells)
         self.n = n_cells(T, max_cells)
         # With one token per cell the overview is the pattern: on the CPU its rows go straight
@@ -55,17 +74,43 @@ class OverviewPooler:
         # float32 copy in between; `finish` then has nothing left to write.
         self.direct = torch.from_numpy(out) if out is not None and self.cell == 1 and torch.device(device).type == "cpu" \
             else None
-        if self.direct is None:
-            self.max = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device)
-        self.sum = torch.zeros(n_head, self.n, self.n, dtype=torch.float32, device=device) if self.cell > 1 else None
+        # float32 accumulators, made at the first block: a capture makes every layer's pooler
+        # before the forward, and only the layer running needs them.
+        self._shape, self._device = (n_head, self.n, self.n), device
+        self.max: torch.Tensor | None = None
+        self.sum: torch.Tensor | None = None
+        # Row-pooled max and sum of one block, in a buffer reused from block to block (fresh
+        # ones, half a megabyte each at 1,024 tokens, are page-faulted in every time) and shared
+        # by the layers' poolers, which never run at once.
+        self.scratch = scratch if scratch is not None else PoolScratch()
+
+    def _make_accumulators(self) -> None:
+        if self.max is None and self.direct is None:
+            self.max = torch.zeros(self._shape, dtype=torch.float32, device=self._device)
+            self.sum = torch.zeros(self._shape, dtype=torch.float32, device=self._device) if self.cell > 1 else None
+
+    def _row_pooled(self, shape: tuple[int, int, int], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two (nh, k, b) buffers for a block's row-pooled max and sum."""
+        n = math.prod(shape)
+        # Sized for the largest block at once (k <= 96 / cell rows, b <= T): grown block by
+        # block it would be reallocated at every block.
+        flat = self.scratch.get(2 * max(n, shape[0] * -(-96 // self.cell) * self.T), like)
+        return flat[:n].view(shape), flat[n:2 * n].view(shape)
 
     def __call__(self, first_row: int, rows: torch.Tensor) -> None:
         rows = rows[0]  # (nh, r, b)
-        w, r, b = self.cell, rows.shape[1], rows.shape[2]
+        r, b = rows.shape[1], rows.shape[2]
         if self.direct is not None:
             self.direct[:, first_row:first_row + r, :b] = rows
             self.direct[:, first_row:first_row + r, b:] = 0  # the future
-            return
+        else:
+            self._make_accumulators()
+            self._pool(first_row, rows)
+        if self._outs is not None and first_row + r == self.T:
+            self.finish(*self._outs)
+
+    def _pool(self, first_row: int, rows: torch.Tensor) -> None:
+        w, r, b = self.cell, rows.shape[1], rows.shape[2]
         if w == 1:  # one token per cell: the overview is the pattern itself
             self.max[:, first_row:first_row + r, :b] = rows
             return
@@ -79,7 +124,10 @@ class OverviewPooler:
         if hi > lo:
             k = (hi - lo) // w
             body = rows[:, lo - a:hi - a].unflatten(1, (k, w))  # (nh, k, w, b), a view
-            self._pool_columns(lo // w, body.amax(dim=2), body.sum(dim=2), whole=True)
+            row_max, row_sum = self._row_pooled((rows.shape[0], k, b), rows)
+            torch.amax(body, dim=2, out=row_max)
+            torch.sum(body, dim=2, out=row_sum)
+            self._pool_columns(lo // w, row_max, row_sum, whole=True)
         for r0, r1 in ((a, lo), (hi, e)):
             if r1 > r0:
                 part = rows[:, r0 - a:r1 - a]  # (nh, r1 - r0, b), inside one row cell
@@ -116,7 +164,16 @@ class OverviewPooler:
                 acc_sum[..., full] += tail_sum
 
     def finish(self, max_out: np.ndarray, mean_out: np.ndarray) -> None:
-        """Write the (nh, n, n) max and mean into the given arrays (any float dtype)."""
+        """Write the (nh, n, n) max and mean into the given arrays (any float dtype), once;
+        the pooler's own float32 arrays are freed."""
+        if self.finished:
+            return
+        self.finished = True
+        self._make_accumulators()
+        self._finish(max_out, mean_out)
+        self.max = self.sum = None
+
+    def _finish(self, max_out: np.ndarray, mean_out: np.ndarray) -> None:
         same = np.may_share_memory(mean_out, max_out)  # one array for both (a cell is one token)
         if self.direct is not None:
             for out in (max_out,) if same else (max_out, mean_out):

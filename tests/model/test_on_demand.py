@@ -304,3 +304,72 @@ def mask_of_shape(s: Session, *heads) -> np.ndarray:
     for layer, h in heads:
         m[layer, h] = True
     return m
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_on_demand_patterns_are_the_forwards_own_rows_bit_for_bit(name):
+    """Not only close: the rows the no-grad forward computed, block by block, to the last bit."""
+    from transformer_viewer.model.attention_kernels import observe_pattern_rows
+
+    T = 3 * QUERY_BLOCK + 13  # a tail that joins the last block (the models' context is 208)
+    s = family_session(name, T)
+    trace = s.run()
+    L, nh = s.config.n_layer, s.config.n_head
+    seen = np.zeros((L, nh, T, T), dtype=np.float32)
+
+    def keep(layer):
+        def observe(first, rows):  # (1, nh, r, b)
+            seen[layer, :, first:first + rows.shape[2], :rows.shape[3]] = rows[0].numpy()
+        return observe
+
+    with torch.inference_mode(), observe_pattern_rows(s.model, {layer: keep(layer) for layer in range(L)}):
+        s.model(s._ids)
+    for layer in range(L):
+        for head in range(nh):
+            np.testing.assert_array_equal(head_pattern(s, trace, layer, head), seen[layer, head])
+        np.testing.assert_array_equal(pattern_tile(s, trace, layer, nh - 1, (T - 70, T), (5, T - 3)),
+                                      seen[layer, nh - 1, T - 70:, 5:T - 3])
+
+
+@pytest.mark.parametrize("window,cap", [(0, 0.0), (37, 0.0), (0, 30.0), (37, 30.0)])
+def test_pattern_rows_in_a_reused_buffer_equal_fresh_tensors(window, cap):
+    """Scores computed into a buffer that held an earlier, larger block (softmax in place)
+    give the bits of a fresh product and softmax."""
+    from transformer_viewer.model.attention_kernels import pattern_rows, query_blocks
+
+    g = torch.Generator().manual_seed(1)
+    T = 4 * QUERY_BLOCK + 9
+    qh, kh = torch.randn(1, 3, T, 8, generator=g), torch.randn(1, 3, T, 8, generator=g)
+    flat = torch.full((3 * QUERY_BLOCK * 2 * T,), float("nan"))
+    for a, b in reversed(query_blocks(T)):  # largest first: every later block reuses dirty memory
+        rows = flat[: 3 * (b - a) * b].view(1, 3, b - a, b)
+        got = pattern_rows(qh, kh, a, b, window, cap, out=rows, scores=rows)
+        assert got.data_ptr() == flat.data_ptr()
+        assert torch.equal(got, pattern_rows(qh, kh, a, b, window, cap))
+
+
+def test_a_pooler_with_its_outputs_writes_them_after_the_last_block_and_frees_its_sums():
+    """A capture holds one layer's float32 accumulators at a time: none before a layer's first
+    block, none after its last (the overview is written then)."""
+    from transformer_viewer.model.attention_kernels import query_blocks
+    from transformer_viewer.model.overview import OverviewPooler
+
+    T = 1000
+    full = torch.rand(3, T, T, generator=torch.Generator().manual_seed(2)).tril_()  # (nh, T, T)
+    n = (T + 3) // 4
+    mx, mean = np.full((3, n, n), np.nan, np.float16), np.full((3, n, n), np.nan, np.float16)
+    pooler = OverviewPooler(3, T, "cpu", out=mx, mean_out=mean)
+    assert pooler.max is None and pooler.sum is None
+    blocks = query_blocks(T)
+    for a, b in blocks[:-1]:
+        pooler(a, full[None, :, a:b, :b])
+    assert pooler.max is not None and np.isnan(mx).all()
+    a, b = blocks[-1]
+    pooler(a, full[None, :, a:b, :b])
+    assert pooler.max is None and pooler.sum is None
+    want_max, want_mean = pool_pattern(full.numpy())
+    np.testing.assert_array_equal(mx, want_max.astype(np.float16))
+    np.testing.assert_allclose(mean.astype(np.float32), want_mean, rtol=1e-3, atol=1e-6)
+    again = np.zeros_like(mx), np.zeros_like(mean)
+    pooler.finish(*again)  # already written and freed: the capture's own finish is a no-op
+    assert not again[0].any() and not again[1].any()
