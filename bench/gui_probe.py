@@ -38,7 +38,7 @@ def timed(fn, n: int, warmup: int = 3) -> dict:
 
 def main(folder: str, threads: int, reps: int, lengths: list[int]) -> dict:
     common.set_threads(threads)
-    from PySide6 import QtWidgets
+    from PySide6 import QtCore, QtWidgets
 
     from transformer_viewer.model.on_demand import pattern_tile
     from transformer_viewer.model.session import Session
@@ -95,6 +95,11 @@ def main(folder: str, threads: int, reps: int, lengths: list[int]) -> dict:
                      "zoom_tile": timed(zoom, reps)})
         heat.close()
         grid.close()
+        # Deleted here, while the application lives: left to Python's exit, pyqtgraph's shared
+        # objects are destroyed after the QApplication and the process dies with SIGSEGV.
+        heat.deleteLater()
+        grid.deleteLater()
+        QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.DeferredDelete)
         app.processEvents()
         session.set_tokens(common.prompt_tokens(1))
     return {"rows": rows}
