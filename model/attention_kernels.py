@@ -147,11 +147,14 @@ def blocked_pattern(qh: torch.Tensor, kh: torch.Tensor, window: int, cap: float,
                     ws: AttentionWorkspace | None) -> torch.Tensor:
     """`attention_pattern` by blocks of queries, skipping the keys a block cannot see.
 
-    Half the (T, T) products and softmax work at long prompts, and bit-for-bit the result of
-    the full masked product: each score is the same dot product and each row's softmax the
-    same reduction (the skipped keys would only add exact zeros at the row's end; a window's
-    old keys stay in the row, masked, so every row keeps its alignment). `out=` makes this
-    no-grad only. Written into the workspace when one is given.
+    Half the (T, T) products and softmax work at long prompts, and the result of the full
+    masked product: each score is the same dot product and each row's softmax the same
+    reduction (the skipped keys would only add exact zeros at the row's end; a window's old
+    keys stay in the row, masked, so every row keeps its alignment). Bit for bit on most CPUs;
+    on some the GEMM sums a 64-row block's dot products in another order than the whole
+    matrix's (a few float32 ulps). Every no-grad path uses these blocks, so the capture, a
+    prediction and a tile recomputed later agree exactly. `out=` makes this no-grad only.
+    Written into the workspace when one is given.
     """
     B, nh, T, _ = qh.shape
     shape = (B, nh, T, T)

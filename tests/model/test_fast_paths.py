@@ -45,15 +45,17 @@ def _patterns(model, ids, grad: bool, workspace=None):
 
 
 @pytest.mark.parametrize("T", [1, 7, QUERY_BLOCK, QUERY_BLOCK + 1, 3 * QUERY_BLOCK + 16])
-def test_no_grad_blocked_attention_is_bit_identical_to_the_full_product(T):
+def test_no_grad_blocked_attention_equals_the_full_product(T):
     model = _model()
     ids = torch.randint(0, CFG.vocab_size, (2, T))
     full, logits_full = _patterns(model, ids, grad=True)
     blocked, logits_blocked = _patterns(model, ids, grad=False)
     for layer in full:
-        assert torch.equal(full[layer], blocked[layer])
+        # Bit for bit where the GEMM sums a 64-row block as it sums the whole matrix (every CPU
+        # seen at this width); a few float32 ulps where it does not. A wrong mask moves far more.
+        torch.testing.assert_close(blocked[layer], full[layer], rtol=1e-5, atol=1e-6)
         assert torch.equal(torch.triu(blocked[layer], 1), torch.zeros_like(blocked[layer]))
-    assert torch.equal(logits_full, logits_blocked)
+    torch.testing.assert_close(logits_blocked, logits_full, rtol=1e-5, atol=1e-5)
 
 
 def test_workspace_reuse_across_shapes_keeps_the_future_at_zero():
@@ -61,7 +63,7 @@ def test_workspace_reuse_across_shapes_keeps_the_future_at_zero():
     ws = AttentionWorkspace()
     for T in (3 * QUERY_BLOCK, 5, 3 * QUERY_BLOCK, QUERY_BLOCK + 3, 3 * QUERY_BLOCK):
         ids = torch.randint(0, CFG.vocab_size, (1, T))
-        ref, ref_logits = _patterns(model, ids, grad=True)
+        ref, ref_logits = _patterns(model, ids, grad=False)  # the blocks without a workspace
         with torch.no_grad(), attention_workspace(model, ws), plain_kernels():
             logits = model(ids)[0]
         assert torch.equal(logits, ref_logits)
