@@ -14,6 +14,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from transformer_viewer.model import host_arrays
 from transformer_viewer.model.overview import OverviewPooler, PoolScratch, cell_size
 
 COLUMN_BLOCK = 256  # rows transposed at once by column_max
@@ -23,18 +24,20 @@ def trace_arrays(config, T: int, n: int, start: int, pattern_dtype, keep_full: b
     """The arrays of a new trace by field name (n: overview cells per side), holding the
     previous trace's values for the layers before `start` (the rest are written by the run)."""
     L, nh = config.n_layer, config.n_head
+    overview_max = host_arrays.empty((L, nh, n, n), pattern_dtype)
     arrays = {
-        "overview_max": np.empty((L, nh, n, n), dtype=pattern_dtype),
-        "overview_mean": np.empty((L, nh, n, n), dtype=pattern_dtype),
-        "mlp_max": np.empty((L, config.n_mlp), dtype=np.float32),
-        "mlp_argmax": np.empty((L, config.n_mlp), dtype=np.int64),
-        "mlp_mean": np.empty((L, config.n_mlp), dtype=np.float32),
-        "head_norms": np.empty((L, nh, T), dtype=np.float32),
+        "overview_max": overview_max,
+        # One token per cell: the mean of a cell is its max, one array serves as both.
+        "overview_mean": host_arrays.empty((L, nh, n, n), pattern_dtype) if cell_size(T) > 1 else overview_max,
+        "mlp_max": host_arrays.empty((L, config.n_mlp), np.float32),
+        "mlp_argmax": host_arrays.empty((L, config.n_mlp), np.int64),
+        "mlp_mean": host_arrays.empty((L, config.n_mlp), np.float32),
+        "head_norms": host_arrays.empty((L, nh, T), np.float32),
     }
     if keep_full:
-        arrays["attention"] = np.empty((L, nh, T, T), dtype=pattern_dtype)
-        arrays["mlp_post"] = np.empty((L, T, config.n_mlp), dtype=pattern_dtype)
-    norms = np.empty((2 * L + 2, T), dtype=np.float32)
+        arrays["attention"] = host_arrays.empty((L, nh, T, T), pattern_dtype)
+        arrays["mlp_post"] = host_arrays.empty((L, T, config.n_mlp), pattern_dtype)
+    norms = host_arrays.empty((2 * L + 2, T), np.float32)
     if start > 0 and prev is not None:
         # Copies, never shared: the previous trace may still be on screen.
         for name, dest in arrays.items():

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
+from transformer_viewer.model import host_arrays
 from transformer_viewer.model.attention_kernels import query_blocks
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import hooks
@@ -113,10 +114,7 @@ def pattern_tile(session: Session, trace: Trace, layer: int, head: int, rows: tu
     (r0, r1), (c0, c1) = rows, cols
     if not (0 <= r0 <= r1 <= T and 0 <= c0 <= c1 <= T):
         raise ModelError(f"tile rows {r0}..{r1}, columns {c0}..{c1} are outside the prompt's {T} tokens")
-    # Allocated by torch, not np.zeros: numpy asks the kernel for huge pages on arrays over 4 MiB,
-    # and after a long capture the kernel compacts memory to find them: a whole pattern's 64 MiB
-    # at 4,096 tokens took 110-180 ms to fault in that way, 10-20 ms through torch's allocator.
-    tile = torch.zeros(r1 - r0, c1 - c0, dtype=torch.float32).numpy()
+    tile = host_arrays.zeros((r1 - r0, c1 - c0), np.float32)  # not np.zeros: see host_arrays
     for row, block in _row_blocks(session, trace, layer, head, r0, r1):
         visible = min(block.shape[1], c1)  # keys past the block's end are all future: zero
         if visible > c0:
