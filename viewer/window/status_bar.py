@@ -51,7 +51,7 @@ class StatusBar(QStatusBar):
         text = f"forward {ms:.1f} ms"
         notes = []
         if compute_ms is not None and ms > 1.5 * compute_ms + 5:
-            text = f"forward {compute_ms:.1f} ms computing of {ms:.0f} ms"
+            text = f"forward {compute_ms:.1f} ms, {ms:.0f} ms on the clock"
         if first_layer and first_layer >= n_layer:
             notes.append("all layers cached")
         elif first_layer == 1:

@@ -57,7 +57,7 @@ def test_forward_time_says_what_it_covers(qtbot):
     qtbot.addWidget(host)
     status = StatusBar(host)
     status.show_forward(136.0, first_layer=1, n_layer=4, compute_ms=12.5)
-    assert status.forward_label.text() == "forward 12.5 ms computing of 136 ms (layer 0 cached)"
+    assert status.forward_label.text() == "forward 12.5 ms, 136 ms on the clock (layer 0 cached)"
     assert "redrew" in status.forward_label.toolTip()
     status.show_forward(50.0, first_layer=0, n_layer=4, compute_ms=47.0)  # no wait worth naming
     assert status.forward_label.text() == "forward 50.0 ms"
