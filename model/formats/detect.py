@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import (
+    folder_files,
     hf_cache,
     huggingface,
     nanogpt,
@@ -176,6 +177,7 @@ def _folder(folder: str) -> tuple[str, Reader]:
         return "huggingface", lambda _src, n_head=None: huggingface.read_folder(folder)
     ckpt = os.path.join(folder, "ckpt.pt")
     if os.path.isfile(ckpt):  # nanoGPT's out_dir
+        folder_files.check_inside(folder, ckpt)  # a folder's files lie inside it, as a Hugging Face folder's
         fmt, reader = _file(ckpt)
         return fmt, lambda _src, n_head=None: reader(ckpt, n_head=n_head)
     try:

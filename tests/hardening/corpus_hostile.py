@@ -393,6 +393,11 @@ def add_leaving_links(root: str, add, sharded, model) -> None:
         f.write("not for a tokenizer to read")
     os.symlink(p("links_elsewhere", "secret.txt"), os.path.join(folder, "tokenizer.json"))
     add("links_tokenizer_outside", folder, leaving, "links")
+    # A nanoGPT out_dir whose ckpt.pt leads out of it: the same rule as a Hugging Face folder's files.
+    torch.save(_nanogpt(model), p("links_elsewhere", "ckpt.pt"))
+    os.makedirs(p("links_nanogpt_out"))
+    os.symlink(p("links_elsewhere", "ckpt.pt"), p("links_nanogpt_out", "ckpt.pt"))
+    add("links_nanogpt_ckpt_outside", p("links_nanogpt_out"), leaving, "links")
 
     # The cache's layout: models--org--name/{blobs/<hash>, snapshots/<rev>/<file> -> ../../blobs/<hash>}.
     def cached(repo, blob_repo):
