@@ -18,6 +18,7 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import common  # noqa: E402
 import numpy as np  # noqa: E402
 from PySide6 import QtWidgets  # noqa: E402
 
@@ -79,19 +80,6 @@ def main(sizes: list[int]) -> None:
         g.close()
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
 def long_prompt_views(T: int = 8192) -> None:
     """Zoom redraw of the attention heatmap, and grid redraws, from overviews of a T-token prompt."""
     app = QtWidgets.QApplication.instance()
@@ -134,6 +122,6 @@ def long_prompt_views(T: int = 8192) -> None:
 
 
 if __name__ == "__main__":
-    print(f"CPU: {cpu_name()}")
+    print("CPU:", common.machine()["cpu"])
     main([int(a) for a in sys.argv[1:]] or [64, 256, 1024])
     long_prompt_views()

@@ -32,6 +32,7 @@ os.environ.setdefault("TRANSFORMER_VIEWER_NO_DIALOGS", "1")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import common  # noqa: E402
 import memory_probe  # noqa: E402
 
 SMOL = dict(n_layer=30, n_head=9, n_kv_head=3, n_embd=576, n_mlp=1536, vocab_size=49152)
@@ -185,7 +186,7 @@ def main() -> int:
             window.grab().save(shots)
         peak_total = max(r[4] for r in rows[1:])
         window.close()
-    cpu = cpu_name()
+    cpu = common.machine()["cpu"]
     print(f"\n{cpu}, {os.cpu_count()} CPUs, torch threads {args.threads}, load average "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; torch {torch.__version__}, numpy {np.__version__}, "
           f"Python {platform.python_version()}")
@@ -195,17 +196,6 @@ def main() -> int:
         print(f"| {name} | {wall:.2f} s | {cpu:.1f} s | {stall * 1000:,.0f} ms | {inc / 2**20:,.0f} MiB |")
     print(f"\npeak RSS increase over all steps after loading: {peak_total / 2**20:,.0f} MiB (goal <= 3 GB)")
     return 0
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":
