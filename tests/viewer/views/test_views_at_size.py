@@ -257,6 +257,7 @@ def test_a_moved_lens_window_computes_only_its_new_positions(long_session, monke
 def test_lens_windows_follow_the_cost_and_hold_the_query():
     from transformer_viewer.viewer.views.lens_view import (
         LENS_BUDGET,
+        LOGIT_WORK,
         MIN_WINDOW,
         WINDOW,
         lens_window,
@@ -267,10 +268,15 @@ def test_lens_windows_follow_the_cost_and_hold_the_query():
     assert window_size(3, 1000, 32) == WINDOW  # a tiny model: never more than WINDOW
     qwen = window_size(25, 151936, 896)  # Qwen2-0.5B's shape: 24 layers, 152k vocabulary, width 896
     assert MIN_WINDOW < qwen < 64
-    assert qwen * 25 * 151936 * 896 <= LENS_BUDGET < (qwen + 1) * 25 * 151936 * 896
+    per_position = 25 * 151936 * (896 + LOGIT_WORK)
+    assert qwen * per_position <= LENS_BUDGET < (qwen + 1) * per_position
     assert window_size(27, 262144, 1152) == MIN_WINDOW  # a 262k vocabulary at width 1152: the floor
-    # the cost is rows x vocabulary x width: doubling any of them halves the window
-    assert window_size(31, 49152, 576) == 2 * window_size(31, 2 * 49152, 576) == 2 * window_size(62, 49152, 576)
+    # the cost is rows x vocabulary x (width + the reductions): doubling rows or vocabulary
+    # halves the window; a narrow model's window shrinks less than its width, by the reductions
+    smol = window_size(31, 49152, 576)
+    assert window_size(31, 2 * 49152, 576) == window_size(62, 49152, 576) == smol // 2  # (floors)
+    narrow, wide = window_size(29, 151936, 256), window_size(29, 151936, 896)
+    assert wide < narrow < wide * 896 // 256
     sizes = [window_size(r, 151936, 896) for r in range(2, 60)]
     assert sizes == sorted(sizes, reverse=True) and min(sizes) >= MIN_WINDOW and max(sizes) <= WINDOW
     assert lens_window(100, 50, 256) == (0, 100)
