@@ -21,9 +21,9 @@ def torch_dtype(dtype) -> torch.dtype:
 
 def empty(shape, dtype) -> np.ndarray:
     """np.empty(shape, dtype), its memory from torch."""
-    return torch.empty(shape, dtype=torch_dtype(dtype)).numpy()
+    return torch.empty(shape, dtype=torch_dtype(dtype), device="cpu").numpy()
 
 
 def zeros(shape, dtype) -> np.ndarray:
     """np.zeros(shape, dtype), its memory from torch."""
-    return torch.zeros(shape, dtype=torch_dtype(dtype)).numpy()
+    return torch.zeros(shape, dtype=torch_dtype(dtype), device="cpu").numpy()
