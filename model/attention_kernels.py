@@ -18,7 +18,12 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-QUERY_BLOCK = 64  # query rows per block of the no-grad attention
+# Query rows per block of the no-grad attention. 128 rows keep a block's (nh, 128, T) scores
+# small enough for the cache at long prompts and make the products tall enough to run near the
+# GEMM's speed: against 64 rows, an 8,192-token capture of a 30-layer model took 35 s instead
+# of 42-45 s (256 rows: no faster).
+QUERY_BLOCK = 128
+LARGEST_BLOCK = QUERY_BLOCK + QUERY_BLOCK // 2  # rows a block may have: a short tail joins the one before
 
 # Masks by (T, window, device), shared by every layer: building a (T, T) mask per layer per
 # forward cost more than the masked_fill that uses it at T = 1024.
@@ -151,7 +156,7 @@ def blocked_pattern(qh: torch.Tensor, kh: torch.Tensor, window: int, cap: float,
     masked product: each score is the same dot product and each row's softmax the same
     reduction (the skipped keys would only add exact zeros at the row's end; a window's old
     keys stay in the row, masked, so every row keeps its alignment). Bit for bit on most CPUs;
-    on some the GEMM sums a 64-row block's dot products in another order than the whole
+    on some the GEMM sums a block of rows' dot products in another order than the whole
     matrix's (a few float32 ulps). Every no-grad path uses these blocks, so the capture, a
     prediction and a tile recomputed later agree exactly. `out=` makes this no-grad only.
     Written into the workspace when one is given.

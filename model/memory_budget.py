@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from transformer_viewer.model.attention_kernels import LARGEST_BLOCK
 from transformer_viewer.model.errors import CaptureTooLargeError
 from transformer_viewer.model.overview import n_cells
 
@@ -25,7 +26,7 @@ def capture_bytes(config, T: int, pattern_dtype, n_vocab: int, keep_full: bool) 
     if keep_full:
         trace += L * nh * T * T * item + L * T * config.n_mlp * item
     resid = KEPT_RUNS * (L + 1) * T * C * 4
-    rows = nh * 96 * T * 4 * 2  # one block of pattern rows and its softmax input
+    rows = nh * LARGEST_BLOCK * T * 4 * 2  # one block of pattern rows and its softmax input
     qk = 2 * T * C * 4  # one layer's queries and keys, kept while its tiles are asked for
     return trace + resid + rows + qk
 

@@ -15,6 +15,8 @@ import math
 import numpy as np
 import torch
 
+from transformer_viewer.model.attention_kernels import LARGEST_BLOCK
+
 MAX_CELLS = 256  # cells per side of an overview
 
 
@@ -92,9 +94,9 @@ class OverviewPooler:
     def _row_pooled(self, shape: tuple[int, int, int], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Two (nh, k, b) buffers for a block's row-pooled max and sum."""
         n = math.prod(shape)
-        # Sized for the largest block at once (k <= 96 / cell rows, b <= T): grown block by
+        # Sized for the largest block at once (k <= LARGEST_BLOCK / cell rows, b <= T): grown block by
         # block it would be reallocated at every block.
-        flat = self.scratch.get(2 * max(n, shape[0] * -(-96 // self.cell) * self.T), like)
+        flat = self.scratch.get(2 * max(n, shape[0] * -(-LARGEST_BLOCK // self.cell) * self.T), like)
         return flat[:n].view(shape), flat[n:2 * n].view(shape)
 
     def __call__(self, first_row: int, rows: torch.Tensor) -> None:

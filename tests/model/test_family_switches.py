@@ -1,6 +1,6 @@
 """The decoder's family switches: the no-grad blocked attention equals the plain product with a
 sliding window, soft-capping, a custom scale, grouped-query heads and rotary positions (to the
-last bits of float32 rounding: the GEMM may sum a 64-row block in another order than the whole
+last bits of float32 rounding: the GEMM may sum a block of rows in another order than the whole
 matrix on some CPUs), and its two no-grad forms agree bit for bit; each switch computes what its
 definition says; bad config values are one line."""
 

@@ -51,7 +51,7 @@ def test_no_grad_blocked_attention_equals_the_full_product(T):
     full, logits_full = _patterns(model, ids, grad=True)
     blocked, logits_blocked = _patterns(model, ids, grad=False)
     for layer in full:
-        # Bit for bit where the GEMM sums a 64-row block as it sums the whole matrix (every CPU
+        # Bit for bit where the GEMM sums a block of rows as it sums the whole matrix (every CPU
         # seen at this width); a few float32 ulps where it does not. A wrong mask moves far more.
         torch.testing.assert_close(blocked[layer], full[layer], rtol=1e-5, atol=1e-6)
         assert torch.equal(torch.triu(blocked[layer], 1), torch.zeros_like(blocked[layer]))

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.helpers.models import tiny_loaded
+from transformer_viewer.model.attention_kernels import LARGEST_BLOCK
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import ModelError
@@ -196,7 +197,7 @@ def test_the_memory_budget_counts_what_a_capture_keeps(loaded):
     est = s.estimate_bytes(600)
     trace = s.run()
     resid = sum(t.numel() * t.element_size() for t in s.residuals())
-    assert trace.nbytes + resid <= est <= trace.nbytes + 4 * resid + 4 * 96 * 600 * 4 * 2 + 2 * 600 * 32 * 4
+    assert trace.nbytes + resid <= est <= trace.nbytes + 4 * resid + 4 * LARGEST_BLOCK * 600 * 4 * 2 + 2 * 600 * 32 * 4
     assert s.estimate_bytes(1024) < 2 * s.estimate_bytes(600)  # linear, not quadratic
     keep = Session(loaded, keep_full=True).estimate_bytes(1024)
     assert keep > s.estimate_bytes(1024) + 3 * 4 * 1024 * 1024 * 2  # the full patterns counted
