@@ -102,6 +102,10 @@ def test_a_long_prompt_renders_without_stalling(qtbot, tmp_path, tiny_ckpt, dial
     beat.stop()
     wall, cpu = beat.worst()
     print(f"\nlongest GUI stall while drawing long prompts: {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU")
-    assert cpu < STALL_LIMIT_S
-    assert wall < (1.0 if overloaded() else STALL_LIMIT_S)
+    # Quiet, 40-70 ms of the GUI thread's own CPU. With more runnable work than half the cores
+    # (the whole suite on 2 cores: 66 ms in one run, 131 ms in another) the same work's CPU time
+    # grows too, as in the 16k-token window test; the bound there only catches a real stall.
+    busy = overloaded()
+    assert cpu < (2.5 * STALL_LIMIT_S if busy else STALL_LIMIT_S)
+    assert wall < (1.0 if busy else STALL_LIMIT_S)
     window.close()

@@ -39,3 +39,22 @@ def test_the_worker_thread_never_runs_the_collector(qtbot, tmp_path, tiny_ckpt, 
     assert not gc.isenabled()  # automatic collection (any thread) is off ...
     assert threads  # ... and the GUI thread's timer does collect ...
     assert set(threads) == {threading.main_thread().name}  # ... and nothing else does
+
+
+def test_a_model_load_freezes_what_lives_and_the_next_one_still_collects_its_cycles(
+        qtbot, tmp_path, tiny_ckpt, other_ckpt):
+    import weakref
+
+    window = new_window(qtbot, tmp_path, tiny_ckpt)
+    assert gc.get_freeze_count() > 0  # the long-lived objects are out of the periodic passes
+    cycle = Cycle()
+    gone = weakref.ref(cycle)
+    gc.freeze()  # as if it had lived through a load: frozen with the rest
+    del cycle
+    gc.collect()
+    assert gone() is not None  # frozen garbage waits ...
+    window.load(other_ckpt)
+    wait_idle(qtbot, window, lambda: window.state.model_info is not None and window.state.model_info.n_head == 2)
+    assert gone() is None  # ... until the next load unfreezes, collects and freezes again
+    assert gc.get_freeze_count() > 0
+    window.close()
