@@ -98,21 +98,16 @@ def tile_indexed(thumbs: np.ndarray, levels: tuple[float, float]) -> tuple[np.nd
     gaps = np.isnan(q)
     np.clip(q, 0, GAP_INDEX - 1, out=q)
     q[gaps] = GAP_INDEX
-    q = q.astype(np.uint8)
-    L, nh, S, S2 = q.shape
-    gap = max(1, round(GAP * S))
-    P = max(S, S2) + gap
-    out = np.full((L * P, nh * P), GAP_INDEX, dtype=np.uint8)
-    out.reshape(L, P, nh, P)[:, :S, :, :S2] = q.transpose(0, 2, 1, 3)  # (L, S, nh, S)
-    return out, P
+    return tile(q.astype(np.uint8), GAP_INDEX)
 
 
-def tile(thumbs: np.ndarray) -> tuple[np.ndarray, int]:
-    """(L, nh, S, S) -> one (L * P, nh * P) image with NaN gaps, P = S + gap pixels."""
+def tile(thumbs: np.ndarray, gap_value=np.nan) -> tuple[np.ndarray, int]:
+    """(L, nh, S, S) -> one (L * P, nh * P) image of thumbs' dtype with `gap_value` gaps,
+    P = S + gap pixels."""
     L, nh, S, S2 = thumbs.shape
     gap = max(1, round(GAP * S))
     P = max(S, S2) + gap
-    out = np.full((L * P, nh * P), np.nan, dtype=np.float32)
+    out = np.full((L * P, nh * P), gap_value, dtype=thumbs.dtype)
     view = out.reshape(L, P, nh, P)  # (L, P, nh, P)
     view[:, :S, :, :S2] = thumbs.transpose(0, 2, 1, 3)  # (L, S, nh, S)
     return out, P
