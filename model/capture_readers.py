@@ -17,7 +17,7 @@ import torch
 from transformer_viewer.model import host_arrays
 from transformer_viewer.model.overview import OverviewPooler, PoolScratch, cell_size
 
-COLUMN_BLOCK = 256  # rows transposed at once by column_max
+COLUMN_BLOCK = 256  # rows column_max compares with the maximum at once
 
 
 def trace_arrays(config, T: int, n: int, start: int, pattern_dtype, keep_full: bool, prev) -> dict[str, np.ndarray]:
@@ -116,23 +116,30 @@ def summarize_mlp(layer: int, arrays: dict[str, np.ndarray], post: torch.Tensor)
 
 
 def column_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`x.max(dim=0)` of a (T, n) tensor, (n,) values and (n,) first indices, by blocks of rows.
+    """`x.max(dim=0)` of a (T, n) tensor: (n,) values and (n,) first indices of the maximum.
 
-    A max with indices over the outer dimension strides through memory: 20-40 ms for
-    (1024, 3072) on a CPU core. A block of rows transposed (small enough to stay in cache) is
-    reduced along contiguous rows instead, several times faster. NaN wins, as in `max`.
+    torch's max with indices reduces about a nanosecond per number on the CPU, whatever the
+    layout: 20-30 ms for an (8192, 1536) MLP layer, every layer of a capture. The maximum alone
+    (`amax`) is vectorized; the first row reaching it is then the smallest of
+    sign(max - x) * T + row, a float minimum that is vectorized too (2-5x faster in all).
+    max - x is exactly 0 only where x equals the maximum (IEEE subtraction), so ties name the
+    first row as `max` does. A column whose maximum is not finite (NaN wins in `max`, and
+    inf - inf is NaN) takes torch's own path, as do other devices and dtypes.
     """
     T, n = x.shape
-    if T <= COLUMN_BLOCK:  # small enough to stay in cache as it is
+    m = x.amax(dim=0)  # (n,)
+    if x.device.type != "cpu" or x.dtype != torch.float32 or T >= 2 ** 23 or not bool(torch.isfinite(m).all()):
         return x.max(dim=0)
-    best = x.new_full((n,), float("-inf"))
-    where = torch.zeros(n, dtype=torch.long, device=x.device)
+    rows = torch.arange(T, dtype=torch.float32)  # exact below 2**24
+    first = torch.full((n,), float(T))
+    key = torch.empty(min(COLUMN_BLOCK, T), n)  # one block of rows, reused: it stays in cache
     for a in range(0, T, COLUMN_BLOCK):
-        m, i = x[a:a + COLUMN_BLOCK].T.contiguous().max(dim=1)  # (n,) each, over the block's rows
-        better = (m > best) | (m.isnan() & ~best.isnan())  # strict: the first maximum is kept
-        best = torch.where(better, m, best)
-        where = torch.where(better, i + a, where)
-    return best, where
+        block = x[a:a + COLUMN_BLOCK]
+        k = key[: block.shape[0]]
+        torch.sub(m, block, out=k)  # >= 0, and 0 exactly where the row holds the maximum
+        k.sign_().mul_(T).add_(rows[a:a + COLUMN_BLOCK, None])  # the row's index there, >= T elsewhere
+        torch.minimum(first, k.amin(dim=0), out=first)
+    return m, first.long()
 
 
 def store_head_norms(gram: torch.Tensor, dest: np.ndarray, z: torch.Tensor) -> None:

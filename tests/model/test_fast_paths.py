@@ -170,14 +170,18 @@ def test_session_runs_agree_with_plain_kernels_to_rounding(monkeypatch):
 
 
 @pytest.mark.parametrize("T", [1, 5, 255, 256, 257, 700])
-def test_column_max_equals_torch_max_with_ties_and_nan(T):
+@pytest.mark.parametrize("special", ["none", "nan", "inf", "-inf"])
+def test_column_max_equals_torch_max_with_ties_and_specials(T, special):
     from transformer_viewer.model.capture_readers import column_max
 
     g = torch.Generator().manual_seed(T)
     x = torch.randn(T, 40, generator=g)
     x[T // 2] = x[0]  # ties: the first row holding the maximum is the one named
-    if T > 3:
-        x[T - 2, 3] = x[1, 4] = float("nan")  # a NaN anywhere in a column is that column's maximum
+    x[:, 7] = 0.5  # a whole column of ties
+    x[T - 1, 9] = x[:, 9].max()  # the last row ties the maximum of a column
+    if T > 3 and special != "none":
+        # A NaN anywhere in a column is that column's maximum; an inf is where the shortcut stops.
+        x[T - 2, 3] = x[1, 4] = float(special)
     values, where = column_max(x)
     want_values, want_where = x.max(dim=0)
     torch.testing.assert_close(values, want_values, rtol=0, atol=0, equal_nan=True)
