@@ -17,6 +17,7 @@ from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.heatmap import HeatmapExport
 from transformer_viewer.viewer.views.parts import ExportButton, bar_over, view_bar
+from transformer_viewer.viewer.views.shown_refresh import RefreshWhenShown, when_shown
 from transformer_viewer.viewer.views.tile_loader import TileLoader
 from transformer_viewer.viewer.views.zoom_heatmap import ZoomHeatmap
 from transformer_viewer.viewer.worker.patterns import PatternDiffRequest, diff_source
@@ -28,7 +29,7 @@ def attention_diff(trace, clean, layer: int, head: int) -> np.ndarray:
     return trace.overview_mean[layer, head].astype(np.float32) - clean.overview_mean[layer, head].astype(np.float32)
 
 
-class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
+class AttentionDiffView(RefreshWhenShown, HeatmapExport, QtWidgets.QWidget):
     def __init__(self, state, worker=None, parent=None):
         super().__init__(parent)
         self.state = state
@@ -45,6 +46,7 @@ class AttentionDiffView(HeatmapExport, QtWidgets.QWidget):
         self._shown = None  # (trace, clean, layer, head) drawn
         self.refresh()
 
+    @when_shown
     def refresh(self, *_args) -> None:
         st = self.state
         trace, clean = st.trace, st.clean_trace

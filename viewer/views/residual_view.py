@@ -29,6 +29,7 @@ from transformer_viewer.viewer.views.parts import (
     shrinkable_title,
     view_bar,
 )
+from transformer_viewer.viewer.views.shown_refresh import RefreshWhenShown, when_shown
 
 NORM_COLORMAP = "viridis"
 
@@ -58,7 +59,7 @@ def _compact(heatmap, cols) -> None:
     heatmap.plot.getAxis("bottom").set_positions(None, numbered=not cols.pooled)
 
 
-class ResidualView(QtWidgets.QWidget):
+class ResidualView(RefreshWhenShown, QtWidgets.QWidget):
     def __init__(self, state, parent=None):
         super().__init__(parent)
         self.state = state
@@ -113,6 +114,7 @@ class ResidualView(QtWidgets.QWidget):
         return trace.labels if trace is not None and self._norms_full.size else ()
 
     # -- drawing --------------------------------------------------------------------------
+    @when_shown
     def refresh(self, *_args) -> None:
         st = self.state
         trace = st.trace

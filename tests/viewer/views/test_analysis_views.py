@@ -47,6 +47,15 @@ def analysis_views(window) -> SimpleNamespace:
                            scan=v["Head scan"], diff=v["Attention diff"], generate=v["Continue"])
 
 
+def seen(qtbot, window, title: str):
+    """The view `title`, brought to the front as a user would before reading it (a view behind
+    another tab draws when it is shown)."""
+    window.show_view(title)
+    view = window.views[title]
+    qtbot.waitUntil(view.isVisible)
+    return view
+
+
 def idle_and(window, cond=lambda: True):
     return lambda: not window.worker.busy and cond()
 
@@ -111,7 +120,7 @@ def raw_norms(ckpt, prompt, mask=None):
 
 
 def test_residual_view_values_equal_the_trace_and_raw_activations(window, qtbot, ckpt):
-    view = analysis_views(window).residual
+    view = seen(qtbot, window, "Residual stream")
     st = window.state
     trace = st.trace
     np.testing.assert_array_equal(view.matrix(), trace.resid_norms)
@@ -133,6 +142,7 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
     st = window.state
     st.set_selection(layer=1, head=0)
     assert not a.residual.diff.isEnabled()
+    seen(qtbot, window, "Attention diff")
     assert not np.any(a.diff.matrix()) and a.diff.matrix().shape == (st.n_tokens, st.n_tokens)
     assert "exactly zero" in a.diff.info.text()
     set_mask(qtbot, window, (0, 2))
@@ -141,11 +151,13 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
         v.diff.setChecked(True)
     trace, clean = st.trace, st.clean_trace
     assert trace is not clean
+    seen(qtbot, window, "Residual stream")
     np.testing.assert_array_equal(a.residual.matrix(), trace.resid_norms - clean.resid_norms)
     assert not np.any(a.residual.matrix()[:2]) and np.all(np.any(a.residual.matrix()[2:], axis=1))  # from 0.mid on
     session = window.worker.worker.session  # idle: the worker's own recompute, as its views get it
     want = head_pattern(session, trace, 1, 0) - head_pattern(session, clean, 1, 0)
     # Drawn from the traces' float16 overviews (one cell per token at this length): 2 roundings.
+    seen(qtbot, window, "Attention diff")
     np.testing.assert_allclose(a.diff.matrix(), want, atol=2 ** -11)
     assert np.abs(want).max() > 1e-3
     acts, clean_acts = shown_activations(qtbot, window, 1, trace, clean)
@@ -162,7 +174,9 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
     window.state.set_mask(np.zeros_like(st.mask))
     qtbot.waitUntil(idle_and(window, lambda: st.trace is st.clean_trace), timeout=WAIT_MS)
     assert not a.residual.diff.active
+    seen(qtbot, window, "Residual stream")
     np.testing.assert_array_equal(a.residual.matrix(), st.trace.resid_norms)
+    seen(qtbot, window, "Attention diff")
     assert not np.any(a.diff.matrix())
 
 
@@ -282,7 +296,8 @@ def test_continue_appends_greedy_tokens_and_views_cover_them(window, qtbot, ckpt
     assert window.prompt_editor.text() == st.prompt
     T = st.trace.n_tokens
     shown_activations(qtbot, window, st.layer, st.trace)
-    assert a.residual.matrix().shape[1] == T and a.mlp.matrix().shape[1] == T
+    assert a.mlp.matrix().shape[1] == T
+    assert seen(qtbot, window, "Residual stream").matrix().shape[1] == T
     # sampled with a seed: the same seed, the same continuation
     a.generate.mode_combo.setCurrentIndex(1)
     a.generate.seed_spin.setValue(7)
@@ -298,7 +313,9 @@ def test_views_export_png_svg_npy_csv(window, qtbot, tmp_path):
     shown_activations(qtbot, window, window.state.layer, window.state.trace)
     window.show_view("Logit lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
-    for name, view in (("residual", a.residual), ("mlp", a.mlp), ("lens", a.lens), ("diff", a.diff)):
+    for name, title in (("residual", "Residual stream"), ("mlp", "MLP neurons"), ("lens", "Logit lens"),
+                        ("diff", "Attention diff")):
+        view = seen(qtbot, window, title)  # a view's Export button is on screen with it
         for ext in (".png", ".svg", ".npy", ".csv"):
             path = str(tmp_path / f"{name}{ext}")
             assert view.export_button.export(path) == path
