@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from transformer_viewer.model.linear import linear
+from transformer_viewer.model.vocab_blocks import VocabBlocks, head_logits, pick
 
 VOCAB_BLOCK = 4096  # vocabulary rows of the head read at once, at least
 LOGITS_BLOCK = 1 << 22  # logits per block (16 MB): few rows take a wider slice of the vocabulary
@@ -68,12 +68,6 @@ def lens_cells(model, x: torch.Tensor, n_vocab: int, final_ids: np.ndarray | Non
 
 def _cells(model, x: torch.Tensor, V: int, final_ids, reference, width: int, counted):
     h = model.hook_final(model.ln_f(x))  # (N, C)
-    w = model.lm_head.weight[:V]  # (V, C)
-    bias = model.lm_head.bias
-
-    def logits(rows: slice | torch.Tensor) -> torch.Tensor:
-        return model.cap_logits(linear(h, w[rows], None if bias is None else bias[rows])).float()
-
     N, dev = h.shape[0], h.device
     best = torch.full((N,), float("-inf"), device=dev)  # running max logit
     best_id = torch.zeros(N, dtype=torch.long, device=dev)
@@ -85,25 +79,19 @@ def _cells(model, x: torch.Tensor, V: int, final_ids, reference, width: int, cou
         # The final tokens' logits before the pass, for the counts; from the same GEMM kernel
         # on the gathered head rows (each row's own column is checked again below).
         uniq, inverse = torch.unique(asked["final"], return_inverse=True)
-        threshold = logits(uniq).gather(1, inverse[:, None])[:, 0]  # (N,)
-    starts = range(0, V, width)
-    lse = torch.empty(len(starts), N, device=dev)  # (blocks, N)
-    for j, v0 in enumerate(starts):
-        v1 = min(V, v0 + width)
-        block = logits(slice(v0, v1))  # (N, v1 - v0)
+        threshold = head_logits(model, h, uniq).gather(1, inverse[:, None])[:, 0]  # (N,)
+    blocks = VocabBlocks(model, h, V, width)
+    for v0, v1, block in blocks:  # (N, v1 - v0) each
         top, arg = block.max(dim=1)
         better = top > best  # strictly: the first of equal maxima wins, as argmax
         best_id = torch.where(better, arg + v0, best_id)
         best = torch.where(better, top, best)
-        # log-sum-exp as x0 - log_softmax(x)0: one fused kernel instead of five passes
-        lse[j] = block[:, 0] - torch.log_softmax(block, dim=-1)[:, 0]
         if "final" in asked:
             rank += (block > threshold[:, None]).sum(dim=1)
         for k, ids in asked.items():
-            rows = ((ids >= v0) & (ids < v1)).nonzero().squeeze(1)
-            picked[k][rows] = block[rows, ids[rows] - v0]
+            pick(picked[k], block, ids, v0, v1)
         counted()
-    lse = torch.logsumexp(lse, dim=0)  # (N,)
+    lse = blocks.logsumexp()  # (N,)
     if "final" in asked:
         # Rank = how many tokens score strictly higher; ties count in the token's favour. A
         # final token whose logit in the pass came out above its threshold counted itself.

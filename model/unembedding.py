@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from transformer_viewer.model.linear import linear
 from transformer_viewer.model.trace import NextToken
+from transformer_viewer.model.vocab_blocks import VocabBlocks, pick
 
 VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once
 
@@ -27,25 +27,20 @@ def token_logprobs(model, final: torch.Tensor, ids: torch.Tensor, p: int, n_voca
     """
     T = final.shape[0]
     h = model.hook_final(model.ln_f(final))  # (T, C)
-    w = model.lm_head.weight[:n_vocab]  # (V, C); padded rows never count
-    bias = model.lm_head.bias
-    V = w.shape[0]
+    V = min(n_vocab, model.lm_head.weight.shape[0])  # padded rows never count
     targets = ids[1:]  # (T-1,), the token each position predicts
     picked = torch.zeros(T - 1, dtype=torch.float32, device=h.device)  # logit of each target
     logits_p = torch.empty(V, dtype=torch.float32, device=h.device)
-    starts = range(0, V, VOCAB_BLOCK)
-    lse = torch.empty(len(starts), T, dtype=torch.float32, device=h.device)  # (blocks, T)
-    for j, v0 in enumerate(starts):
-        if is_cancelled is not None and is_cancelled():
-            return None, None, None
-        v1 = min(v0 + VOCAB_BLOCK, V)
-        block = model.cap_logits(linear(h, w[v0:v1], None if bias is None else bias[v0:v1])).float()  # (T, v1 - v0)
-        # log-sum-exp as x0 - log_softmax(x)0: one fused kernel instead of five passes.
-        lse[j] = block[:, 0] - torch.log_softmax(block, dim=-1)[:, 0]
+    blocks = VocabBlocks(model, h, V, VOCAB_BLOCK)
+    cancelled = is_cancelled or (lambda: False)
+    if cancelled():
+        return None, None, None
+    for v0, v1, block in blocks:  # (T, v1 - v0) each
         logits_p[v0:v1] = block[p]
-        rows = ((targets >= v0) & (targets < v1)).nonzero().squeeze(1)
-        picked[rows] = block[rows, targets[rows] - v0]
-    lse = torch.logsumexp(lse, dim=0)  # (T,)
+        pick(picked, block, targets, v0, v1)
+        if cancelled():  # before the next block is computed
+            return None, None, None
+    lse = blocks.logsumexp()  # (T,)
     token_lp = torch.full((T,), float("nan"), dtype=torch.float32)
     token_lp[1:] = (picked - lse[:-1]).cpu()
     return token_lp.numpy(), logits_p, logits_p - lse[p]

@@ -1,0 +1,54 @@
+"""Every logit of a few residual rows, one block of the vocabulary at a time.
+
+What reads the whole distribution of many rows (each position's log-probability of its next
+token, the logit lens) never holds the (N, V) logits: 200 MB at 1,024 tokens and a 49k
+vocabulary, 600 MB for a lens of 1,000 rows at 152k. `VocabBlocks` yields one (N, width) block
+of logits at a time, still in cache while its reader reduces it, and folds each block's
+log-sum-exp into the rows' normaliser as it goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from transformer_viewer.model.linear import linear
+
+
+def head_logits(model, h: torch.Tensor, rows: slice | torch.Tensor) -> torch.Tensor:
+    """float32 logits of final-norm rows h (N, C) for the head rows `rows` (a slice of the
+    vocabulary, or token ids): the head's own kernel, bias and soft-cap, (N, len(rows))."""
+    w, bias = model.lm_head.weight, model.lm_head.bias
+    return model.cap_logits(linear(h, w[rows], None if bias is None else bias[rows])).float()
+
+
+class VocabBlocks:
+    """Iterate (v0, v1, logits[:, v0:v1]) over the first `n_vocab` tokens, `width` at a time,
+    for final-norm rows h (N, C); after the loop, `logsumexp()` is each row's normaliser (N,)."""
+
+    def __init__(self, model, h: torch.Tensor, n_vocab: int, width: int):
+        self.model, self.h, self.n_vocab, self.width = model, h, n_vocab, width
+        self.starts = range(0, n_vocab, width)
+        self._lse = torch.empty(len(self.starts), h.shape[0], dtype=torch.float32, device=h.device)  # (blocks, N)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __iter__(self) -> Iterator[tuple[int, int, torch.Tensor]]:
+        for j, v0 in enumerate(self.starts):
+            v1 = min(self.n_vocab, v0 + self.width)
+            block = head_logits(self.model, self.h, slice(v0, v1))  # (N, v1 - v0)
+            # log-sum-exp as x0 - log_softmax(x)0: one fused kernel instead of five passes.
+            self._lse[j] = block[:, 0] - torch.log_softmax(block, dim=-1)[:, 0]
+            yield v0, v1, block
+
+    def logsumexp(self) -> torch.Tensor:
+        """(N,) log of each row's sum of exp(logits) over the vocabulary (once the loop is done)."""
+        return torch.logsumexp(self._lse, dim=0)
+
+
+def pick(out: torch.Tensor, block: torch.Tensor, ids: torch.Tensor, v0: int, v1: int) -> None:
+    """out[i] = the logit of token ids[i] in row i, for the rows whose token falls in v0..v1-1."""
+    rows = ((ids >= v0) & (ids < v1)).nonzero().squeeze(1)
+    out[rows] = block[rows, ids[rows] - v0]
