@@ -4,7 +4,9 @@ torch's default CPU GEMM for `F.linear` reaches 50-120 GFLOP/s on this project's
 machine; oneDNN's (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile's CPU
 backend uses) reaches 130-190 on the same float32 shapes, with the same dense weights and no
 copy of them. Measured on GPT-2-small shapes: 0.55-0.85x the time, and 0.4-0.6x for the
-768 x 50257 unembedding (bench/).
+768 x 50257 unembedding (bench/). One vector (the next-token logits of a prediction or a
+capture) goes through as a one-row matrix: torch's matrix-vector product reads the head at
+11-13 GB/s, oneDNN's at 21-23 (GPT-2's head 12.3 -> 6.6 ms; a 151,936 x 896 head 42 -> 23 ms).
 
 Only inference takes that path: while autograd records (training), `F.linear` runs, so its
 backward is torch's own. The two kernels sum in different orders (differences ~1e-6 relative);
@@ -53,7 +55,7 @@ def plain_kernels() -> Iterator[None]:
 
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (_enabled and x.dim() >= 2 and x.device.type == "cpu" and x.dtype == torch.float32
+    return (_enabled and x.dim() >= 1 and x.device.type == "cpu" and x.dtype == torch.float32
             and weight.dtype == torch.float32 and x.shape[-1] > 0 and weight.shape[0] > 0
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)))
 
@@ -63,6 +65,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     global _enabled
     if _use_onednn(x, weight):
         try:
+            if x.dim() == 1:  # one vector (a position's logits): as a row, where oneDNN reads the weight twice as fast
+                return torch.ops.mkldnn._linear_pointwise(x[None], weight, bias, "none", [], "")[0]
             return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
         except (RuntimeError, TypeError):
             _enabled = False  # a torch build whose kernel refuses these inputs: plain from now on
