@@ -145,9 +145,11 @@ def column_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def store_head_norms(gram: torch.Tensor, dest: np.ndarray, z: torch.Tensor) -> None:
     """The L2 norm of each head's write to the residual: ||z_h W_h||^2 = z_h G_h z_h^T, T*nh*hs^2
     work instead of T*nh*hs*C and no (nh, T, C) temporary. gram (nh, hs, hs), dest (nh, T)."""
-    zt = z[0].to(gram.dtype)  # (T, nh, hs)
-    sq = (torch.einsum("tni,nij->tnj", zt, gram) * zt).sum(-1)  # (T, nh)
-    torch.from_numpy(dest).copy_(sq.clamp_min_(0).sqrt_().T)
+    # Heads first: the attention computed z as (nh, T, hs) and hook_z sees it transposed, so
+    # this is that tensor again, and each head's product is one plain matrix product.
+    zh = z[0].transpose(0, 1).to(gram.dtype)  # (nh, T, hs)
+    sq = (torch.bmm(zh, gram) * zh).sum(-1)  # (nh, T)
+    torch.from_numpy(dest).copy_(sq.clamp_min_(0).sqrt_())
 
 
 class HeadGrams:
