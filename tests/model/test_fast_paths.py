@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import transformer_viewer.model.linear as linear_module
 from tests.model.tolerances import assert_float32_close, model_reduction
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.config import GPTConfig
@@ -114,7 +115,7 @@ needs_onednn = pytest.mark.skipif(not fast_path_enabled(), reason="oneDNN's line
 
 
 @needs_onednn
-@pytest.mark.parametrize("shape", [(1, 32), (7, 32), (2, 5, 32), (64, 768)])
+@pytest.mark.parametrize("shape", [(32,), (768,), (1, 32), (7, 32), (2, 5, 32), (64, 768)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_inference_linear_matches_f_linear(shape, bias):
     torch.manual_seed(0)
@@ -127,6 +128,9 @@ def test_inference_linear_matches_f_linear(shape, bias):
             plain = linear(x, w, b)
     assert fast.shape == plain.shape == (*shape[:-1], 48)
     assert_float32_close(fast, plain, reduction=shape[-1], what="oneDNN vs torch linear")
+    if x.dim() == 1:  # a vector goes through as a one-row matrix, on the fast kernel
+        assert linear_module._use_onednn(x, w)
+        assert torch.equal(fast, linear(x[None], w, b)[0])
     assert torch.equal(plain, torch.nn.functional.linear(x, w, b))
 
 
