@@ -1,4 +1,4 @@
-"""Every logit of a few residual rows, one block of the vocabulary at a time.
+"""Every logit of a set of residual rows, one block of the vocabulary at a time.
 
 What reads the whole distribution of many rows (each position's log-probability of its next
 token, the logit lens) never holds the (N, V) logits: 200 MB at 1,024 tokens and a 49k
@@ -31,9 +31,6 @@ class VocabBlocks:
         self.model, self.h, self.n_vocab, self.width = model, h, n_vocab, width
         self.starts = range(0, n_vocab, width)
         self._lse = torch.empty(len(self.starts), h.shape[0], dtype=torch.float32, device=h.device)  # (blocks, N)
-
-    def __len__(self) -> int:
-        return len(self.starts)
 
     def __iter__(self) -> Iterator[tuple[int, int, torch.Tensor]]:
         for j, v0 in enumerate(self.starts):
