@@ -40,6 +40,26 @@ def head_mask_hooks(mask: np.ndarray, ablation: str, start_layer: int = 0) -> li
     return named
 
 
+def batched_head_mask_hooks(masks: np.ndarray, ablation: str, start_layer: int = 0) -> list[tuple[str, object]]:
+    """Like `head_mask_hooks` for a batch of runs: masks (B, L, nh), masks[b] applied to batch
+    element b; the same arithmetic per element as a run of its own."""
+    named = []
+    for layer in range(start_layer, masks.shape[1]):
+        rows = masks[:, layer]  # (B, nh)
+        if rows.any():
+            named.append((f"blocks.{layer}.attn.hook_z", _ablate_rows(torch.as_tensor(rows), ablation)))
+    return named
+
+
+def _ablate_rows(masked: torch.Tensor, ablation: str):
+    def hook(_module, _inputs, z: torch.Tensor) -> torch.Tensor:
+        m = masked.to(z.device)[:, None, :, None]  # (B, 1, nh, 1) against z's (B, T, nh, hs)
+        if ablation == "zero":
+            return torch.where(m, torch.zeros((), dtype=z.dtype, device=z.device), z)
+        return torch.where(m, z.mean(dim=1, keepdim=True), z)  # each run's own mean over positions
+    return hook
+
+
 def _ablate(heads: torch.Tensor, ablation: str):
     def hook(_module, _inputs, z: torch.Tensor) -> torch.Tensor:
         z = z.clone()  # (B, T, nh, hs); never edit the tensor other hooks may hold

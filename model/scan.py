@@ -8,8 +8,10 @@ record, at one position:
   - its change from the baseline (base mask alone): `effect`, negative when the head helped;
   - KL(baseline || ablated) over the whole next-token distribution, in nats.
 
-Each run is `Session.predict(..., update_cache=False)`: a head in layer l resumes from the
-cached resid_pre of layer l, and the session's cache is left exactly as it was.
+The heads of one layer run together (`Session.predict_many`): their runs resume from the
+cached resid_pre of that layer as one batch, which shares each layer's matrix products and one
+read of the unembedding among them (a short prompt's prediction is mostly those), as many at
+once as `SCAN_BATCH_BYTES` of activations allow. The session's cache is left exactly as it was.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from transformer_viewer.model.attention_kernels import LARGEST_BLOCK
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import reading
 from transformer_viewer.model.interventions import check_intervention
 
 METRICS = ("logprob", "logit_diff")
+SCAN_BATCH_BYTES = 256 * 2**20  # activations of one batch of runs, about
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,13 @@ def _metric(probs: np.ndarray, target: int, distractor: int | None) -> float:
     return float(lp - ld)
 
 
+def batch_size(config, T: int) -> int:
+    """Runs a batch may hold at T tokens: per run and token, a layer's activations are about
+    4 n_embd + 3 n_mlp floats, and one block of attention rows n_head x LARGEST_BLOCK."""
+    per_run = 4 * T * (4 * config.n_embd + 3 * config.n_mlp + config.n_head * LARGEST_BLOCK)
+    return max(1, min(config.n_head, SCAN_BATCH_BYTES // per_run))
+
+
 def head_scan(session, target: int | None = None, distractor: int | None = None, position: int | None = None,
               ablation: str = "zero", base_mask=None,
               progress: Callable[[int, int], None] | None = None,
@@ -107,6 +118,11 @@ def head_scan(session, target: int | None = None, distractor: int | None = None,
     tprobs = np.full((L, nh), np.nan, dtype=np.float32)
     done = np.zeros((L, nh), dtype=bool)
     todo = [(layer, head) for layer in range(L) for head in range(nh) if not base[layer, head]]
+    size = batch_size(session.config, p + 1 if ablation == "zero" else len(session.tokens.ids))
+    batches = []  # the heads of one layer, `size` at a time
+    for layer in range(L):
+        heads = [c for c in todo if c[0] == layer]
+        batches += [heads[i:i + size] for i in range(0, len(heads), size)]
     cancelled = False
     check = is_cancelled or (lambda: False)
 
@@ -119,18 +135,21 @@ def head_scan(session, target: int | None = None, distractor: int | None = None,
         progress(0, len(todo))
     try:
         with reading(session.model, stops):
-            for n, (layer, head) in enumerate(todo):
+            n = 0
+            for batch in batches:
                 if check():
                     raise _Cancelled
-                mask = base.copy()
-                mask[layer, head] = True
-                out = session.predict(mask, ablation, p, top_k=1, update_cache=False)
-                values[layer, head] = _metric(out.probs, target, distractor)
-                kl[layer, head] = kl_divergence(baseline.probs, out.probs)
-                tprobs[layer, head] = out.probs[target]
-                done[layer, head] = True
+                masks = [base.copy() for _ in batch]
+                for mask, (layer, head) in zip(masks, batch, strict=True):
+                    mask[layer, head] = True
+                for (layer, head), out in zip(batch, session.predict_many(masks, ablation, p, top_k=1), strict=True):
+                    values[layer, head] = _metric(out.probs, target, distractor)
+                    kl[layer, head] = kl_divergence(baseline.probs, out.probs)
+                    tprobs[layer, head] = out.probs[target]
+                    done[layer, head] = True
+                n += len(batch)
                 if progress:
-                    progress(n + 1, len(todo))
+                    progress(n, len(todo))
     except _Cancelled:
         cancelled = True
     return ScanResult(

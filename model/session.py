@@ -4,8 +4,9 @@ head toggles cheap.
 `Session.run(mask)` returns a frozen `Trace` (model/trace.py); it caches every layer's
 resid_pre, so a run whose head mask first differs from the cached one at layer l recomputes only
 layers l.. and reuses everything before. `Session.predict` is the same without capture: just
-the next-token distribution, for toggles and scans. `Session.masked_residuals` gives the
-residual streams under another mask without touching the cache (the lens of a masked run).
+the next-token distribution, for toggles and scans (`predict_many`: many masks as one batch).
+`Session.masked_residuals` gives the residual streams under another mask without touching the
+cache (the lens of a masked run). Those three live in session_predict.py.
 
 Hooks are registered for each forward (model/hooks.py) and always removed afterwards. What a
 run writes into its trace is in capture_readers.py and overview.py, the unembedding's outputs in
@@ -46,8 +47,9 @@ from transformer_viewer.model.memory_budget import (  # noqa: F401 (DEFAULT_MEMO
     max_tokens,
 )
 from transformer_viewer.model.overview import cell_size, n_cells
+from transformer_viewer.model.session_predict import Predictions
 from transformer_viewer.model.tokenizer import Tokenized
-from transformer_viewer.model.trace import NextToken, Trace, resid_labels
+from transformer_viewer.model.trace import Trace, resid_labels
 from transformer_viewer.model.unembedding import next_token, position_logits, token_logprobs
 
 _RUN_IDS = itertools.count(1)  # unique in the process, so no session mistakes another's trace for its own
@@ -62,7 +64,7 @@ class _Run:
     ablation: str
 
 
-class Session:
+class Session(Predictions):
     """A model, a tokenizer and the current prompt, with the caches that make edits cheap.
 
     Not thread-safe: the viewer keeps one on its worker thread.
@@ -245,58 +247,6 @@ class Session:
         if not have_cache or self._resid is None or self._cached_mask is None:
             return 0
         return first_changed_layer(self._cached_mask, self._cached_ablation, mask, ablation)
-
-    # -- prediction only ------------------------------------------------------------------
-    @torch.inference_mode()
-    def predict(self, mask=None, ablation: str = "zero", position: int | None = None, top_k: int = 10,
-                update_cache: bool = True) -> NextToken:
-        """The next-token distribution under `mask`, computing as little as possible: layers
-        from the first changed one, positions up to `position` (zero ablation is causal), and
-        the head at one position. `update_cache=False` leaves the cache as it was (scans)."""
-        ids = self._require_prompt()
-        mask = self._check(mask, ablation)
-        T = ids.shape[1]
-        p = self._position(position, T)
-        model, L = self.model, self.config.n_layer
-        if self._resid is None:
-            self.run(None, "zero", p, top_k)  # a clean run fills the cache once
-        start = self._start_layer(mask, ablation, True)
-        if start >= L:
-            final = self._resid[L]
-        else:
-            # Under zero ablation nothing after `position` can reach it; mean ablation
-            # averages over every position, so it needs them all.
-            keep = p + 1 if ablation == "zero" else T
-            if update_cache and keep == T:
-                new_resid = self._rerun(mask, ablation, start)
-                final = new_resid[L]
-                self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
-                self._cached_trace = None  # its arrays no longer match the cache: the next run() is a full one
-            else:
-                with self._scratch_attention(), hooks(model, head_mask_hooks(mask, ablation, start)):
-                    final = model.run_blocks(self._resid[start][:, :keep], start)
-        return next_token(*position_logits(model, final[0, p], self.n_vocab), p, top_k)
-
-    @torch.inference_mode()
-    def masked_residuals(self, mask=None, ablation: str = "zero") -> list[torch.Tensor]:
-        """resid_pre of every layer and the final resid_post under `mask`, each (1, T, C),
-        leaving the cache untouched; layers before the first one that differs from the cached
-        run are reused."""
-        mask = self._check(mask, ablation)
-        cached = self.residuals()
-        start = self._start_layer(mask, ablation, True)
-        if start >= self.config.n_layer:
-            return cached
-        return self._rerun(mask, ablation, start)
-
-    def _rerun(self, mask: np.ndarray, ablation: str, start: int) -> list[torch.Tensor]:
-        """The residual streams of a run under `mask` from the cached resid_pre of `start` on."""
-        L = self.config.n_layer
-        names = [f"blocks.{layer}.hook_resid_pre" for layer in range(start + 1, L)]
-        with (self._scratch_attention(), hooks(self.model, head_mask_hooks(mask, ablation, start)),
-              caching(self.model, names) as kept):
-            final = self.model.run_blocks(self._resid[start], start)
-        return [*self._resid[: start + 1], *(kept[n] for n in names), final]
 
     def residuals(self) -> list[torch.Tensor]:
         """resid_pre of every layer, then the final resid_post, for the cached run (1, T, C)."""
