@@ -58,6 +58,8 @@ class Predictions:
         is most of a prediction's cost. Every run starts from the earliest layer any mask changes;
         the batch's activations are len(masks) times one run's."""
         ids = self._require_prompt()
+        if len(masks) == 0:
+            return []
         masks = np.stack([self._check(m, ablation) for m in masks])  # (B, L, nh)
         T = ids.shape[1]
         p = self._position(position, T)

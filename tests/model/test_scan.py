@@ -154,6 +154,7 @@ def test_predict_many_equals_predict_for_each_mask(ablation):
         assert out.position == want.position == 7
         np.testing.assert_allclose(out.probs, want.probs, rtol=1e-5, atol=1e-8)
         np.testing.assert_array_equal(out.top_ids, want.top_ids)
+    assert s.predict_many([], ablation, 7) == []
     alone = s.predict_many(masks[5:6], ablation, 7)[0]  # a batch of one is a lone run, bit for bit
     np.testing.assert_array_equal(alone.probs, ref.predict(masks[5], ablation, 7, update_cache=False).probs)
 
