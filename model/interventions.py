@@ -31,18 +31,14 @@ def check_intervention(config: GPTConfig, mask, ablation: str, what: str = "head
 
 
 def head_mask_hooks(mask: np.ndarray, ablation: str, start_layer: int = 0) -> list[tuple[str, object]]:
-    """(hook name, hook) pairs that apply `mask` to layers >= start_layer."""
-    named = []
-    for layer in range(start_layer, mask.shape[0]):
-        heads = np.flatnonzero(mask[layer])
-        if len(heads):
-            named.append((f"blocks.{layer}.attn.hook_z", _ablate(torch.as_tensor(heads), ablation)))
-    return named
+    """(hook name, hook) pairs that apply `mask` (L, nh) to layers >= start_layer, in every
+    batch element alike."""
+    return batched_head_mask_hooks(np.asarray(mask)[None], ablation, start_layer)
 
 
 def batched_head_mask_hooks(masks: np.ndarray, ablation: str, start_layer: int = 0) -> list[tuple[str, object]]:
     """Like `head_mask_hooks` for a batch of runs: masks (B, L, nh), masks[b] applied to batch
-    element b; the same arithmetic per element as a run of its own."""
+    element b (a single mask, B = 1, to all), with the same arithmetic as a run of its own."""
     named = []
     for layer in range(start_layer, masks.shape[1]):
         rows = masks[:, layer]  # (B, nh)
@@ -52,23 +48,12 @@ def batched_head_mask_hooks(masks: np.ndarray, ablation: str, start_layer: int =
 
 
 def _ablate_rows(masked: torch.Tensor, ablation: str):
+    # A new tensor, never an edit of z: other hooks may hold it.
     def hook(_module, _inputs, z: torch.Tensor) -> torch.Tensor:
         m = masked.to(z.device)[:, None, :, None]  # (B, 1, nh, 1) against z's (B, T, nh, hs)
         if ablation == "zero":
             return torch.where(m, torch.zeros((), dtype=z.dtype, device=z.device), z)
         return torch.where(m, z.mean(dim=1, keepdim=True), z)  # each run's own mean over positions
-    return hook
-
-
-def _ablate(heads: torch.Tensor, ablation: str):
-    def hook(_module, _inputs, z: torch.Tensor) -> torch.Tensor:
-        z = z.clone()  # (B, T, nh, hs); never edit the tensor other hooks may hold
-        idx = heads.to(z.device)
-        if ablation == "zero":
-            z[:, :, idx] = 0.0
-        else:
-            z[:, :, idx] = z[:, :, idx].mean(dim=1, keepdim=True)  # mean over positions
-        return z
     return hook
 
 
