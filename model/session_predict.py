@@ -26,37 +26,31 @@ class Predictions:
         """The next-token distribution under `mask`, computing as little as possible: layers
         from the first changed one, positions up to `position` (zero ablation is causal), and
         the head at one position. `update_cache=False` leaves the cache as it was (scans)."""
-        ids = self._require_prompt()
-        mask = self._check(mask, ablation)
-        T = ids.shape[1]
-        p = self._position(position, T)
-        model, L = self.model, self.config.n_layer
-        if self._resid is None:
-            self.run(None, "zero", p, top_k)  # a clean run fills the cache once
-        start = self._start_layer(mask, ablation, True)
-        if start >= L:
-            final = self._resid[L]
-        else:
-            # Under zero ablation nothing after `position` can reach it; mean ablation
-            # averages over every position, so it needs them all.
-            keep = p + 1 if ablation == "zero" else T
-            if update_cache and keep == T:
+        if update_cache:
+            ids = self._require_prompt()
+            mask = self._check(mask, ablation)
+            T = ids.shape[1]
+            p = self._position(position, T)
+            if self._resid is None:
+                self.run(None, "zero", p, top_k)  # a clean run fills the cache once
+            start = self._start_layer(mask, ablation, True)
+            # Under zero ablation nothing after `position` can reach it; mean ablation averages
+            # over every position. A run over every position is worth keeping as the cache.
+            if start < self.config.n_layer and (ablation != "zero" or p == T - 1):
                 new_resid = self._rerun(mask, ablation, start)
-                final = new_resid[L]
                 self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
                 self._cached_trace = None  # its arrays no longer match the cache: the next run() is a full one
-            else:
-                with self._scratch_attention(), hooks(model, head_mask_hooks(mask, ablation, start)):
-                    final = model.run_blocks(self._resid[start][:, :keep], start)
-        return next_token(*position_logits(model, final[0, p], self.n_vocab), p, top_k)
+                return next_token(*position_logits(self.model, new_resid[-1][0, p], self.n_vocab), p, top_k)
+        return self.predict_many([mask], ablation, position, top_k)[0]
 
     @torch.inference_mode()
     def predict_many(self, masks, ablation: str = "zero", position: int | None = None,
                      top_k: int = 10) -> list[NextToken]:
-        """`predict(mask, update_cache=False)` for each of `masks`, run as one batch: the runs
-        share each layer's matrix products and one read of the head, which for short prompts
-        is most of a prediction's cost. Every run starts from the earliest layer any mask changes;
-        the batch's activations are len(masks) times one run's."""
+        """`predict(mask, update_cache=False)` for each of `masks`, run as one batch (a batch of
+        one is how `predict` computes whatever it does not keep): the runs share each layer's
+        matrix products and one read of the head, which for short prompts is most of a
+        prediction's cost. Every run starts from the earliest layer any mask changes; the
+        batch's activations are len(masks) times one run's."""
         ids = self._require_prompt()
         if len(masks) == 0:
             return []
