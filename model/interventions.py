@@ -43,7 +43,8 @@ def batched_head_mask_hooks(masks: np.ndarray, ablation: str, start_layer: int =
     for layer in range(start_layer, masks.shape[1]):
         rows = masks[:, layer]  # (B, nh)
         if rows.any():
-            named.append((f"blocks.{layer}.attn.hook_z", _ablate_rows(torch.as_tensor(rows), ablation)))
+            # A copy: the caller's mask may be read-only (a trace's) or change after this returns.
+            named.append((f"blocks.{layer}.attn.hook_z", _ablate_rows(torch.tensor(rows), ablation)))
     return named
 
 

@@ -167,3 +167,25 @@ def test_a_long_prompt_scans_one_head_at_a_time():
     assert batch_size(cfg, 64) == 9  # a short prompt: a whole layer's heads together
     assert batch_size(cfg, 8192) == 1  # a long one: each run alone, as much memory as a prediction
     assert 4 * 1024 * (4 * 576 + 3 * 1536) * batch_size(cfg, 1024) <= SCAN_BATCH_BYTES
+
+
+def test_mask_hooks_keep_their_own_copy_of_a_read_only_mask():
+    import warnings
+
+    from transformer_viewer.model.hooks import hooks
+    from transformer_viewer.model.interventions import head_mask_hooks
+
+    s = tiny_session()
+    mask = _single(1, 2)
+    want = s.predict(mask, update_cache=False).probs
+    mask.flags.writeable = False  # as a trace's mask is
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns when it wraps a read-only array
+        named = head_mask_hooks(mask, "zero")
+    editable = mask.copy()
+    named = head_mask_hooks(editable, "zero")
+    editable[1, 2] = False  # an edit after the hooks were made does not reach them
+    ids = torch.tensor([s.tokens.ids])
+    with torch.inference_mode(), hooks(s.model, named):
+        logits = s.model(ids)[0][0, -1]
+    np.testing.assert_allclose(torch.softmax(logits, -1).numpy(), want, rtol=1e-5, atol=1e-7)
