@@ -204,3 +204,18 @@ def test_pattern_rows_with_a_window_equal_the_masked_full_product():
         torch.testing.assert_close(rows, full[:, :, a:b, :b], rtol=0, atol=1e-6)
         assert torch.all(full[:, :, a:b, b:] == 0)
         assert torch.all(rows[..., : max(0, a - window + 1)] == 0)  # keys out of every row's window
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_hiding_the_future_equals_masked_fill(dtype):
+    from transformer_viewer.model.attention_kernels import future_mask, hide_future_
+
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(2, 3, 9, 20, generator=g).to(dtype)
+    scores[0, 0, 2, 13], scores[1, 2, 4, 11] = -0.0, 0.0  # zeros below the diagonal keep their sign
+    want = scores.clone()
+    want[..., 11:20].masked_fill_(future_mask(9, "cpu"), float("-inf"))
+    got = hide_future_(scores[..., 11:20])  # a strided square, as a block of query rows has
+    assert got.data_ptr() == scores[..., 11:20].data_ptr()  # in place
+    assert torch.equal(scores, want)
+    assert torch.equal(torch.signbit(scores), torch.signbit(want))
