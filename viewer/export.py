@@ -10,8 +10,8 @@ SVG and PDF (Qt's QPdfWriter) are rendered in viewer/vector_export.py, with the 
 cells as vector rectangles. Qt is imported only by the image exporters.
 
 A view is anything with `export_target()` (the QGraphicsView to render) and `matrix()`,
-optionally `row_labels()` / `col_labels()`; a bare QGraphicsView, GraphicsLayoutWidget or
-QWidget can be rendered too.
+optionally `row_labels()` / `col_labels()` and `catch_up()` (a redraw it skipped while hidden);
+a bare QGraphicsView, GraphicsLayoutWidget or QWidget can be rendered too.
 """
 
 from __future__ import annotations
@@ -234,6 +234,9 @@ def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = N
     """Export by extension: .png / .svg render the view, .npy / .csv write `view.matrix()`."""
     ext = extension(path)
     check_writable(path)
+    catch_up = getattr(view, "catch_up", None)
+    if catch_up is not None:  # a view hidden in the window (a closed dock) draws what it skipped
+        catch_up()
     if ext == ".png":
         return export_png(view, path, scale=scale, size=size)
     if ext == ".svg":

@@ -16,6 +16,7 @@ import numpy as np
 from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.heatmap import COLORMAPS, HeatmapExport
+from transformer_viewer.viewer.views.shown_refresh import RefreshWhenShown, when_shown
 from transformer_viewer.viewer.views.tile_loader import TileLoader
 from transformer_viewer.viewer.views.zoom_heatmap import ZoomHeatmap
 from transformer_viewer.viewer.worker.patterns import PatternTileRequest, tile_source
@@ -71,7 +72,7 @@ def attention_block(attention: np.ndarray, layer: int, head: int, mode: str, row
     return attention[:, head, r0:r1, c0:c1].astype(np.float32).mean(axis=0)  # (L, r, c) -> (r, c)
 
 
-class AttentionPanel(HeatmapExport, QtWidgets.QWidget):
+class AttentionPanel(RefreshWhenShown, HeatmapExport, QtWidgets.QWidget):
     """A HeatmapView plus controls. With a `ViewerState` it follows the state's trace and
     selection (a click selects the query); without one, `set_trace(trace, layer, head, query)`
     draws."""
@@ -128,29 +129,25 @@ class AttentionPanel(HeatmapExport, QtWidgets.QWidget):
         self.heatmap.hover_text_changed.connect(self.hover_text_changed)
         if state is not None:
             self.cell_clicked.connect(lambda row, _col: state.set_selection(query=row))
-            state.trace_changed.connect(self._on_trace)
-            state.selection_changed.connect(self._on_selection)
-            self._on_trace(state.trace)
+            state.trace_changed.connect(lambda _t: self.refresh())
+            state.selection_changed.connect(self.refresh)
+            self.refresh()
 
-    def _on_trace(self, trace) -> None:
+    @when_shown
+    def refresh(self) -> None:
+        """Follow the state: redraw for another trace or head, move the highlighted row otherwise."""
         st = self.state
+        trace, shown = st.trace, self._trace
         if trace is None:
             return
-        shown = self._trace
         if (shown is not None and trace.overview_max is shown.overview_max
                 and (st.layer, st.head) == (self._layer, self._head)):
-            # Only the prediction position moved (the handler shares the arrays): no redraw.
+            # The same patterns (a new query, or only the prediction position moved: the
+            # handler shares the arrays): no redraw.
             self._trace = trace
             self.set_query(st.query_index)
         else:
             self.set_trace(trace, st.layer, st.head, st.query_index)
-
-    def _on_selection(self) -> None:
-        st = self.state
-        if (st.layer, st.head) != (self._layer, self._head):
-            self.set_trace(st.trace, st.layer, st.head, st.query_index)
-        else:
-            self.set_query(st.query_index)
 
     # -- state ----------------------------------------------------------------------------
     def set_trace(self, trace, layer: int | None = None, head: int | None = None, query: int | None = None) -> None:

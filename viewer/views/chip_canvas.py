@@ -98,7 +98,9 @@ class ChipCanvas(QWidget):
             self.update()
 
     def _layout(self, width: int) -> None:
-        """Greedy line wrapping, one numpy search per line: each chip's x, y and width."""
+        """Greedy line wrapping: each chip's x, y and width. Only the first chip of each line is
+        found in a loop (one bisection of a Python list per line: a narrow strip has a line per
+        token, 16k of them at a long prompt); the positions then follow in numpy."""
         if width == self._laid_out_width:
             return
         self._laid_out_width = width
@@ -106,19 +108,18 @@ class ChipCanvas(QWidget):
         n = len(self._widths)
         w = np.minimum(np.asarray(self._widths, dtype=np.int64), max(20, width - 2 * GAP))  # (n,)
         ends = np.concatenate([[0], np.cumsum(w + GAP)])  # chip k ends at ends[k + 1] - ends[first] on its line
-        xs, ys = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        tops, firsts = [], []
-        i, y = 0, GAP
+        ends_list = ends.tolist()
+        firsts, i = [], 0
         while i < n:
-            # The chips after i that end within the line (at least one: a wide chip gets its own line).
-            e = max(i + 1, int(np.searchsorted(ends, ends[i] + width - GAP, side="right")) - 1)
-            xs[i:e] = GAP + ends[i:e] - ends[i]
-            ys[i:e] = y
-            tops.append(y)
             firsts.append(i)
-            i, y = e, y + line_h + GAP
+            # The chips after i that end within the line (at least one: a wide chip gets its own line).
+            i = max(i + 1, bisect.bisect_right(ends_list, ends_list[i] + width - GAP) - 1)
+        first = np.asarray(firsts, dtype=np.int64)  # (lines,)
+        line = np.repeat(np.arange(len(firsts)), np.diff(np.append(first, n)))  # (n,) each chip's line
+        tops = GAP + np.arange(len(firsts), dtype=np.int64) * (line_h + GAP)  # (lines,)
+        xs, ys = GAP + ends[:n] - ends[first][line], tops[line]  # (n,) each
         self.rects = ChipRects(xs, ys, w, line_h)
-        self._row_tops, self._row_first = tops, firsts
+        self._row_tops, self._row_first = tops.tolist(), firsts
         height = (int(ys[-1]) + line_h + GAP) if n else line_h + 2 * GAP
         if self.minimumHeight() != height:
             self.setMinimumHeight(height)

@@ -18,6 +18,7 @@ from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.grid_marks import GridMarks, fit_ranges, thinned_ticks
 from transformer_viewer.viewer.views.heatmap_parts import LOG_FLOOR, get_colormap
+from transformer_viewer.viewer.views.shown_refresh import RefreshWhenShown, when_shown
 from transformer_viewer.viewer.views.thumbnails import (  # noqa: F401 - re-exported
     GAP,
     THUMB,
@@ -30,10 +31,11 @@ from transformer_viewer.viewer.views.thumbnails import (  # noqa: F401 - re-expo
 )
 
 
-class HeadGridView(QtWidgets.QWidget):
+class HeadGridView(RefreshWhenShown, QtWidgets.QWidget):
     """`set_trace(trace)` (its overviews) or `set_patterns(attention (L, nh, T, T), mask (L, nh))`;
     emits `head_activated(layer, head)` on click. With a `ViewerState` it follows the state's
-    trace, mask and selection, and a click selects the head."""
+    trace (redrawn when shown, if its dock is closed), mask and selection, and a click selects
+    the head."""
 
     head_activated = QtCore.Signal(int, int)
     hover_text_changed = QtCore.Signal(str)
@@ -100,11 +102,17 @@ class HeadGridView(QtWidgets.QWidget):
         scene.sigMouseMoved.connect(self._on_mouse_moved)
         if state is not None:
             self.head_activated.connect(lambda layer, head: state.set_selection(layer=layer, head=head))
-            state.trace_changed.connect(self._on_trace)
+            state.trace_changed.connect(lambda _t: self.refresh())
             state.mask_changed.connect(self._on_mask)
             state.selection_changed.connect(lambda: self.set_selected(state.layer, state.head))
             self.set_selected(state.layer, state.head)
             self._on_trace(state.trace)
+
+    @when_shown
+    def refresh(self) -> None:
+        """Thumbnails of the state's trace (nothing to do without a state)."""
+        if self.state is not None:
+            self._on_trace(self.state.trace)
 
     def _on_trace(self, trace) -> None:
         if trace is not None and (self._overviews is None or trace.overview_max is not self._overviews[0]):

@@ -34,6 +34,7 @@ from transformer_viewer.viewer.views.parts import (
     compact_axes,
     compact_table,
 )
+from transformer_viewer.viewer.views.shown_refresh import out_of_sight
 
 MAX_ROWS = 1024  # heatmap rows; the order still ranks every neuron
 
@@ -162,7 +163,7 @@ class MLPView(QtWidgets.QWidget):
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt name
         super().showEvent(event)
-        self.refresh()  # hidden, the view asked for nothing
+        self.refresh()  # hidden, the view drew nothing and asked only for a selected neuron's layer
 
     # -- drawing --------------------------------------------------------------------------
     def refresh(self, *_args) -> None:
@@ -172,7 +173,9 @@ class MLPView(QtWidgets.QWidget):
             return
         layer, q = st.layer, st.query_index
         diff = self.diff.active
-        got = self._activations(layer, diff)
+        got = self._activations(layer, diff)  # asked for while hidden too when a neuron colours the tokens
+        if out_of_sight(self):
+            return  # behind another tab: drawn when shown (showEvent)
         if got is None:
             self._draw_summaries(trace, layer)
             return

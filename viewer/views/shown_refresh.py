@@ -6,7 +6,8 @@ tens of milliseconds the user cannot see, added to the stall of the views they c
 mixing in `RefreshWhenShown` and marking its `refresh` with `@when_shown` skips a redraw while
 it is hidden inside a shown window (a tab behind another, a closed dock) and draws once, with
 what the state then holds, when it is next shown. A widget outside any shown window (the
-export command, a test) draws at once, as before.
+export command, a test) draws at once, as before. Whatever reads a view's drawing while it may
+be hidden (File > Export of a closed dock or a tab behind another) calls `catch_up()` first.
 """
 
 from __future__ import annotations
@@ -40,5 +41,11 @@ class RefreshWhenShown:
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt name
         super().showEvent(event)
+        self.catch_up()
+
+    def catch_up(self) -> None:
+        """Run the refresh skipped while hidden, now (before something reads the drawing)."""
         if self._refresh_waiting:
-            self.refresh()
+            self._refresh_waiting = False
+            refresh = type(self).refresh
+            getattr(refresh, "__wrapped__", refresh)(self)  # past `when_shown`: it may still be hidden

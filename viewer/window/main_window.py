@@ -139,8 +139,10 @@ class MainWindow(QMainWindow):
     def show_view(self, title: str) -> None:
         """Bring the view `title` to the front (its tab, or its dock)."""
         view = self.views[title]
-        if self.tabs.indexOf(view) >= 0:
-            self.tabs.setCurrentWidget(view)
+        page = next((self.tabs.widget(i) for i in range(self.tabs.count())
+                     if self.tabs.widget(i) is view or self.tabs.widget(i).isAncestorOf(view)), None)
+        if page is not None:  # a tab: the view itself, or the page around the attention panel
+            self.tabs.setCurrentWidget(page)
         elif title in self.docks:
             self.docks[title].show()
             self.docks[title].raise_()

@@ -135,3 +135,31 @@ def test_token_chips_wrap_and_hit_test_at_1000_tokens(qtbot):
     canvas.resize(120, 100)
     canvas.set_tokens(("·" + "a" * 200,))
     assert canvas.rects[0].width() <= 120
+
+
+@pytest.mark.parametrize("width", [80, 133, 700, 2000])
+def test_token_chips_wrap_greedily_at_every_width(qtbot, width):
+    from transformer_viewer.viewer.views.chip_canvas import GAP
+
+    canvas = ChipCanvas()
+    qtbot.addWidget(canvas)
+    rng = np.random.default_rng(width)
+    canvas.set_tokens(tuple("x" * int(k) for k in rng.integers(1, 30, size=3000)))
+    canvas._laid_out_width = -1
+    canvas._layout(width)
+    rects = list(canvas.rects)
+    lines: dict[int, list] = {}
+    for i, r in enumerate(rects):
+        lines.setdefault(r.top(), []).append(i)
+    tops = sorted(lines)
+    assert tops == canvas._row_tops and [lines[t][0] for t in tops] == canvas._row_first
+    for t, nxt in zip(tops, tops[1:] + [None], strict=True):
+        chips = lines[t]
+        assert chips == list(range(chips[0], chips[-1] + 1))  # in prompt order
+        assert rects[chips[0]].left() == GAP
+        for a, b in zip(chips, chips[1:], strict=False):
+            assert rects[b].left() == rects[a].left() + rects[a].width() + GAP
+        end = rects[chips[-1]].left() + rects[chips[-1]].width()
+        assert len(chips) == 1 or end <= width - GAP  # fits, unless alone on its line
+        if nxt is not None:  # greedy: the next line's first chip would not have fitted
+            assert end + GAP + rects[lines[nxt][0]].width() > width - GAP
