@@ -37,7 +37,8 @@ class ChipRects:
     the layout itself)."""
 
     def __init__(self, xs=(), ys=(), widths=(), height: int = 0):
-        self._xs, self._ys, self._ws, self._h = xs, ys, widths, height
+        # Python ints: a paint reads a few hundred of them, numpy scalars would be converted each time.
+        self._xs, self._ys, self._ws, self._h = list(map(int, xs)), list(map(int, ys)), list(map(int, widths)), height
 
     def __len__(self) -> int:
         return len(self._xs)
@@ -45,7 +46,7 @@ class ChipRects:
     def __getitem__(self, i: int) -> QRect:
         if not -len(self) <= i < len(self):
             raise IndexError(i)
-        return QRect(int(self._xs[i]), int(self._ys[i]), int(self._ws[i]), self._h)
+        return QRect(self._xs[i], self._ys[i], self._ws[i], self._h)
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
@@ -151,20 +152,20 @@ class ChipCanvas(QWidget):
             return
         first = max(0, bisect.bisect_right(self._row_tops, exposed.top() - 40) - 1)
         start = self._row_first[first]
+        last = bisect.bisect_right(self._row_tops, exposed.bottom())  # the first line below the exposed area
+        end = self._row_first[last] if last < len(self._row_first) else len(self.rects)
         plain, italic = p.font(), p.font()
         italic.setItalic(True)
         in_italic = False
-        colors = self.colors.tolist()  # one conversion, not one per chip
+        colors = self.colors[start:end].tolist()  # one conversion of the exposed chips, not one per chip
         selected_pen, special_pen = QPen(QColor(20, 20, 20), 2.5), QPen(_SPECIAL, 1.5, Qt.DashLine)
         black, white = QColor(0, 0, 0), QColor(255, 255, 255)
         align = Qt.AlignVCenter | Qt.AlignLeft
-        for i in range(start, len(self.rects)):
+        for i in range(start, end):
             r = self.rects[i]
-            if r.top() > exposed.bottom():
-                break
             if not r.intersects(exposed):
                 continue
-            bg = QColor(*colors[i]) if i < len(colors) else _BASE
+            bg = QColor(*colors[i - start]) if i - start < len(colors) else _BASE
             p.setBrush(bg)
             special = i < len(self.special) and self.special[i]
             if i == self.selected:

@@ -25,8 +25,9 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
+from transformer_viewer.viewer.worker.priority import lower_this_thread
 from transformer_viewer.viewer.worker.requests import (
     Cancelled,
     Failure,
@@ -213,6 +214,8 @@ class WorkerClient(QObject):
         self.worker.result.connect(self._on_answer)
         self.worker.failed.connect(self._on_answer)
         self.worker.progress.connect(self._on_progress)
+        # Run on the new thread as it starts, before it computes anything.
+        self.thread.started.connect(lower_this_thread, Qt.ConnectionType.DirectConnection)
         self.thread.start()
         self._closed = False
 

@@ -232,3 +232,42 @@ def test_close_stops_the_thread(qtbot, tiny_ckpt):
     assert c.thread.isFinished() and c.worker.session is None
     with pytest.raises(RuntimeError):
         c.submit(TraceRequest(text="x"))
+
+
+@dataclass(frozen=True)
+class NiceRequest(Request):
+    kind: ClassVar[str] = "test-nice"
+
+
+def nice_handler(_session, _request, _progress, _is_cancelled):
+    import os
+
+    import torch
+
+    def nice_of(tid: int) -> int:
+        return int(open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()[16])
+
+    torch.randn(512, 512) @ torch.randn(512, 512)  # the worker's OpenMP team exists from here on
+    def name_of(tid: int) -> str:
+        return open(f"/proc/self/task/{tid}/comm").read().strip()
+
+    tids = [int(t) for t in os.listdir("/proc/self/task")]
+    return {t: (nice_of(t), name_of(t)) for t in tids}, threading.get_native_id()
+
+
+register_handler(NiceRequest, nice_handler, needs_session=False)
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="thread nice values are Linux's")
+def test_the_worker_thread_and_its_compute_threads_yield_to_the_gui_thread(qtbot, client):
+    import os
+
+    with qtbot.waitSignal(client.result, timeout=WAIT_MS) as blocker:
+        client.submit(NiceRequest())
+    threads, worker_tid = blocker.args[0].value
+    gui = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert threads[worker_tid][0] > gui
+    assert threads[threading.get_native_id()][0] == gui  # the GUI thread keeps its own
+    # Threads the worker started (torch's compute team, named after it) inherit its priority.
+    started = [nice for tid, (nice, name) in threads.items() if name == threads[worker_tid][1]]
+    assert started and all(nice == threads[worker_tid][0] for nice in started)
