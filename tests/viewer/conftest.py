@@ -3,12 +3,12 @@
 import pytest
 
 from tests.helpers.window import other_ckpt, tiny_ckpt, window  # noqa: F401
-from transformer_viewer.viewer.window.gc_guard import collect_on_gui_thread
+from transformer_viewer.viewer.gc_guard import collect_on_gui_thread
 
 
 @pytest.fixture(autouse=True)
 def _gc_on_the_gui_thread(qapp):
     """Worker tests start threads without a window: collect garbage on the GUI thread for them
-    too, as every window does (viewer/window/gc_guard.py)."""
+    too, as every window does (viewer/gc_guard.py)."""
     collect_on_gui_thread()
     yield

@@ -24,12 +24,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from transformer_viewer.viewer.gc_guard import collect_after_load, collect_on_gui_thread
 from transformer_viewer.viewer.state import ViewerState
 from transformer_viewer.viewer.views.prompt_editor import PromptEditor
 from transformer_viewer.viewer.views.registry import VIEWS
 from transformer_viewer.viewer.window import actions as window_actions
 from transformer_viewer.viewer.window import prediction_preview as preview
-from transformer_viewer.viewer.window.gc_guard import collect_on_gui_thread, settle_long_lived
 from transformer_viewer.viewer.window.status_bar import StatusBar
 from transformer_viewer.viewer.worker.client import RequestHandle, WorkerClient
 from transformer_viewer.viewer.worker.requests import (
@@ -259,7 +259,7 @@ class MainWindow(QMainWindow):
         """A load or a device move finished: the worker holds this model now."""
         request, info = answer.request, answer.value.info
         self.state.set_model(info)
-        settle_long_lived()  # the new model and what it replaced: collected once, then out of the way
+        collect_after_load()  # what the replaced model left in cycles
         self.status.clearMessage()
         self.status.show_model(info)
         self.actions_.set_device_checked(info.device)

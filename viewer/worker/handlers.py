@@ -19,6 +19,7 @@ from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.families import family_name
 from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
 from transformer_viewer.model.trace import Trace
+from transformer_viewer.viewer.gc_guard import freeze_startup_objects
 from transformer_viewer.viewer.worker.requests import (
     Cancelled,
     DeviceRequest,
@@ -115,6 +116,7 @@ def handle_load(_session, request: LoadRequest, progress, _is_cancelled) -> NewS
         raise ModelError("the bundled model is not installed yet; open a checkpoint with File > Open checkpoint")
     progress(0, 0, f"loading {os.path.basename(os.path.normpath(path)) if path else 'the bundled model'}…")
     device, warning = resolve_device_with_fallback(request.device)
+    freeze_startup_objects()  # before the first model: what lives now lives as long as the app
     loaded = load_checkpoint(path, device=device, n_head=request.n_head)
     budget, budget_warning = memory_budget()
     # Traces keep overviews and summaries; full patterns and activations are fetched on demand.
