@@ -229,6 +229,15 @@ def attend_by_blocks(qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, windo
     return z
 
 
+def attend_rows(qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, first: int, window: int, cap: float) -> torch.Tensor:
+    """pattern @ v for query rows first.. alone, (B, nh, T - first, hs): what a prediction's last
+    layer needs at its last position. The same arithmetic as `attend_by_blocks` on a block of
+    its own, so few rows round as a short block does (a few float32 ulps from the capture's)."""
+    T = vh.shape[2]
+    rows = pattern_rows(qh, kh, first, T, window, cap)  # (B, nh, T - first, T)
+    return rows @ vh  # (B, nh, T - first, hs)
+
+
 def values_by_blocks(pattern: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
     """pattern @ v, (B, nh, T, hs), by the query blocks of `attend_by_blocks` and over each
     block's visible keys only: a third less work than the whole product at long prompts (the

@@ -22,6 +22,7 @@ from transformer_viewer.model.attention_kernels import (  # noqa: F401 (re-expor
     QUERY_BLOCK,
     AttentionWorkspace,
     attend_by_blocks,
+    attend_rows,
     attention_pattern,
     attention_workspace,
     blocked_pattern,
@@ -109,10 +110,14 @@ class CausalSelfAttention(nn.Module):
         self.workspace: AttentionWorkspace | None = None  # set only by attention_workspace()
         self.pattern_rows_observer = None  # set only by observe_pattern_rows()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, first_row: int = 0) -> torch.Tensor:
+        """(B, T, C) -> (B, T - first_row, C): the outputs of query rows first_row.. (a
+        prediction needs only the last row of the last layer; every key and value is still read)."""
         B, T, _ = x.shape
         qh, kh, vh = self.heads_qkv(x)  # (B, nh, T, hs) each
-        if torch.is_grad_enabled():
+        if first_row:  # no grad, no whole pattern: these rows against their visible keys
+            z = attend_rows(qh, kh, vh, first_row, self.window, self.softcap)  # (B, nh, T - first_row, hs)
+        elif torch.is_grad_enabled():
             pattern = self.hook_pattern(attention_pattern(qh, kh, self.window, self.softcap))  # (B, nh, T, T)
             z = self.attn_dropout(pattern) @ vh  # (B, nh, T, hs)
         elif self.hook_pattern._forward_hooks or self.hook_pattern._forward_pre_hooks:
@@ -121,8 +126,8 @@ class CausalSelfAttention(nn.Module):
             z = values_by_blocks(self.hook_pattern(pattern), vh)  # (B, nh, T, hs)
         else:  # the pattern is never whole: one block of query rows at a time
             z = attend_by_blocks(qh, kh, vh, self.window, self.softcap, self.pattern_rows_observer)
-        z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)
-        return self.resid_dropout(self.c_proj(z.reshape(B, T, self.n_head * self.head_size)))  # (B, T, C)
+        z = self.hook_z(z.transpose(1, 2))  # (B, T - first_row, nh, hs)
+        return self.resid_dropout(self.c_proj(z.reshape(B, T - first_row, self.n_head * self.head_size)))
 
     def pattern_rows(self, qh: torch.Tensor, kh: torch.Tensor, a: int, b: int, out: torch.Tensor | None = None,
                      scores: torch.Tensor | None = None) -> torch.Tensor:
@@ -219,9 +224,11 @@ class Block(nn.Module):
         self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, first_row: int = 0) -> torch.Tensor:
+        """(B, T, C) -> (B, T - first_row, C): rows first_row.. of the output."""
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(x + self.hook_attn_out(self.ln_post_attn(self.attn(self.ln_1(x)))))
+        attn = self.hook_attn_out(self.ln_post_attn(self.attn(self.ln_1(x), first_row)))
+        x = self.hook_resid_mid(x[:, first_row:] + attn)
         return self.hook_resid_post(x + self.hook_mlp_out(self.ln_post_mlp(self.mlp(self.ln_2(x)))))
 
 
@@ -229,12 +236,12 @@ class ParallelBlock(Block):
     """x + attn(ln_1(x)) + mlp(ln_2(x)): both sublayers read the block's input (GPT-NeoX,
     GPT-J). With one shared norm (GPT-J) the MLP reads ln_1(x) too. resid_mid is x + attn."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, first_row: int = 0) -> torch.Tensor:
         x = self.hook_resid_pre(x)
         h = self.ln_1(x)
         mlp_in = h if isinstance(self.ln_2, nn.Identity) else self.ln_2(x)
-        mid = self.hook_resid_mid(x + self.hook_attn_out(self.ln_post_attn(self.attn(h))))
-        return self.hook_resid_post(mid + self.hook_mlp_out(self.ln_post_mlp(self.mlp(mlp_in))))
+        mid = self.hook_resid_mid(x[:, first_row:] + self.hook_attn_out(self.ln_post_attn(self.attn(h, first_row))))
+        return self.hook_resid_post(mid + self.hook_mlp_out(self.ln_post_mlp(self.mlp(mlp_in[:, first_row:]))))
 
 
 class GPT(nn.Module):
@@ -292,11 +299,13 @@ class GPT(nn.Module):
         pos = self.hook_pos_embed(pos.unsqueeze(0).expand(B, T, -1))  # (B, T, C)
         return self.drop(tok + pos)
 
-    def run_blocks(self, x: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
-        """Run blocks start..stop-1 on a residual stream; lets a mask change resume mid-model."""
-        for block in self.blocks[start:stop]:
-            x = block(x)
-        return x
+    def run_blocks(self, x: torch.Tensor, start: int = 0, stop: int | None = None, last_only: bool = False) -> torch.Tensor:
+        """Run blocks start..stop-1 on a residual stream; lets a mask change resume mid-model.
+        `last_only` (no grad): the last block computes the last position alone, (B, 1, C)."""
+        blocks = self.blocks[start:stop]
+        for i, block in enumerate(blocks):
+            x = block(x, x.shape[1] - 1 if last_only and i == len(blocks) - 1 else 0)
+        return x[:, -1:] if last_only else x
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
         """Residual stream (..., C) -> logits (..., vocab_size) through ln_f and the head."""

@@ -24,8 +24,8 @@ class Predictions:
     def predict(self, mask=None, ablation: str = "zero", position: int | None = None, top_k: int = 10,
                 update_cache: bool = True) -> NextToken:
         """The next-token distribution under `mask`, computing as little as possible: layers
-        from the first changed one, positions up to `position` (zero ablation is causal), and
-        the head at one position. `update_cache=False` leaves the cache as it was (scans)."""
+        from the first changed one, positions up to `position` (zero ablation is causal), the
+        last layer and the head at that position alone. `update_cache=False` leaves the cache as it was (scans)."""
         if update_cache:
             ids = self._require_prompt()
             mask = self._check(mask, ablation)
@@ -65,10 +65,12 @@ class Predictions:
         if start >= L:
             final = self._resid[L][0, p].expand(B, -1)  # (B, C): every mask is the cached one
         else:
-            keep = p + 1 if ablation == "zero" else T
-            x = self._resid[start][:, :keep].expand(B, -1, -1)  # (B, keep, C)
+            # Under zero ablation the rows after p cannot reach it, and the last layer computes
+            # row p alone; a head's mean (mean ablation) needs every row of its layer.
+            zero = ablation == "zero"
+            x = self._resid[start][:, : p + 1 if zero else T].expand(B, -1, -1)  # (B, T', C)
             with self._scratch_attention(), hooks(model, batched_head_mask_hooks(masks, ablation, start)):
-                final = model.run_blocks(x, start)[:, p]  # (B, C)
+                final = model.run_blocks(x, start, last_only=zero)[:, -1 if zero else p]  # (B, C)
         logits = model.unembed(final).float()[:, :self.n_vocab]  # (B, V); padded rows never count
         logprobs = torch.log_softmax(logits, dim=-1)
         return [next_token(logits[b], logprobs[b], p, top_k) for b in range(B)]

@@ -133,3 +133,25 @@ def test_defaults_are_gpt2_and_old_configs_load():
 def test_bad_values_are_one_line_value_errors(changes, message):
     with pytest.raises(ValueError, match=message):
         GPTConfig(**{**BASE, **changes})
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("T", [1, 9, QUERY_BLOCK + 40])
+def test_a_block_computing_its_last_rows_alone_equals_the_whole_blocks_rows(name, T):
+    from tests.model.tolerances import assert_float32_close, model_reduction
+
+    model = _model(name)
+    ids = torch.randint(0, 300, (2, T), generator=torch.Generator().manual_seed(T))
+    with torch.inference_mode():
+        x = model.embed(ids)
+        for layer, block in enumerate(model.blocks):  # a sliding layer and a full one in window_softcap
+            whole = block(x)  # (2, T, C)
+            for first in {T - 1, T // 2}:
+                rows = block(x, first)  # (2, T - first, C)
+                assert rows.shape == (2, T - first, model.config.n_embd)
+                assert_float32_close(rows, whole[:, first:], reduction=model_reduction(model.config),
+                                     what=f"{name} layer {layer} rows {first}..")
+            x = whole
+        last = model.run_blocks(model.embed(ids), last_only=True)  # (2, 1, C)
+        assert_float32_close(last, model.run_blocks(model.embed(ids))[:, -1:], reduction=model_reduction(model.config),
+                             depth=model.config.n_layer, what=name)

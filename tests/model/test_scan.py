@@ -80,9 +80,9 @@ def test_scan_leaves_the_session_cache_intact_and_resumes_per_layer():
     # Count which block each predict starts from: a head in layer 1 must not rerun layer 0.
     orig = s.model.run_blocks
 
-    def spy(x, start=0, stop=None):
+    def spy(x, start=0, stop=None, **kwargs):
         started.append(start)
-        return orig(x, start, stop)
+        return orig(x, start, stop, **kwargs)
     s.model.run_blocks = spy
     head_scan(s)
     s.model.run_blocks = orig
