@@ -82,13 +82,16 @@ def generate(session, n_tokens: int, temperature: float = 0.0, top_k: int | None
     new_probs: list[float] = []
     check = is_cancelled or (lambda: False)
     cancelled = False
+    # Only the last position's output is read: the last layer computes it alone, unless a head
+    # of that layer is mean-ablated (its mean needs every position).
+    last_only = ablation == "zero" or not mask[-1].any()
     with hooks(session.model, head_mask_hooks(mask, ablation)):
         for n in range(n_tokens):
             if check():
                 cancelled = True
                 break
             window = torch.tensor([ids[-c.block_size:]], dtype=torch.long, device=device)  # (1, T)
-            x = session.model.run_blocks(session.model.embed(window))  # (1, T, C)
+            x = session.model.run_blocks(session.model.embed(window), last_only=last_only)  # (1, 1 or T, C)
             logits = session.model.unembed(x[0, -1])[:V].float()  # (V,)
             if greedy:
                 nxt = int(torch.argmax(logits))

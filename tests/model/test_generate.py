@@ -8,17 +8,20 @@ from transformer_viewer.model.hooks import count_hooks
 from transformer_viewer.model.tokenizer import Tokenized
 
 
-def _step_by_step_greedy(session, ids, n, mask=None):
-    """Greedy by hand: the argmax of Session.predict after each appended token."""
+def _step_by_step_greedy(session, ids, n, mask=None, ablation="zero", probs=None):
+    """Greedy by hand: the argmax of Session.predict after each appended token (its
+    probability appended to `probs` when given)."""
     ids = list(ids)
     out = []
     for _ in range(n):
         window = ids[-session.config.block_size:]
         session.set_tokens(Tokenized(tuple(window), tuple("?" * len(window)), tuple((0, 0) for _ in window), ""))
-        nxt = session.predict(mask, top_k=session.n_vocab)
+        nxt = session.predict(mask, ablation, top_k=session.n_vocab)
         best = int(np.argmax(nxt.probs))
         out.append(best)
         ids.append(best)
+        if probs is not None:
+            probs.append(float(nxt.probs[best]))
     return out
 
 
@@ -41,6 +44,18 @@ def test_greedy_with_a_mask_follows_the_masked_model():
     ref = tiny_session()
     assert gen.new_ids.tolist() == _step_by_step_greedy(ref, ref.tokens.ids, 4, mask)
     assert gen.new_ids.tolist() != generate(s, 4).new_ids.tolist(), "masking layer 0 should change the text"
+
+
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+def test_greedy_with_last_layer_heads_masked_follows_the_masked_model(ablation):
+    # The last layer computes the last position alone, except where a head's mean needs them all.
+    mask = np.zeros((2, 4), dtype=bool)
+    mask[1, :3] = True
+    s = tiny_session()
+    gen = generate(s, 4, mask=mask, ablation=ablation)
+    ref, probs = tiny_session(), []
+    assert gen.new_ids.tolist() == _step_by_step_greedy(ref, ref.tokens.ids, 4, mask, ablation, probs)
+    np.testing.assert_allclose(gen.new_probs, probs, rtol=1e-5, atol=1e-7)
 
 
 def test_sampling_is_reproducible_with_a_seed():
