@@ -25,7 +25,8 @@ class Predictions:
                 update_cache: bool = True) -> NextToken:
         """The next-token distribution under `mask`, computing as little as possible: layers
         from the first changed one, positions up to `position` (zero ablation is causal), the
-        last layer and the head at that position alone. `update_cache=False` leaves the cache as it was (scans)."""
+        last layer and the head at that position alone. `update_cache=False` leaves the cache
+        as it was (scans)."""
         if update_cache:
             ids = self._require_prompt()
             mask = self._check(mask, ablation)
