@@ -30,6 +30,7 @@ from transformer_viewer.model.formats import (
     tutorial,
     untrusted_json,
 )
+from transformer_viewer.model.formats.file_head import read_head
 
 Reader = Callable[..., tuple]
 MAX_SAFETENSORS_HEADER = 100 << 20  # the format's own limit: larger is not a safetensors file
@@ -82,16 +83,6 @@ def _file(path: str) -> tuple[str, Reader]:
         return _classify_pickle(path, obj)
     raise CheckpointError(f"{path}: unknown checkpoint format: found {describe(head, size)}; "
                           "give a .safetensors, nanoGPT ckpt.pt, state-dict .pt or Hugging Face folder")
-
-
-def read_head(path: str, n: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(n)
-    except PermissionError:
-        raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
 
 
 def safetensors_header(path: str, head: bytes, size: int) -> dict | None:

@@ -19,6 +19,7 @@ import torch
 
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import tensor_bounds
+from transformer_viewer.model.formats.file_head import read_head
 
 ZIP_MAGIC = b"PK\x03\x04"
 MAX_REBUILDS = 20_000  # GPT-2 XL's state with AdamW moments and their steps needs about 4,600
@@ -38,7 +39,7 @@ def looks_like_pickle(head: bytes) -> bool:
 
 def load(path: str) -> object:
     """The object a torch checkpoint holds, loaded on the CPU without running any code."""
-    head = _head(path)
+    head = read_head(path, 16)
     if not head.startswith(ZIP_MAGIC) and not head.startswith(LEGACY_MAGIC):
         raise _bare_pickle_error(path)
     if head.startswith(ZIP_MAGIC):
@@ -58,16 +59,6 @@ def load(path: str) -> object:
         raise CheckpointError(f"{path}: truncated or corrupt torch checkpoint ({_first_line(e)}); re-save or re-download it") from None
     tensor_bounds.check_stored(path, obj)  # before anything materialises a view
     return obj
-
-
-def _head(path: str, n: int = 16) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(n)
-    except PermissionError:
-        raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
 
 
 def _check_zip(path: str) -> None:

@@ -17,6 +17,7 @@ import torch
 
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import folder_files, untrusted_json
+from transformer_viewer.model.formats.file_head import read_head
 
 MAX_SHARDS = 1024  # the largest public models have a few hundred shards
 FIX = "restore the index or download the model again"
@@ -56,7 +57,7 @@ def load_shards(index_path: str, load_safetensors: Callable[[str], dict],
 
     state: dict[str, torch.Tensor] = {}
     for name, path in shard_files(index_path):
-        head = detect.read_head(path, detect.HEAD_BYTES)
+        head = read_head(path, detect.HEAD_BYTES)
         size = os.path.getsize(path)
         if detect.safetensors_header(path, head, size) is not None:
             state.update(load_safetensors(path))
