@@ -17,7 +17,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.grid_marks import GridMarks, fit_ranges, thinned_ticks
-from transformer_viewer.viewer.views.heatmap_parts import LOG_FLOOR, get_colormap
+from transformer_viewer.viewer.views.heatmap_parts import LOG_FLOOR, get_colormap, plot_over_bar
 from transformer_viewer.viewer.views.shown_refresh import RefreshWhenShown, when_shown
 from transformer_viewer.viewer.views.thumbnails import (  # noqa: F401 - re-exported
     GAP,
@@ -86,16 +86,7 @@ class HeadGridView(RefreshWhenShown, QtWidgets.QWidget):
         self.fit_button = QtWidgets.QToolButton(text="Fit")
         self.fit_button.setToolTip("Show every head again (the wheel zooms, a drag pans)")
         self.fit_button.clicked.connect(self.fit)
-        bottom = QtWidgets.QHBoxLayout()
-        bottom.setContentsMargins(4, 0, 4, 0)
-        bottom.addWidget(self.hover_label, 1)
-        bottom.addWidget(self.pooling_combo)
-        bottom.addWidget(self.fit_button)
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addWidget(self.graphics, 1)
-        layout.addLayout(bottom)
+        plot_over_bar(self, self.graphics, self.hover_label, self.pooling_combo, self.fit_button)
 
         scene = self.graphics.scene()
         scene.sigMouseClicked.connect(self._on_mouse_clicked)

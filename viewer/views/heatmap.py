@@ -25,6 +25,7 @@ from transformer_viewer.viewer.views.heatmap_parts import (  # noqa: F401 - re-e
     get_colormap,
     log_display,
     pick_levels,
+    plot_over_bar,
 )
 from transformer_viewer.viewer.views.token_axis import TokenAxis
 
@@ -81,15 +82,7 @@ class HeatmapView(QtWidgets.QWidget):
         self.reset_button = QtWidgets.QToolButton(text="Reset zoom")
         self.reset_button.setToolTip("Show the whole matrix again (wheel zooms, drag pans)")
         self.reset_button.clicked.connect(self.reset_view)
-        self.bottom_bar = bottom = QtWidgets.QHBoxLayout()
-        bottom.setContentsMargins(4, 0, 4, 0)
-        bottom.addWidget(self.hover_label, 1)
-        bottom.addWidget(self.reset_button)
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addWidget(self.graphics, 1)
-        layout.addLayout(bottom)
+        self.bottom_bar = plot_over_bar(self, self.graphics, self.hover_label, self.reset_button)
 
         scene = self.graphics.scene()
         scene.sigMouseMoved.connect(self._on_mouse_moved)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6 import QtWidgets
 
 COLORMAPS = ("viridis", "inferno", "magma", "plasma", "cividis")
 DIVERGING_COLORMAP = "CET-D1"
@@ -72,3 +73,20 @@ class HeatmapExport:
 
     def col_labels(self):
         return self.heatmap.col_labels()
+
+
+def plot_over_bar(view: QtWidgets.QWidget, graphics: QtWidgets.QWidget, hover_label: QtWidgets.QLabel,
+                  *controls: QtWidgets.QWidget) -> QtWidgets.QHBoxLayout:
+    """Lay out `view` as its plot above a bar of the hover readout (taking the spare width) and
+    `controls`; returns the bar, for a view that adds to it."""
+    bar = QtWidgets.QHBoxLayout()
+    bar.setContentsMargins(4, 0, 4, 0)
+    bar.addWidget(hover_label, 1)
+    for widget in controls:
+        bar.addWidget(widget)
+    layout = QtWidgets.QVBoxLayout(view)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(2)
+    layout.addWidget(graphics, 1)
+    layout.addLayout(bar)
+    return bar
