@@ -16,8 +16,12 @@ import functools
 
 
 def out_of_sight(widget) -> bool:
-    """True for a widget hidden inside a window that is on screen."""
-    return not widget.isVisible() and widget.window().isVisible()
+    """True for a widget hidden inside a window that is on screen (a floating dock, a window of
+    its own, counts as inside the window it floats over)."""
+    top = widget
+    while top.parentWidget() is not None:
+        top = top.parentWidget()
+    return not widget.isVisible() and top.isVisible()
 
 
 def when_shown(refresh):

@@ -112,3 +112,20 @@ def test_the_mlp_view_behind_another_tab_draws_when_shown_and_still_serves_a_sel
     w.show_view("MLP neurons")
     qtbot.waitUntil(lambda: view._drawn is not None and view._drawn[0] is trace)
     assert view.matrix().shape[1] == trace.n_tokens
+
+
+def test_a_closed_floating_heads_grid_waits_too(window, qtbot):
+    w = window
+    grid, dock = w.head_grid, w.docks["All heads"]
+    dock.setFloating(True)
+    qtbot.waitUntil(grid.isVisible)
+    dock.close()
+    qtbot.waitUntil(lambda: not grid.isVisible())
+    before = w.state.trace
+    w.state.set_mask(mask_of(w, (1, 1)))
+    wait_idle(qtbot, w, lambda: w.state.trace is not before and w.state.trace.mask[1, 1])
+    assert grid._refresh_waiting and grid._overviews[0] is not w.state.trace.overview_max
+    dock.show()
+    qtbot.waitUntil(grid.isVisible)
+    assert not grid._refresh_waiting and grid._overviews[0] is w.state.trace.overview_max
+    dock.setFloating(False)
