@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from transformer_viewer.viewer.views.chip_canvas import BASE_RGB, GAP, ChipCanvas, mix
+from transformer_viewer.viewer.views.shown_refresh import RefreshWhenShown, when_shown
 from transformer_viewer.viewer.worker.patterns import PatternRowRequest, tile_source
 
 MODES = {"none": "nothing", "attention": "attention from the query", "surprisal": "surprisal", "neuron": "MLP neuron"}
@@ -69,9 +70,10 @@ def chip_values(state, mode: str, row=None) -> tuple[np.ndarray | None, str]:
     raise ValueError(f"unknown colour mode {mode!r}")
 
 
-class TokenStrip(QWidget):
+class TokenStrip(RefreshWhenShown, QWidget):
     """Chips for the current trace, linked to a ViewerState; `worker` answers the attention row
-    of a long prompt."""
+    of a long prompt. In a closed dock it waits: the layout of 16k chips and their colours are
+    made when it is next shown."""
 
     def __init__(self, state, worker=None, parent: QWidget | None = None):
         super().__init__(parent)
@@ -103,13 +105,13 @@ class TokenStrip(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
         layout.addWidget(self.scroll, 1)
-        state.trace_changed.connect(self._on_trace)
+        state.trace_changed.connect(lambda _trace: self.refresh())
         state.selection_changed.connect(self.refresh)
         state.neuron_changed.connect(self._on_neuron)
         state.activations_changed.connect(lambda _layer: self.refresh() if self.mode == "neuron" else None)
         self._labels: tuple = ((), ())  # (labels, special flags) the chips show
         if state.trace is not None:
-            self._on_trace(state.trace)
+            self.refresh()
 
     def show_selected(self) -> None:
         """Scroll so the query's line is visible, snapped to whole lines (none cut at the top)."""
@@ -139,16 +141,14 @@ class TokenStrip(QWidget):
         else:
             self.refresh()
 
-    def _on_trace(self, trace) -> None:
+    @when_shown
+    def refresh(self) -> None:
+        state, trace = self.state, self.state.trace
         labels = trace.labels if trace is not None else ()
         special = getattr(trace, "special", ()) if trace is not None else ()
-        if (labels, special) != self._labels:
+        if (labels, special) != self._labels:  # a new prompt: lay the chips out again
             self._labels = (labels, special)
             self.canvas.set_tokens(labels, special)
-        self.refresh()
-
-    def refresh(self) -> None:
-        state = self.state
         if state.query_index != self.canvas.selected:
             QTimer.singleShot(0, self.show_selected)  # after the scroll area has taken the new height
         self.canvas.set_selected(state.query_index)

@@ -129,3 +129,21 @@ def test_a_closed_floating_heads_grid_waits_too(window, qtbot):
     qtbot.waitUntil(grid.isVisible)
     assert not grid._refresh_waiting and grid._overviews[0] is w.state.trace.overview_max
     dock.setFloating(False)
+
+
+def test_a_closed_token_strip_lays_out_the_new_prompt_when_reopened(window, qtbot):
+    w = window
+    strip, dock = w.token_strip, w.docks["Prompt and tokens"]
+    dock.close()
+    qtbot.waitUntil(lambda: not strip.isVisible())
+    shown = strip.canvas.labels
+    before = w.state.trace
+    w.run_prompt("a different prompt entirely")
+    wait_idle(qtbot, w, lambda: w.state.trace is not before and w.state.trace.labels != shown)
+    trace = w.state.trace
+    assert strip._refresh_waiting and strip.canvas.labels == shown  # no layout while closed
+
+    dock.show()
+    qtbot.waitUntil(strip.isVisible)
+    assert not strip._refresh_waiting and strip.canvas.labels == trace.labels
+    assert len(strip.canvas.rects) == trace.n_tokens and strip.canvas.selected == w.state.query_index
