@@ -9,6 +9,7 @@ O(T) per layer; model/session.py registers them for one forward.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import numpy as np
@@ -104,19 +105,28 @@ def store(dest: np.ndarray, activation: torch.Tensor) -> None:
 
 
 def store_norm(dest: np.ndarray, resid: torch.Tensor) -> None:
-    torch.from_numpy(dest).copy_(torch.linalg.vector_norm(resid[0].float(), dim=-1))
+    x = resid[0]
+    if x.dtype == torch.float32 and x.device.type == "cpu":  # straight into the trace
+        torch.linalg.vector_norm(x, dim=-1, out=torch.from_numpy(dest))
+    else:
+        torch.from_numpy(dest).copy_(torch.linalg.vector_norm(x.float(), dim=-1))
 
 
 def summarize_mlp(layer: int, arrays: dict[str, np.ndarray], post: torch.Tensor) -> None:
     """Each neuron's max over the tokens, the token where it is reached, and its mean."""
-    mx, arg = column_max(post[0])  # (n_mlp,) each
-    torch.from_numpy(arrays["mlp_max"][layer]).copy_(mx)
-    torch.from_numpy(arrays["mlp_argmax"][layer]).copy_(arg)
-    torch.from_numpy(arrays["mlp_mean"][layer]).copy_(post[0].mean(dim=0))
+    x = post[0]  # (T, n_mlp)
+    mean = torch.from_numpy(arrays["mlp_mean"][layer])
+    if x.dtype == torch.float32 and x.device.type == "cpu":  # straight into the trace
+        torch.mean(x, dim=0, out=mean)
+    else:
+        mean.copy_(x.mean(dim=0))
+    column_max(x, torch.from_numpy(arrays["mlp_max"][layer]), torch.from_numpy(arrays["mlp_argmax"][layer]))
 
 
-def column_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`x.max(dim=0)` of a (T, n) tensor: (n,) values and (n,) first indices of the maximum.
+def column_max(x: torch.Tensor, values: torch.Tensor | None = None,
+               indices: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`x.max(dim=0)` of a (T, n) tensor: (n,) values and (n,) first indices of the maximum,
+    written into `values` and `indices` (CPU tensors, any float and integer dtype) when given.
 
     torch's max with indices reduces about a nanosecond per number on the CPU, whatever the
     layout: 20-30 ms for an (8192, 1536) MLP layer, every layer of a capture. The maximum alone
@@ -127,19 +137,34 @@ def column_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     inf - inf is NaN) takes torch's own path, as do other devices and dtypes.
     """
     T, n = x.shape
-    m = x.amax(dim=0)  # (n,)
-    if x.device.type != "cpu" or x.dtype != torch.float32 or T >= 2 ** 23 or not bool(torch.isfinite(m).all()):
-        return x.max(dim=0)
-    rows = torch.arange(T, dtype=torch.float32)  # exact below 2**24
-    first = torch.full((n,), float(T))
+    if x.device.type != "cpu" or x.dtype != torch.float32 or T >= 2 ** 23:
+        return _into(*x.max(dim=0), values, indices)
+    m = torch.amax(x, dim=0, out=values) if values is not None and values.dtype == torch.float32 else x.amax(dim=0)
+    # One reduction and one wait instead of isfinite, all and bool: the sum of the maxima is
+    # finite when each is (a finite sum too large for float32 only sends it the slow way).
+    if not math.isfinite(float(m.sum())):
+        return _into(*x.max(dim=0), values, indices)
+    rows = torch.arange(T, dtype=torch.float32)[:, None]  # (T, 1), exact below 2**24
     key = torch.empty(min(COLUMN_BLOCK, T), n)  # one block of rows, reused: it stays in cache
+    first = torch.empty(n)
     for a in range(0, T, COLUMN_BLOCK):
         block = x[a:a + COLUMN_BLOCK]
         k = key[: block.shape[0]]
         torch.sub(m, block, out=k)  # >= 0, and 0 exactly where the row holds the maximum
-        k.sign_().mul_(T).add_(rows[a:a + COLUMN_BLOCK, None])  # the row's index there, >= T elsewhere
-        torch.minimum(first, k.amin(dim=0), out=first)
-    return m, first.long()
+        torch.add(rows[a:a + COLUMN_BLOCK], k.sign_(), alpha=T, out=k)  # the row's index there, >= T elsewhere
+        if a == 0:
+            torch.amin(k, dim=0, out=first)
+        else:
+            torch.minimum(first, k.amin(dim=0), out=first)
+    return _into(m, first, values, indices)
+
+
+def _into(m: torch.Tensor, first: torch.Tensor, values: torch.Tensor | None, indices: torch.Tensor | None):
+    if values is not None and values.data_ptr() != m.data_ptr():
+        values.copy_(m)
+    if indices is not None:
+        indices.copy_(first)  # whole numbers below 2**24: exact in any integer dtype
+    return (m if values is None else values), (first.long() if indices is None else indices)
 
 
 def store_head_norms(gram: torch.Tensor, dest: np.ndarray, z: torch.Tensor) -> None:

@@ -190,6 +190,11 @@ def test_column_max_equals_torch_max_with_ties_and_specials(T, special):
     want_values, want_where = x.max(dim=0)
     torch.testing.assert_close(values, want_values, rtol=0, atol=0, equal_nan=True)
     assert torch.equal(where, want_where)
+    # Written into a trace's arrays, as the capture does.
+    into_values, into_where = torch.full((40,), -7.0), torch.full((40,), -7, dtype=torch.int64)
+    column_max(x, into_values, into_where)
+    torch.testing.assert_close(into_values, want_values, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(into_where, want_where)
 
 
 def test_pattern_rows_with_a_window_equal_the_masked_full_product():
