@@ -3,6 +3,8 @@ hook must never outlive the capture that registered it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -32,6 +34,26 @@ def test_hook_names_of_a_two_layer_model():
     assert list(points) == TWO_LAYER_HOOKS
     # Each point knows its own name, so one hook serves every point it is registered on.
     assert [p.name for p in points.values()] == TWO_LAYER_HOOKS
+
+
+def test_hook_points_walk_as_named_modules_does():
+    """Parents before children, each module once (a shared point under its first name), the
+    model itself when it is a point, and None children skipped."""
+    from torch import nn
+
+    from transformer_viewer.model.hooks import HookPoint
+
+    shared = HookPoint()
+    model = nn.Module()
+    model.a = nn.Sequential(HookPoint(), nn.Linear(2, 2), shared)
+    model.empty = None
+    model.b = nn.ModuleDict({"x": shared, "y": nn.Sequential(HookPoint()), "z": HookPoint()})
+    want = [name for name, m in model.named_modules() if isinstance(m, HookPoint)]
+    assert list(hook_points(model)) == want == ["a.0", "a.2", "b.y.0", "b.z"]
+    assert list(hook_points(shared)) == [""]
+    llama = GPT(dataclasses.replace(CONFIG, positional="rotary", norm="rmsnorm", mlp="gated", activation="silu",
+                                    n_kv_head=2))
+    assert list(hook_points(llama)) == [n for n, m in llama.named_modules() if isinstance(m, HookPoint)]
 
 
 def test_run_with_cache_keeps_the_selected_activations_of_a_plain_forward():
