@@ -15,3 +15,8 @@ class DeviceError(ModelError):
 
 class CaptureTooLargeError(ModelError):
     """A trace would need more memory than the configured budget allows."""
+
+
+class Cancelled(Exception):
+    """A long computation stopped because its caller's `is_cancelled()` turned true (not an
+    error: nothing is wrong, and the caller asked for it)."""

@@ -35,7 +35,7 @@ from transformer_viewer.model.capture_readers import (
     trace_arrays,
 )
 from transformer_viewer.model.checkpoint import LoadedModel
-from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.errors import Cancelled, ModelError
 from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace, observe_pattern_rows
 from transformer_viewer.model.hooks import caching, hooks, reading
 from transformer_viewer.model.interventions import check_intervention, first_changed_layer, head_mask_hooks
@@ -62,6 +62,23 @@ class _Run:
     resid: list  # resid_pre of each layer, then the final resid_post, (1, T, C) each
     mask: np.ndarray
     ablation: str
+
+
+def layer_watch(start: int, n_layer: int, progress=None, is_cancelled=None) -> list:
+    """Readers at each layer's entry from `start`: report `progress(layer, n_layer)` and raise
+    `Cancelled` once `is_cancelled()` is true (the hooks are removed as the forward unwinds)."""
+    if progress is None and is_cancelled is None:
+        return []
+
+    def at(layer: int):
+        def check(_resid) -> None:
+            if is_cancelled is not None and is_cancelled():
+                raise Cancelled
+            if progress is not None:
+                progress(layer, n_layer)
+        return check
+
+    return [(f"blocks.{layer}.hook_resid_pre", at(layer)) for layer in range(start, n_layer)]
 
 
 class Session(Predictions):
@@ -148,11 +165,14 @@ class Session(Predictions):
     # -- capture --------------------------------------------------------------------------
     @torch.inference_mode()
     def run(self, mask=None, ablation: str = "zero", position: int | None = None, top_k: int = 10,
-            logprobs: bool = True) -> Trace:
+            logprobs: bool = True, progress=None, is_cancelled=None) -> Trace:
         """Capture under `mask`, reusing cached layers before the first changed one.
 
         `logprobs=False` leaves `token_logprobs` None (the unembedding at every position is the
         costliest part of a late-layer toggle); `token_logprobs(trace)` computes them later.
+        `progress(layer, n_layer)` hears of each layer as it starts; once `is_cancelled()` is
+        true the next layer raises `Cancelled` (a layer of an 8,192-token prompt takes about a
+        second and a half), and the session is as it was before the call.
         """
         ids = self._require_prompt()
         mask = self._check(mask, ablation)
@@ -171,7 +191,8 @@ class Session(Predictions):
         observers = {} if self.keep_full else poolers
         with (self._scratch_attention(), hooks(self.model, head_mask_hooks(mask, ablation, start)),
               observe_pattern_rows(self.model, observers),
-              reading(self.model, readers(self.model, arrays, start, self._grams, self.keep_full, poolers)),
+              reading(self.model, readers(self.model, arrays, start, self._grams, self.keep_full, poolers)
+                      + layer_watch(start, L, progress, is_cancelled)),
               caching(self.model, resid_names) as kept):
             x = self.model.embed(ids) if start == 0 else self._resid[start]
             final = self.model.run_blocks(x, start)
@@ -181,7 +202,9 @@ class Session(Predictions):
             new_resid[layer] = kept[f"blocks.{layer}.hook_resid_pre"]
         new_resid[L] = final
         if logprobs:
-            token_lp, logits_p, logprobs_p = token_logprobs(self.model, final[0], ids[0], p, self.n_vocab)
+            token_lp, logits_p, logprobs_p = token_logprobs(self.model, final[0], ids[0], p, self.n_vocab, is_cancelled)
+            if token_lp is None:
+                raise Cancelled
         else:
             token_lp, (logits_p, logprobs_p) = None, position_logits(self.model, final[0, p], self.n_vocab)
         nxt = next_token(logits_p, logprobs_p, p, top_k)

@@ -190,3 +190,46 @@ def test_trace_is_frozen_numpy(loaded):
     assert trace.overview_max.shape == (3, 4, trace.n_tokens, trace.n_tokens)  # one token per cell at this length
     compact = session(loaded, keep_full=False).run()
     assert compact.attention is None and compact.mlp_post is None
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_cancelled_capture_stops_at_a_layer_and_leaves_the_session_as_it_was(loaded, masked):
+    from transformer_viewer.model.errors import Cancelled
+    from transformer_viewer.model.hooks import count_hooks
+
+    s = session(loaded)
+    clean = s.run()
+    seen = []
+
+    def progress(layer, n_layer):
+        seen.append((layer, n_layer))
+
+    mask = mask_of((1, 2)) if masked else None
+    if not masked:
+        s.set_prompt(PROMPT + " and more")  # a new prompt: every layer runs
+    with pytest.raises(Cancelled):
+        s.run(mask, progress=progress, is_cancelled=lambda: len(seen) >= 2)
+    first = 1 if masked else 0  # a mask in layer 1 reuses layer 0
+    assert seen == [(first, CONFIG.n_layer), (first + 1, CONFIG.n_layer)]
+    assert count_hooks(s.model) == 0
+    after = s.run(mask)  # from the cache the cancelled run left alone
+    assert after.first_layer_run == (1 if masked else 0)
+    fresh = session(loaded, PROMPT if masked else PROMPT + " and more").run(mask)
+    assert_same_trace(after, fresh, atol=0)
+    if masked:
+        assert_same_trace(s.run(), clean, atol=0)
+
+
+def test_a_capture_cancelled_in_its_log_probabilities_raises_too(loaded):
+    from transformer_viewer.model.errors import Cancelled
+
+    s = session(loaded)
+    calls = []
+
+    def is_cancelled():
+        calls.append(1)
+        return len(calls) > CONFIG.n_layer  # past every layer: in the unembedding's blocks
+
+    with pytest.raises(Cancelled):
+        s.run(is_cancelled=is_cancelled)
+    assert s.run().token_logprobs is not None

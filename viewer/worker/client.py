@@ -48,6 +48,23 @@ NO_MODEL = "no model is loaded; open a checkpoint with File > Open checkpoint"
 class _Job:
     request: Request
     cancel: threading.Event
+    newer: Request | None = None  # the request of its kind that superseded it while it ran
+
+
+class CancelFlag:
+    """The `is_cancelled()` a handler polls: true once its job is cancelled. `newer` is the
+    request of the same kind that superseded it, None when the user (or closing) cancelled it:
+    a handler whose work the newer request would redo may finish that part first."""
+
+    def __init__(self, job: _Job):
+        self._job = job
+
+    def __call__(self) -> bool:
+        return self._job.cancel.is_set()
+
+    @property
+    def newer(self) -> Request | None:
+        return self._job.newer
 
 
 class _Queue:
@@ -63,6 +80,7 @@ class _Queue:
         with self._lock:
             old = self._pending.pop(request.kind, None)
             if self._running is not None and self._running.request.kind == request.kind:
+                self._running.newer = request  # before the flag: a handler that sees it set sees this
                 self._running.cancel.set()
             self._pending[request.kind] = _Job(request, threading.Event())
             return old.request if old else None
@@ -117,7 +135,7 @@ class Worker(QObject):
             handler, needs_session = lookup_handler(type(request))
             if needs_session and self.session is None:
                 raise _UserError(NO_MODEL)
-            value = handler(self.session, request, progress, job.cancel.is_set)
+            value = handler(self.session, request, progress, CancelFlag(job))
             if isinstance(value, NewSession):
                 self.session = value.session  # only now: a failed load keeps the old model
                 value = value.value

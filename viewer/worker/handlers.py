@@ -15,6 +15,7 @@ import torch
 
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
+from transformer_viewer.model.errors import Cancelled as RunCancelled
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.families import family_name
 from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
@@ -142,8 +143,26 @@ def _prediction_position(request: TraceRequest, T: int) -> int:
     return T - 1 if request.position is None else max(0, min(int(request.position), T - 1))
 
 
-def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_cancelled) -> TraceResult:
+PROGRESS_AFTER_S = 0.3  # a capture shorter than this never shows a progress bar (nor a Cancel button)
+
+
+def handle_trace(session: WorkerSession, request: TraceRequest, progress, is_cancelled) -> TraceResult:
+    """The clean trace of the prompt, and the masked one when heads are masked: the views first,
+    the log-probabilities after (a LogprobsRequest). A long capture reports its layers and stops
+    at the next one when a newer trace request or the Cancel button cancels it."""
+    try:
+        return _trace(session, request, progress, is_cancelled)
+    except RunCancelled:
+        raise Cancelled from None
+
+
+def _trace(session: WorkerSession, request: TraceRequest, progress, is_cancelled) -> TraceResult:
     t0, cpu0 = time.perf_counter(), time.thread_time()
+
+    def layers(layer: int, n_layer: int) -> None:
+        if time.perf_counter() - t0 >= PROGRESS_AFTER_S:
+            progress(layer, n_layer, f"computing layer {layer + 1} of {n_layer}…")
+
     session.ensure_prompt(request.text)
     T = len(session.tokens.ids)
     if T == 0:
@@ -152,13 +171,17 @@ def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_c
     k = int(request.top_k)
     clean = session.clean
     if clean is None:
-        # The views first; the log-probabilities follow as a LogprobsRequest.
-        clean = session.run(None, "zero", position, k, logprobs=False)
+        # The views first; the log-probabilities follow as a LogprobsRequest. A newer request
+        # for the same prompt (a head toggled meanwhile) starts from this clean run: it finishes.
+        clean = session.run(None, "zero", position, k, logprobs=False, progress=layers,
+                            is_cancelled=lambda: is_cancelled() and not _same_prompt(is_cancelled, request))
     elif clean.next.position != position or len(clean.next.top_ids) != k:
         # Same prompt, another prediction position: only the next-token distribution moves.
         nxt = session.predict(None, "zero", position, k, update_cache=False)
         clean = dataclasses.replace(clean, next=nxt)
     session.clean = clean
+    if is_cancelled():  # superseded while the clean run finished: the newer request takes it from here
+        raise Cancelled
     mask = None if request.mask is None else np.asarray(request.mask, dtype=bool)
     if mask is None or not mask.any():
         trace = clean
@@ -166,7 +189,8 @@ def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_c
         key = _mask_key(mask, request.ablation)
         if session.masked is None or session.masked[0] != key:
             # The views first; the log-probabilities follow as a LogprobsRequest.
-            trace = session.run(mask, request.ablation, position, k, logprobs=False)
+            trace = session.run(mask, request.ablation, position, k, logprobs=False, progress=layers,
+                                is_cancelled=is_cancelled)
         else:
             trace = session.masked[1]
             if trace.next.position != position or len(trace.next.top_ids) != k:
@@ -175,6 +199,12 @@ def handle_trace(session: WorkerSession, request: TraceRequest, _progress, _is_c
         session.masked = (key, trace)
     return TraceResult(trace=trace, clean=clean, forward_ms=(time.perf_counter() - t0) * 1000.0,
                        compute_ms=(time.thread_time() - cpu0) * 1000.0)
+
+
+def _same_prompt(is_cancelled, request: TraceRequest) -> bool:
+    """Whether the request that superseded this one runs the same prompt."""
+    newer = getattr(is_cancelled, "newer", None)
+    return newer is not None and getattr(newer, "text", None) == request.text
 
 
 def _mask_key(mask: np.ndarray, ablation: str) -> tuple:

@@ -7,7 +7,9 @@ one still waiting, cancels one already running, and makes its result stale (drop
 A handler is `handler(session, request, progress, is_cancelled) -> value`, run on the worker
 thread. `session` is the worker's `WorkerSession` (None before the first load, for handlers
 registered with `needs_session=False`); `progress(done, total, text="")` reports progress;
-`is_cancelled()` is a thread-safe flag a long handler polls (raise `Cancelled` to stop). The
+`is_cancelled()` is a thread-safe flag a long handler polls (raise `Cancelled` to stop);
+`is_cancelled.newer` is the request of its kind that superseded it (None when the user
+cancelled), so a handler may finish work that request would redo. The
 value travels back as `Result.value`; a `ModelError` comes back as a one-line `Failure`.
 A handler that creates a new session returns `NewSession(session, value)`.
 

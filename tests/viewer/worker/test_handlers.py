@@ -1,0 +1,91 @@
+"""The trace handler on a long capture: progress per layer, and a cancellation that stops it at
+the next layer, unless a newer request for the same prompt would redo the clean run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers.models import scaled_init_loaded
+from transformer_viewer.viewer.worker import handlers
+from transformer_viewer.viewer.worker.handlers import WorkerSession, handle_trace
+from transformer_viewer.viewer.worker.requests import Cancelled, TraceRequest
+
+PROMPT = "The cat sat on the mat because the cat was tired, and the dog barked at the cat all night"
+
+
+class Flag:
+    """A worker's cancel flag: raised after `after` polls, by `newer` (None: the user)."""
+
+    def __init__(self, after: int, newer=None):
+        self.after, self.polls, self.newer = after, 0, newer
+
+    def __call__(self) -> bool:
+        self.polls += 1
+        return self.polls > self.after
+
+
+@pytest.fixture()
+def session():
+    return WorkerSession(scaled_init_loaded(seed=4))
+
+
+def test_a_long_capture_reports_its_layers(session, monkeypatch):
+    monkeypatch.setattr(handlers, "PROGRESS_AFTER_S", 0.0)
+    seen = []
+    result = handle_trace(session, TraceRequest(text=PROMPT), lambda *a: seen.append(a), lambda: False)
+    L = session.config.n_layer
+    assert [a[:2] for a in seen] == [(layer, L) for layer in range(L)]
+    assert seen[-1][2] == f"computing layer {L} of {L}…"
+    assert result.trace is session.clean
+
+
+def test_a_short_capture_shows_no_progress(session):
+    seen = []
+    handle_trace(session, TraceRequest(text=PROMPT), lambda *a: seen.append(a), lambda: False)
+    assert seen == []  # under PROGRESS_AFTER_S: no bar, no Cancel button flashing
+
+
+def test_the_user_cancelling_stops_the_clean_capture(session):
+    with pytest.raises(Cancelled):
+        handle_trace(session, TraceRequest(text=PROMPT), lambda *a: None, Flag(after=1))
+    assert session.clean is None
+    # The next request captures from scratch and gets what an undisturbed one gets.
+    again = handle_trace(session, TraceRequest(text=PROMPT), lambda *a: None, lambda: False).trace
+    fresh = handle_trace(WorkerSession(scaled_init_loaded(seed=4)), TraceRequest(text=PROMPT), lambda *a: None,
+                         lambda: False).trace
+    np.testing.assert_array_equal(again.overview_max, fresh.overview_max)
+
+
+def test_a_newer_prompt_stops_the_clean_capture(session):
+    with pytest.raises(Cancelled):
+        handle_trace(session, TraceRequest(text=PROMPT), lambda *a: None,
+                     Flag(after=1, newer=TraceRequest(text=PROMPT + " again")))
+    assert session.clean is None
+
+
+def test_a_head_toggled_during_the_clean_capture_lets_it_finish_for_the_next_request(session):
+    L, nh = session.config.n_layer, session.config.n_head
+    mask = np.zeros((L, nh), dtype=bool)
+    mask[L - 1, 0] = True
+    newer = TraceRequest(text=PROMPT, mask=mask)
+    flag = Flag(after=1, newer=newer)
+    with pytest.raises(Cancelled):  # its own answer is stale: the newer request answers
+        handle_trace(session, TraceRequest(text=PROMPT), lambda *a: None, flag)
+    assert flag.polls > L and session.clean is not None  # every layer ran and the clean trace is kept
+    clean = session.clean
+    answer = handle_trace(session, newer, lambda *a: None, lambda: False)
+    assert answer.clean is clean and answer.trace.first_layer_run == L - 1  # only the toggled layer ran
+
+
+def test_a_newer_mask_stops_the_masked_capture(session):
+    handle_trace(session, TraceRequest(text=PROMPT), lambda *a: None, lambda: False)
+    L, nh = session.config.n_layer, session.config.n_head
+    mask = np.zeros((L, nh), dtype=bool)
+    mask[0, 1] = True
+    other = mask.copy()
+    other[0, 2] = True
+    with pytest.raises(Cancelled):
+        handle_trace(session, TraceRequest(text=PROMPT, mask=mask), lambda *a: None,
+                     Flag(after=0, newer=TraceRequest(text=PROMPT, mask=other)))
+    assert session.masked is None
