@@ -249,11 +249,12 @@ class Session(Predictions):
             return model.run_blocks(model.embed(self._ids), 0, layer)
 
     @torch.inference_mode()
-    def token_logprobs(self, trace: Trace, is_cancelled=None) -> np.ndarray | None:
+    def token_logprobs(self, trace: Trace, is_cancelled=None, progress=None) -> np.ndarray | None:
         """(T,) log p(token t | tokens < t) of the run that made `trace` (NaN at t = 0);
-        None when `is_cancelled()` turned true part way."""
+        None when `is_cancelled()` turned true part way. `progress(done, total)` counts the
+        vocabulary's tokens done."""
         final = self.resid_pre(trace, self.config.n_layer)
-        token_lp, _, _ = token_logprobs(self.model, final[0], self._ids[0], 0, self.n_vocab, is_cancelled)
+        token_lp, _, _ = token_logprobs(self.model, final[0], self._ids[0], 0, self.n_vocab, is_cancelled, progress)
         return token_lp
 
     def _check_budget(self, T: int) -> None:

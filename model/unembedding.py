@@ -17,9 +17,11 @@ from transformer_viewer.model.vocab_blocks import VocabBlocks, pick
 VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once
 
 
-def token_logprobs(model, final: torch.Tensor, ids: torch.Tensor, p: int, n_vocab: int, is_cancelled=None):
+def token_logprobs(model, final: torch.Tensor, ids: torch.Tensor, p: int, n_vocab: int, is_cancelled=None,
+                   progress=None):
     """log p(token t | < t) for every t ((T,) numpy, NaN at t = 0), and the logits and
     log-probs at position p ((V,) each); three Nones when `is_cancelled()` turned true.
+    `progress(done, total)` hears of each block of the vocabulary done.
 
     final (T, C) is the last residual stream, ids (T,). The (T, V) logits (200 MB at 1024
     tokens) never exist at once, and a (T, 2048) block still in cache when it is reduced makes
@@ -38,6 +40,8 @@ def token_logprobs(model, final: torch.Tensor, ids: torch.Tensor, p: int, n_voca
     for v0, v1, block in blocks:  # (T, v1 - v0) each
         logits_p[v0:v1] = block[p]
         pick(picked, block, targets, v0, v1)
+        if progress is not None:
+            progress(v1, V)
         if cancelled():  # before the next block is computed
             return None, None, None
     lse = blocks.logsumexp()  # (T,)

@@ -143,7 +143,7 @@ def _prediction_position(request: TraceRequest, T: int) -> int:
     return T - 1 if request.position is None else max(0, min(int(request.position), T - 1))
 
 
-PROGRESS_AFTER_S = 0.3  # a capture shorter than this never shows a progress bar (nor a Cancel button)
+PROGRESS_AFTER_S = 0.3  # work shorter than this never shows a progress bar (nor a Cancel button)
 
 
 def handle_trace(session: WorkerSession, request: TraceRequest, progress, is_cancelled) -> TraceResult:
@@ -211,16 +211,22 @@ def _mask_key(mask: np.ndarray, ablation: str) -> tuple:
     return (mask.tobytes(), mask.shape, ablation)
 
 
-def handle_logprobs(session: WorkerSession, request: LogprobsRequest, _progress, is_cancelled) -> LogprobsResult:
+def handle_logprobs(session: WorkerSession, request: LogprobsRequest, progress, is_cancelled) -> LogprobsResult:
     """Fill in the per-token log-probabilities of the clean trace (if not yet there) and of the
     trace the request names: the masked one the last TraceRequest made, or the clean one."""
+    t0 = time.perf_counter()
+
+    def vocabulary(done: int, total: int) -> None:
+        if time.perf_counter() - t0 >= PROGRESS_AFTER_S:
+            progress(done, total, "log-probabilities of the prompt's tokens…")
+
     mask = None if request.mask is None else np.asarray(request.mask, dtype=bool)
     clean = session.clean
     if request.text != session.prompt_text or clean is None:
         return LogprobsResult(None)  # another prompt since: a newer trace request handles it
     filled = None
     if clean.token_logprobs is None:
-        logprobs = session.token_logprobs(clean, is_cancelled)
+        logprobs = session.token_logprobs(clean, is_cancelled, vocabulary)
         if logprobs is None:
             raise Cancelled
         session.clean = filled = clean = dataclasses.replace(clean, token_logprobs=logprobs)
@@ -231,7 +237,7 @@ def handle_logprobs(session: WorkerSession, request: LogprobsRequest, _progress,
         return LogprobsResult(None, filled)  # another mask since: a newer trace request handles it
     trace = masked[1]
     if trace.token_logprobs is None:
-        logprobs = session.token_logprobs(trace, is_cancelled)
+        logprobs = session.token_logprobs(trace, is_cancelled, vocabulary)
         if logprobs is None:
             raise Cancelled
         trace = dataclasses.replace(trace, token_logprobs=logprobs)

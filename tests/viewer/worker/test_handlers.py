@@ -89,3 +89,17 @@ def test_a_newer_mask_stops_the_masked_capture(session):
         handle_trace(session, TraceRequest(text=PROMPT, mask=mask), lambda *a: None,
                      Flag(after=0, newer=TraceRequest(text=PROMPT, mask=other)))
     assert session.masked is None
+
+
+def test_the_log_probability_pass_reports_the_vocabulary_done(session, monkeypatch):
+    from transformer_viewer.viewer.worker.handlers import handle_logprobs
+    from transformer_viewer.viewer.worker.requests import LogprobsRequest
+
+    handle_trace(session, TraceRequest(text=PROMPT), lambda *a: None, lambda: False)
+    monkeypatch.setattr(handlers, "PROGRESS_AFTER_S", 0.0)
+    seen = []
+    result = handle_logprobs(session, LogprobsRequest(text=PROMPT), lambda *a: seen.append(a), lambda: False)
+    assert result.trace.token_logprobs is not None
+    V = session.n_vocab
+    done = [a[0] for a in seen]
+    assert done == sorted(done) and done[-1] == V and all(a[1] == V for a in seen)
