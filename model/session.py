@@ -39,6 +39,7 @@ from transformer_viewer.model.errors import Cancelled, ModelError
 from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace, observe_pattern_rows
 from transformer_viewer.model.hooks import caching, hooks, reading
 from transformer_viewer.model.interventions import check_intervention, first_changed_layer, head_mask_hooks
+from transformer_viewer.model.layer_watch import layer_watch
 from transformer_viewer.model.memory_budget import (  # noqa: F401 (DEFAULT_MEMORY_BUDGET: the app's default)
     DEFAULT_MEMORY_BUDGET,
     KEPT_RUNS,
@@ -62,23 +63,6 @@ class _Run:
     resid: list  # resid_pre of each layer, then the final resid_post, (1, T, C) each
     mask: np.ndarray
     ablation: str
-
-
-def layer_watch(start: int, n_layer: int, progress=None, is_cancelled=None) -> list:
-    """Readers at each layer's entry from `start`: report `progress(layer, n_layer)` and raise
-    `Cancelled` once `is_cancelled()` is true (the hooks are removed as the forward unwinds)."""
-    if progress is None and is_cancelled is None:
-        return []
-
-    def at(layer: int):
-        def check(_resid) -> None:
-            if is_cancelled is not None and is_cancelled():
-                raise Cancelled
-            if progress is not None:
-                progress(layer, n_layer)
-        return check
-
-    return [(f"blocks.{layer}.hook_resid_pre", at(layer)) for layer in range(start, n_layer)]
 
 
 class Session(Predictions):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from transformer_viewer.model.hooks import caching, hooks
+from transformer_viewer.model.hooks import caching, hooks, reading
 from transformer_viewer.model.interventions import batched_head_mask_hooks, head_mask_hooks
+from transformer_viewer.model.layer_watch import layer_watch
 from transformer_viewer.model.trace import NextToken
 from transformer_viewer.model.unembedding import next_token, position_logits
 
@@ -22,11 +23,12 @@ class Predictions:
 
     @torch.inference_mode()
     def predict(self, mask=None, ablation: str = "zero", position: int | None = None, top_k: int = 10,
-                update_cache: bool = True) -> NextToken:
+                update_cache: bool = True, progress=None, is_cancelled=None) -> NextToken:
         """The next-token distribution under `mask`, computing as little as possible: layers
         from the first changed one, positions up to `position` (zero ablation is causal), the
         last layer and the head at that position alone. `update_cache=False` leaves the cache
-        as it was (scans)."""
+        as it was (scans). `progress` and `is_cancelled` as in `run`, for the layers rerun
+        without updating the cache."""
         if update_cache:
             ids = self._require_prompt()
             mask = self._check(mask, ablation)
@@ -42,16 +44,17 @@ class Predictions:
                 self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
                 self._cached_trace = None  # its arrays no longer match the cache: the next run() is a full one
                 return next_token(*position_logits(self.model, new_resid[-1][0, p], self.n_vocab), p, top_k)
-        return self.predict_many([mask], ablation, position, top_k)[0]
+        return self.predict_many([mask], ablation, position, top_k, progress, is_cancelled)[0]
 
     @torch.inference_mode()
     def predict_many(self, masks, ablation: str = "zero", position: int | None = None,
-                     top_k: int = 10) -> list[NextToken]:
+                     top_k: int = 10, progress=None, is_cancelled=None) -> list[NextToken]:
         """`predict(mask, update_cache=False)` for each of `masks`, run as one batch (a batch of
         one is how `predict` computes whatever it does not keep): the runs share each layer's
         matrix products and one read of the head, which for short prompts is most of a
         prediction's cost. Every run starts from the earliest layer any mask changes; the
-        batch's activations are len(masks) times one run's."""
+        batch's activations are len(masks) times one run's. `progress(layer, n_layer)` and
+        `is_cancelled()` (which raises `Cancelled` at the next layer) as in `Session.run`."""
         ids = self._require_prompt()
         if len(masks) == 0:
             return []
@@ -70,7 +73,8 @@ class Predictions:
             # row p alone; a head's mean (mean ablation) needs every row of its layer.
             zero = ablation == "zero"
             x = self._resid[start][:, : p + 1 if zero else T].expand(B, -1, -1)  # (B, T', C)
-            with self._scratch_attention(), hooks(model, batched_head_mask_hooks(masks, ablation, start)):
+            with (self._scratch_attention(), hooks(model, batched_head_mask_hooks(masks, ablation, start)),
+                  reading(model, layer_watch(start, L, progress, is_cancelled))):
                 final = model.run_blocks(x, start, last_only=zero)[:, -1 if zero else p]  # (B, C)
         logits = model.unembed(final).float()[:, :self.n_vocab]  # (B, V); padded rows never count
         logprobs = torch.log_softmax(logits, dim=-1)

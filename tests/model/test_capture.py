@@ -233,3 +233,20 @@ def test_a_capture_cancelled_in_its_log_probabilities_raises_too(loaded):
     with pytest.raises(Cancelled):
         s.run(is_cancelled=is_cancelled)
     assert s.run().token_logprobs is not None
+
+
+def test_a_cancelled_prediction_stops_at_a_layer_and_leaves_the_cache(loaded):
+    from transformer_viewer.model.errors import Cancelled
+    from transformer_viewer.model.hooks import count_hooks
+
+    s = session(loaded, keep_full=False)
+    s.run()
+    seen = []
+    with pytest.raises(Cancelled):
+        s.predict(mask_of((0, 1)), update_cache=False, progress=lambda layer, n: seen.append((layer, n)),
+                  is_cancelled=lambda: len(seen) >= 1)
+    assert seen == [(0, CONFIG.n_layer)] and count_hooks(s.model) == 0
+    assert s.run().first_layer_run == CONFIG.n_layer  # the cache is the clean run still
+    whole = s.predict(mask_of((0, 1)), update_cache=False, progress=lambda layer, n: seen.append((layer, n)))
+    assert seen[1:] == [(layer, CONFIG.n_layer) for layer in range(CONFIG.n_layer)]
+    np.testing.assert_array_equal(whole.probs, s.predict(mask_of((0, 1)), update_cache=False).probs)

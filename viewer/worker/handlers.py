@@ -245,13 +245,23 @@ def handle_logprobs(session: WorkerSession, request: LogprobsRequest, progress, 
     return LogprobsResult(trace, filled)
 
 
-def handle_predict(session: WorkerSession, request: PredictRequest, _progress, _is_cancelled) -> PredictResult:
+def handle_predict(session: WorkerSession, request: PredictRequest, progress, is_cancelled) -> PredictResult:
     """The masked next-token distribution alone, from the cached clean run of the same prompt:
     only the layers from the first changed one, only up to the predicted position, no capture.
-    It leaves the cache as it was, so the capture that follows still starts at that layer."""
+    It leaves the cache as it was, so the capture that follows still starts at that layer. A
+    long one (an early layer of a long prompt) shows its layers and stops when superseded."""
     if request.text != session.prompt_text or session.clean is None or session.tokens is None:
         return PredictResult(None)  # no clean run of this prompt yet: the trace request does it all
     position = _prediction_position(request, len(session.tokens.ids))
-    nxt = session.predict(np.asarray(request.mask, dtype=bool), request.ablation, position, int(request.top_k),
-                          update_cache=False)
+    t0 = time.perf_counter()
+
+    def layers(layer: int, n_layer: int) -> None:
+        if time.perf_counter() - t0 >= PROGRESS_AFTER_S:
+            progress(layer, n_layer, f"predicting: layer {layer + 1} of {n_layer}…")
+
+    try:
+        nxt = session.predict(np.asarray(request.mask, dtype=bool), request.ablation, position, int(request.top_k),
+                              update_cache=False, progress=layers, is_cancelled=is_cancelled)
+    except RunCancelled:
+        raise Cancelled from None
     return PredictResult(nxt)

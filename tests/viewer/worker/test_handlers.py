@@ -103,3 +103,20 @@ def test_the_log_probability_pass_reports_the_vocabulary_done(session, monkeypat
     V = session.n_vocab
     done = [a[0] for a in seen]
     assert done == sorted(done) and done[-1] == V and all(a[1] == V for a in seen)
+
+
+def test_a_superseded_prediction_stops(session, monkeypatch):
+    from transformer_viewer.viewer.worker.handlers import handle_predict
+    from transformer_viewer.viewer.worker.requests import PredictRequest
+
+    handle_trace(session, TraceRequest(text=PROMPT), lambda *a: None, lambda: False)
+    L, nh = session.config.n_layer, session.config.n_head
+    mask = np.zeros((L, nh), dtype=bool)
+    mask[0, 1] = True
+    with pytest.raises(Cancelled):
+        handle_predict(session, PredictRequest(text=PROMPT, mask=mask), lambda *a: None,
+                       Flag(after=0, newer=PredictRequest(text=PROMPT, mask=~mask)))
+    monkeypatch.setattr(handlers, "PROGRESS_AFTER_S", 0.0)
+    seen = []
+    answer = handle_predict(session, PredictRequest(text=PROMPT, mask=mask), lambda *a: seen.append(a), lambda: False)
+    assert answer.next is not None and [a[:2] for a in seen] == [(layer, L) for layer in range(L)]
