@@ -174,37 +174,48 @@ def _trace(session: WorkerSession, request: TraceRequest, progress, is_cancelled
         # The views first; the log-probabilities follow as a LogprobsRequest. A newer request
         # for the same prompt (a head toggled meanwhile) starts from this clean run: it finishes.
         clean = session.run(None, "zero", position, k, logprobs=False, progress=layers,
-                            is_cancelled=lambda: is_cancelled() and not _same_prompt(is_cancelled, request))
+                            is_cancelled=lambda: is_cancelled() and not _newer_needs(is_cancelled, request, False))
     elif clean.next.position != position or len(clean.next.top_ids) != k:
         # Same prompt, another prediction position: only the next-token distribution moves.
         nxt = session.predict(None, "zero", position, k, update_cache=False)
         clean = dataclasses.replace(clean, next=nxt)
     session.clean = clean
-    if is_cancelled():  # superseded while the clean run finished: the newer request takes it from here
-        raise Cancelled
     mask = None if request.mask is None else np.asarray(request.mask, dtype=bool)
-    if mask is None or not mask.any():
+    masked = mask is not None and bool(mask.any())
+    if is_cancelled() and not (masked and _newer_needs(is_cancelled, request, True)):
+        raise Cancelled  # superseded: the newer request takes it from here
+    if not masked:
         trace = clean
     else:
         key = _mask_key(mask, request.ablation)
         if session.masked is None or session.masked[0] != key:
-            # The views first; the log-probabilities follow as a LogprobsRequest.
+            # The views first; the log-probabilities follow as a LogprobsRequest. A newer request
+            # with the same mask (another query position) takes this trace as it is: it finishes.
             trace = session.run(mask, request.ablation, position, k, logprobs=False, progress=layers,
-                                is_cancelled=is_cancelled)
+                                is_cancelled=lambda: is_cancelled() and not _newer_needs(is_cancelled, request, True))
         else:
             trace = session.masked[1]
             if trace.next.position != position or len(trace.next.top_ids) != k:
                 nxt = session.predict(mask, request.ablation, position, k, update_cache=False)
                 trace = dataclasses.replace(trace, next=nxt)
         session.masked = (key, trace)
+        if is_cancelled():  # superseded while the masked run finished: the newer request takes it from here
+            raise Cancelled
     return TraceResult(trace=trace, clean=clean, forward_ms=(time.perf_counter() - t0) * 1000.0,
                        compute_ms=(time.thread_time() - cpu0) * 1000.0)
 
 
-def _same_prompt(is_cancelled, request: TraceRequest) -> bool:
-    """Whether the request that superseded this one runs the same prompt."""
+def _newer_needs(is_cancelled, request: TraceRequest, masked: bool) -> bool:
+    """Whether the request that superseded this one starts from what this one is computing:
+    the clean run of the same prompt, or (`masked`) the masked run of the same prompt and mask."""
     newer = getattr(is_cancelled, "newer", None)
-    return newer is not None and getattr(newer, "text", None) == request.text
+    if newer is None or getattr(newer, "text", None) != request.text:
+        return False
+    if not masked:
+        return True
+    theirs = getattr(newer, "mask", None)
+    return theirs is not None and (_mask_key(np.asarray(theirs, dtype=bool), newer.ablation)
+                                   == _mask_key(np.asarray(request.mask, dtype=bool), request.ablation))
 
 
 def _mask_key(mask: np.ndarray, ablation: str) -> tuple:

@@ -120,3 +120,16 @@ def test_a_superseded_prediction_stops(session, monkeypatch):
     seen = []
     answer = handle_predict(session, PredictRequest(text=PROMPT, mask=mask), lambda *a: seen.append(a), lambda: False)
     assert answer.next is not None and [a[:2] for a in seen] == [(layer, L) for layer in range(L)]
+
+
+def test_another_query_position_during_the_masked_capture_lets_it_finish(session):
+    handle_trace(session, TraceRequest(text=PROMPT), lambda *a: None, lambda: False)
+    L, nh = session.config.n_layer, session.config.n_head
+    mask = np.zeros((L, nh), dtype=bool)
+    mask[0, 1] = True
+    newer = TraceRequest(text=PROMPT, mask=mask.copy(), position=3)
+    with pytest.raises(Cancelled):
+        handle_trace(session, TraceRequest(text=PROMPT, mask=mask), lambda *a: None, Flag(after=0, newer=newer))
+    kept = session.masked[1]
+    answer = handle_trace(session, newer, lambda *a: None, lambda: False)
+    assert answer.trace.run_id == kept.run_id and answer.trace.next.position == 3  # only the prediction moved
