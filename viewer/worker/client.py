@@ -98,6 +98,7 @@ class _Queue:
         """Cancel the running job and drop waiting ones (of `kind`, or all); returns those dropped."""
         with self._lock:
             if self._running is not None and kind in (None, self._running.request.kind):
+                self._running.newer = None  # nothing waits to start from its work now: it stops
                 self._running.cancel.set()
             kinds = list(self._pending) if kind is None else [kind]
             return [self._pending.pop(k).request for k in kinds if k in self._pending]

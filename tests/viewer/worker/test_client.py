@@ -72,7 +72,26 @@ def slow_load_handler(_session, request, _progress, _is_cancelled):
     return NewSession(session, LoadResult(session.info()))
 
 
+HOLD = threading.Event()  # holds the watching handler until the test has superseded or cancelled it
+SEEN: list = []
+
+
+@dataclass(frozen=True)
+class WatchRequest(Request):
+    kind: ClassVar[str] = "test-watch"
+    tag: str = ""
+
+
+def watch_handler(_session, request, _progress, is_cancelled):
+    HOLD.wait(5)
+    SEEN.append((request.tag, is_cancelled(), is_cancelled.newer))
+    if is_cancelled():
+        raise Cancelled()
+    return request.tag
+
+
 register_handler(SlowRequest, slow_handler, needs_session=False)
+register_handler(WatchRequest, watch_handler, needs_session=False)
 register_handler(SlowLoadRequest, slow_load_handler, needs_session=False)
 register_handler(BrokenRequest, "tests.viewer.worker.test_client:broken_handler", needs_session=False)
 
@@ -167,6 +186,30 @@ def test_progress_and_cancel(qtbot, client):
     qtbot.waitUntil(lambda: bool(col.failures), timeout=WAIT_MS)
     assert col.failures[0].cancelled and not col.results
     assert not client.busy
+
+
+def test_the_cancel_flag_names_the_request_that_superseded_it(qtbot, client):
+    HOLD.clear()
+    SEEN.clear()
+    client.submit(WatchRequest(tag="first"))
+    qtbot.waitUntil(lambda: client._queue._running is not None, timeout=WAIT_MS)
+    second = client.submit(WatchRequest(tag="second"))
+    HOLD.set()
+    qtbot.waitUntil(lambda: not client.busy, timeout=WAIT_MS)
+    assert [s[:2] for s in SEEN] == [("first", True), ("second", False)]
+    assert SEEN[0][2].rid == second.rid and SEEN[1][2] is None
+
+
+def test_a_user_cancel_leaves_no_newer_request_to_finish_for(qtbot, client):
+    HOLD.clear()
+    SEEN.clear()
+    client.submit(WatchRequest(tag="first"))
+    qtbot.waitUntil(lambda: client._queue._running is not None, timeout=WAIT_MS)
+    client.submit(WatchRequest(tag="second"))
+    client.cancel("test-watch")  # drops the waiting one too: nothing will start from the first's work
+    HOLD.set()
+    qtbot.waitUntil(lambda: not client.busy, timeout=WAIT_MS)
+    assert SEEN == [("first", True, None)]
 
 
 def test_errors_come_back_as_one_line(qtbot, client):
