@@ -20,6 +20,7 @@ LOADING = "loading the model\u2026"
 NO_MODEL = "no model loaded: open a checkpoint from the File menu"
 TYPE_A_PROMPT = "type a prompt"
 RUNNING = "running the prompt\u2026"
+STOPPED = "stopped: press Ctrl+Enter in the prompt to run it"
 # The tabs beside the heatmap that draw from the trace (the head scan runs on request).
 TRACE_TABS = tuple(v.title for v in VIEWS if v.needs_trace)
 
@@ -75,6 +76,7 @@ class EmptyStates:
         self.window = window
         self.loading = LOADING
         self.load_failed = False
+        self.stopped = False  # the first run of the prompt was cancelled: nothing is running now
         # Views that need a trace; the head mask needs only the model (its shape).
         self.trace_views = [window.attention.heatmap, window.head_grid]
         views = getattr(window, "views", {})
@@ -82,8 +84,9 @@ class EmptyStates:
         self.states = {id(v): EmptyState(v) for v in [*self.trace_views, window.mask_grid]}
         st = window.state
         for signal in (st.model_changed, st.trace_changed, st.prompt_changed):
-            signal.connect(lambda *_: self.refresh())
+            signal.connect(lambda *_: self._rerun())
         window.worker.failed.connect(self._on_failure)
+        window.worker.busy_changed.connect(lambda busy: self._rerun() if busy else None)
         self.refresh()
 
     def set_loading(self, checkpoint: str | None) -> None:
@@ -93,11 +96,19 @@ class EmptyStates:
         self.refresh()
 
     def _on_failure(self, failure) -> None:
-        from transformer_viewer.viewer.worker.requests import LoadRequest
+        from transformer_viewer.viewer.worker.requests import LoadRequest, TraceRequest
 
         if isinstance(failure.request, LoadRequest) and self.window.state.model_info is None:
             self.load_failed = True
             self.refresh()
+        elif failure.cancelled and type(failure.request) is TraceRequest and self.window.state.trace is None:
+            self.stopped = True
+            self.refresh()
+
+    def _rerun(self) -> None:
+        """Something new (a prompt, a model, a trace, the worker busy again): not stopped."""
+        self.stopped = False
+        self.refresh()
 
     def message(self) -> str | None:
         """What the trace views say now; None when they have a trace to draw."""
@@ -106,7 +117,9 @@ class EmptyStates:
             return NO_MODEL if self.load_failed else self.loading
         if st.trace is not None:
             return None
-        return RUNNING if (st.prompt or "").strip() else TYPE_A_PROMPT
+        if not (st.prompt or "").strip():
+            return TYPE_A_PROMPT
+        return STOPPED if self.stopped else RUNNING
 
     def refresh(self) -> None:
         text = self.message()

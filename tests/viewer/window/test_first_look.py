@@ -39,6 +39,26 @@ def test_empty_states_from_launch_to_first_trace(qtbot, tmp_path, tiny_ckpt):
     window.close()
 
 
+def test_a_cancelled_first_run_says_how_to_run_it_again(qtbot, tmp_path, tiny_ckpt):
+    from transformer_viewer.viewer.worker.requests import Failure, PredictRequest, TraceRequest
+
+    window = new_window(qtbot, tmp_path, None, prompt=None)
+    es.install_empty_states(window)
+    window.load(tiny_ckpt, device="cpu")
+    wait_idle(qtbot, window, lambda: window.state.model_info is not None)
+    window.state.prompt = PROMPT  # typed, and its first run cancelled before any trace came back
+    window.worker.failed.emit(Failure(PredictRequest(text=PROMPT), "cancelled", cancelled=True))
+    assert window.empty_states.message() == es.RUNNING  # a cancelled prediction is not the run stopping
+    window.worker.failed.emit(Failure(TraceRequest(text=PROMPT), "cancelled", cancelled=True))
+    assert covered(window) == {"heatmap": es.STOPPED, "grid": es.STOPPED, "mask": None}
+
+    window.run_prompt(PROMPT)  # Ctrl+Enter: the same prompt again
+    assert covered(window)["heatmap"] == es.RUNNING
+    wait_idle(qtbot, window, lambda: window.state.trace is not None)
+    assert covered(window) == {"heatmap": None, "grid": None, "mask": None}
+    window.close()
+
+
 def test_a_failed_first_load_says_no_model(qtbot, tmp_path):
     window = new_window(qtbot, tmp_path, None, prompt=None)
     es.install_empty_states(window)
