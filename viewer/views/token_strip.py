@@ -23,6 +23,7 @@ MODES = {"none": "nothing", "attention": "attention from the query", "surprisal"
 _ACCENT = {"attention": (255, 140, 0), "surprisal": (220, 60, 60)}
 _NEG, _POS = (60, 110, 220), (40, 160, 80)
 _WHITE = (255, 255, 255)
+STOPPED = "surprisal: stopped; press Ctrl+Enter in the prompt to compute it"
 
 
 def attention_row(trace, layer: int, head: int, query: int) -> np.ndarray | None:
@@ -34,9 +35,10 @@ def attention_row(trace, layer: int, head: int, query: int) -> np.ndarray | None
     return None
 
 
-def chip_values(state, mode: str, row=None) -> tuple[np.ndarray | None, str]:
+def chip_values(state, mode: str, row=None, stopped: bool = False) -> tuple[np.ndarray | None, str]:
     """The per-token values a colour mode shows, and a one-line legend (None: no colouring).
-    `row`: the query's attention over keys 0..q, fetched when the trace does not hold it."""
+    `row`: the query's attention over keys 0..q, fetched when the trace does not hold it;
+    `stopped`: the user cancelled the pass that computes the trace's log-probabilities."""
     trace = state.trace
     if trace is None or mode == "none":
         return None, ""
@@ -54,7 +56,7 @@ def chip_values(state, mode: str, row=None) -> tuple[np.ndarray | None, str]:
         return values, f"attention from {trace.labels[q]!r} ({q}) in L{L}H{h}; max {np.nanmax(values):.3g}"
     if mode == "surprisal":
         if trace.token_logprobs is None:
-            return None, "surprisal: computing the masked model's log-probabilities…"
+            return None, STOPPED if stopped else "surprisal: computing the masked model's log-probabilities…"
         values = -trace.token_logprobs.astype(np.float32)  # (T,), NaN at t = 0
         finite = values[np.isfinite(values)]
         return values, f"surprisal -log p(token), 0 to {finite.max() if finite.size else 0:.2f} nats"
@@ -110,6 +112,10 @@ class TokenStrip(RefreshWhenShown, QWidget):
         state.neuron_changed.connect(self._on_neuron)
         state.activations_changed.connect(lambda _layer: self.refresh() if self.mode == "neuron" else None)
         self._labels: tuple = ((), ())  # (labels, special flags) the chips show
+        self._stopped_run: int | None = None  # the trace whose log-probability pass the user cancelled
+        if hasattr(worker, "failed"):  # the export command's inline worker has no signals
+            worker.failed.connect(self._on_failure)
+            worker.busy_changed.connect(self._on_busy)
         if state.trace is not None:
             self.refresh()
 
@@ -152,9 +158,26 @@ class TokenStrip(RefreshWhenShown, QWidget):
         if state.query_index != self.canvas.selected:
             QTimer.singleShot(0, self.show_selected)  # after the scroll area has taken the new height
         self.canvas.set_selected(state.query_index)
-        values, legend = chip_values(state, self.mode, self._fetched_row())
+        values, legend = chip_values(state, self.mode, self._fetched_row(), self._logprobs_stopped())
         self.legend.setText(legend)
         self.canvas.set_colors(self.colors_for(values))
+
+    def _on_failure(self, failure) -> None:
+        from transformer_viewer.viewer.worker.requests import LogprobsRequest
+
+        trace = self.state.trace
+        if failure.cancelled and isinstance(failure.request, LogprobsRequest) and trace is not None:
+            self._stopped_run = trace.run_id
+            self.refresh()
+
+    def _on_busy(self, busy: bool) -> None:
+        if busy and self._stopped_run is not None:  # working again: the pass may be on its way
+            self._stopped_run = None
+            self.refresh()
+
+    def _logprobs_stopped(self) -> bool:
+        trace = self.state.trace
+        return trace is not None and trace.token_logprobs is None and trace.run_id == self._stopped_run
 
     def _fetched_row(self) -> np.ndarray | None:
         """The query's attention row from the worker, when the trace does not hold it: the one
@@ -211,7 +234,8 @@ class TokenStrip(RefreshWhenShown, QWidget):
             lines.append("special token: added by the tokenizer or typed as its name, not ordinary text")
         lp = math.nan if trace.token_logprobs is None else float(trace.token_logprobs[i])
         if trace.token_logprobs is None:
-            lines.append("p: still being computed" + (" for the masked model" if trace is not clean else ""))
+            lines.append("p: stopped (Ctrl+Enter in the prompt computes it)" if self._logprobs_stopped() else
+                         "p: still being computed" + (" for the masked model" if trace is not clean else ""))
         elif not math.isfinite(lp):
             lines.append("first token: the model has nothing to predict it from")
         else:

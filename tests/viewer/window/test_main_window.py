@@ -426,3 +426,23 @@ def test_no_bundled_model_opens_empty_with_a_message(qtbot, tmp_path, monkeypatc
     assert "bundled model is not installed" in w.status.currentMessage()
     assert w.state.model_info is None and (w._error_box is None or not w._error_box.isVisible())
     w.close()
+
+
+def test_a_cancelled_log_probability_pass_says_how_to_finish_it(qtbot, window):
+    import dataclasses
+
+    from transformer_viewer.viewer.views.token_strip import STOPPED
+    from transformer_viewer.viewer.worker.requests import Failure, LogprobsRequest
+
+    st, strip = window.state, window.token_strip
+    strip.set_mode("surprisal")
+    pending = dataclasses.replace(st.trace, token_logprobs=None)  # the views landed, the second pass not yet
+    st.set_traces(pending, pending)
+    assert "computing" in strip.legend.text() and "still being computed" in strip.tooltip_text(2)
+    window.worker.failed.emit(Failure(LogprobsRequest(text=st.prompt), "cancelled", cancelled=True))  # Cancel
+    assert strip.legend.text() == STOPPED and "stopped" in strip.tooltip_text(2)
+
+    window.run_prompt(st.prompt)  # Ctrl+Enter: the same prompt, its log-probabilities computed again
+    assert "computing" in strip.legend.text()  # the worker is busy again: no longer "stopped"
+    wait_idle(qtbot, window, lambda: st.trace is not None and st.trace.token_logprobs is not None)
+    assert strip.legend.text().startswith("surprisal -log p(token)")
