@@ -61,7 +61,7 @@ def empty(shape, dtype) -> np.ndarray:
                 return _pool[i].view(dtype).reshape(shape)
         # Nothing idle fits: let the idle buffers go before taking new memory, so the pool
         # never adds to a capture's peak.
-        _pool[:] = [_pool[i] for i in range(len(_pool)) if not _idle(i)]
+        _drop_idle()
         root = _fresh((nbytes,), np.uint8)
         if len(_pool) < MAX_POOLED:
             _pool.append(root)
@@ -80,7 +80,12 @@ def pooled_bytes() -> tuple[int, int]:
 def release_idle() -> None:
     """Give the idle buffers back (to the allocator, and so to the system)."""
     with _lock:
-        _pool[:] = [_pool[i] for i in range(len(_pool)) if not _idle(i)]
+        _drop_idle()
+
+
+def _drop_idle() -> None:
+    """Forget the idle buffers (the caller holds the lock)."""
+    _pool[:] = [_pool[i] for i in range(len(_pool)) if not _idle(i)]
 
 
 def zeros(shape, dtype) -> np.ndarray:

@@ -15,7 +15,6 @@ import torch
 
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
-from transformer_viewer.model.errors import Cancelled as RunCancelled
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.families import family_name
 from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
@@ -146,23 +145,25 @@ def _prediction_position(request: TraceRequest, T: int) -> int:
 PROGRESS_AFTER_S = 0.3  # work shorter than this never shows a progress bar (nor a Cancel button)
 
 
+def progress_after_delay(progress, text: str):
+    """`report(done, total)` for model code: `progress(done, total, text)` once the work has
+    taken PROGRESS_AFTER_S, `text` formatted with `step` (done + 1) and `total`."""
+    t0 = time.perf_counter()
+
+    def report(done: int, total: int) -> None:
+        if time.perf_counter() - t0 >= PROGRESS_AFTER_S:
+            progress(done, total, text.format(step=done + 1, total=total))
+
+    return report
+
+
 def handle_trace(session: WorkerSession, request: TraceRequest, progress, is_cancelled) -> TraceResult:
     """The clean trace of the prompt, and the masked one when heads are masked: the views first,
     the log-probabilities after (a LogprobsRequest). A long capture reports its layers and stops
-    at the next one when a newer trace request or the Cancel button cancels it."""
-    try:
-        return _trace(session, request, progress, is_cancelled)
-    except RunCancelled:
-        raise Cancelled from None
-
-
-def _trace(session: WorkerSession, request: TraceRequest, progress, is_cancelled) -> TraceResult:
+    at the next one (the model raises `Cancelled`) when a newer trace request or the Cancel
+    button cancels it."""
     t0, cpu0 = time.perf_counter(), time.thread_time()
-
-    def layers(layer: int, n_layer: int) -> None:
-        if time.perf_counter() - t0 >= PROGRESS_AFTER_S:
-            progress(layer, n_layer, f"computing layer {layer + 1} of {n_layer}…")
-
+    layers = progress_after_delay(progress, "computing layer {step} of {total}…")
     session.ensure_prompt(request.text)
     T = len(session.tokens.ids)
     if T == 0:
@@ -225,12 +226,7 @@ def _mask_key(mask: np.ndarray, ablation: str) -> tuple:
 def handle_logprobs(session: WorkerSession, request: LogprobsRequest, progress, is_cancelled) -> LogprobsResult:
     """Fill in the per-token log-probabilities of the clean trace (if not yet there) and of the
     trace the request names: the masked one the last TraceRequest made, or the clean one."""
-    t0 = time.perf_counter()
-
-    def vocabulary(done: int, total: int) -> None:
-        if time.perf_counter() - t0 >= PROGRESS_AFTER_S:
-            progress(done, total, "log-probabilities of the prompt's tokens…")
-
+    vocabulary = progress_after_delay(progress, "log-probabilities of the prompt's tokens…")
     mask = None if request.mask is None else np.asarray(request.mask, dtype=bool)
     clean = session.clean
     if request.text != session.prompt_text or clean is None:
@@ -264,15 +260,7 @@ def handle_predict(session: WorkerSession, request: PredictRequest, progress, is
     if request.text != session.prompt_text or session.clean is None or session.tokens is None:
         return PredictResult(None)  # no clean run of this prompt yet: the trace request does it all
     position = _prediction_position(request, len(session.tokens.ids))
-    t0 = time.perf_counter()
-
-    def layers(layer: int, n_layer: int) -> None:
-        if time.perf_counter() - t0 >= PROGRESS_AFTER_S:
-            progress(layer, n_layer, f"predicting: layer {layer + 1} of {n_layer}…")
-
-    try:
-        nxt = session.predict(np.asarray(request.mask, dtype=bool), request.ablation, position, int(request.top_k),
-                              update_cache=False, progress=layers, is_cancelled=is_cancelled)
-    except RunCancelled:
-        raise Cancelled from None
+    layers = progress_after_delay(progress, "predicting: layer {step} of {total}…")
+    nxt = session.predict(np.asarray(request.mask, dtype=bool), request.ablation, position, int(request.top_k),
+                          update_cache=False, progress=layers, is_cancelled=is_cancelled)
     return PredictResult(nxt)

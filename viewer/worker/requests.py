@@ -29,11 +29,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+# Raised by a handler that saw `is_cancelled()`, or by the model code it passed the flag to;
+# comes back as a cancelled Failure. One class for both: the model's (it imports no torch).
+from transformer_viewer.model.errors import Cancelled  # noqa: F401 - handlers raise it, the client catches it
+
 Handler = Callable[[Any, Any, Callable[..., None], Callable[[], bool]], Any]
-
-
-class Cancelled(Exception):
-    """Raised by a handler that saw `is_cancelled()`; comes back as a cancelled Failure."""
 
 
 @dataclass(frozen=True)
