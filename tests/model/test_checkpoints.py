@@ -441,11 +441,24 @@ def test_shape_mismatch_names_key_expected_and_found(tmp_path):
     assert "expected (128, 32)" in message and "found (100, 32)" in message
 
 
-def test_non_finite_weights(tmp_path):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_weights(tmp_path, dtype, bad):
     def edit(s):
-        s["blocks.1.attn.c_proj.weight"][3, 4] = float("nan")
+        w = s["blocks.1.attn.c_proj.weight"].to(dtype)
+        w[3, 4] = bad
+        s["blocks.1.attn.c_proj.weight"] = w
     message = load_error(_native_with(tmp_path, edit))
     assert "NaN or Inf" in message and "blocks.1.attn.c_proj.weight" in message
+
+
+def test_the_largest_finite_weights_load(tmp_path):
+    def edit(s):
+        s["blocks.0.mlp.c_fc.weight"] = s["blocks.0.mlp.c_fc.weight"].half()
+        s["blocks.0.mlp.c_fc.weight"][0, :2] = torch.tensor([65504.0, -65504.0])  # float16's limits
+        s["blocks.1.mlp.c_fc.weight"][1, 1] = torch.finfo(torch.float32).max
+    loaded = load_checkpoint(_native_with(tmp_path, edit))
+    assert loaded.model.blocks[0].mlp.c_fc.weight[0, 0].item() == 65504.0
 
 
 def test_integer_weights_are_refused(tmp_path):

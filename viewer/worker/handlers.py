@@ -110,14 +110,19 @@ def handle_probe(_session, _request, _progress, _is_cancelled) -> ProbeResult:
     return ProbeResult(False)
 
 
-def handle_load(_session, request: LoadRequest, progress, _is_cancelled) -> NewSession:
+def handle_load(_session, request: LoadRequest, progress, is_cancelled) -> NewSession:
     path = request.path
     if path is None and not os.path.exists(bundled_checkpoint_path()):
         raise ModelError("the bundled model is not installed yet; open a checkpoint with File > Open checkpoint")
-    progress(0, 0, f"loading {os.path.basename(os.path.normpath(path)) if path else 'the bundled model'}…")
+    what = f"loading {os.path.basename(os.path.normpath(path)) if path else 'the bundled model'}"
+    progress(0, 0, f"{what}…")
     device, warning = resolve_device_with_fallback(request.device)
     freeze_startup_objects()  # before the first model: what lives now lives as long as the app
-    loaded = load_checkpoint(path, device=device, n_head=request.n_head)
+    # A newer load, the user's Cancel or closing the window stops it at the next tensor; the
+    # model the worker had stays.
+    report = progress_after_delay(progress, what + ": {stage} ({step} of {total} tensors)…")
+    loaded = load_checkpoint(path, device=device, n_head=request.n_head, is_cancelled=is_cancelled,
+                             progress=lambda done, total, stage: report(done, total, stage=stage))
     budget, budget_warning = memory_budget()
     # Traces keep overviews and summaries; full patterns and activations are fetched on demand.
     session = WorkerSession(loaded, memory_budget=budget)
@@ -146,13 +151,13 @@ PROGRESS_AFTER_S = 0.3  # work shorter than this never shows a progress bar (nor
 
 
 def progress_after_delay(progress, text: str):
-    """`report(done, total)` for model code: `progress(done, total, text)` once the work has
-    taken PROGRESS_AFTER_S, `text` formatted with `step` (done + 1) and `total`."""
+    """`report(done, total, **fields)` for model code: `progress(done, total, text)` once the
+    work has taken PROGRESS_AFTER_S, `text` formatted with `step` (done + 1), `total` and `fields`."""
     t0 = time.perf_counter()
 
-    def report(done: int, total: int) -> None:
+    def report(done: int, total: int, **fields) -> None:
         if time.perf_counter() - t0 >= PROGRESS_AFTER_S:
-            progress(done, total, text.format(step=done + 1, total=total))
+            progress(done, total, text.format(step=done + 1, total=total, **fields))
 
     return report
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from transformer_viewer.model import load_watch
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats.schema import describe_value
@@ -167,6 +168,7 @@ class Tensors:
 
     def __init__(self, raw: dict, prefix: str):
         self.raw, self.prefix = raw, prefix
+        self.total, self.taken = len(raw), 0  # for the load's progress
         self.out: dict[str, torch.Tensor] = {}
         self.names: dict[str, str] = {}  # ours -> the file's, for messages
         self.missing: list[str] = []
@@ -179,6 +181,8 @@ class Tensors:
             return None
         if not isinstance(t, torch.Tensor):
             raise CheckpointError(f"{name} is {describe_value(t)}, not a tensor")
+        load_watch.tensor_done(load_watch.READING, self.taken, self.total)  # stops here once cancelled
+        self.taken += 1
         return t if not t.is_floating_point() else t.to(torch.float32)
 
     def put(self, ours: str, *keys: str, dim: int = 0) -> None:

@@ -4,6 +4,7 @@ masking against Session.predict, bad checkpoints, keyboard, export, recent files
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pytest
@@ -220,6 +221,40 @@ def test_a_bad_checkpoint_shows_the_error_and_keeps_the_model(qtbot, window, tmp
     window._error_box.close()
     window.run_prompt("still works")
     wait_idle(qtbot, window, lambda: window.state.trace.text == "still works")
+
+
+def test_cancelling_a_load_keeps_the_model(qtbot, window, other_ckpt, monkeypatch):
+    """A load that shows its progress has a Cancel button; pressing it stops the load at its
+    next tensor, and the window keeps the model, trace and mask it had."""
+    from transformer_viewer.model import load_watch
+    from transformer_viewer.viewer.worker import handlers
+
+    real_load = handlers.load_checkpoint
+
+    def slow_load(path, progress=None, is_cancelled=None, **kw):
+        deadline = time.monotonic() + 5
+        while not is_cancelled() and time.monotonic() < deadline:  # held (on the worker) until cancelled
+            progress(0, 10, load_watch.READING)  # shows the bar and its Cancel button
+            time.sleep(0.01)
+        return real_load(path, progress=progress, is_cancelled=is_cancelled, **kw)
+
+    monkeypatch.setattr(handlers, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(handlers, "load_checkpoint", slow_load)
+    window.state.toggle_head(1, 0)
+    wait_idle(qtbot, window)
+    info, trace, mask = window.state.model_info, window.state.trace, window.state.mask.copy()
+    window.load(other_ckpt)
+    qtbot.waitUntil(lambda: window.status.cancel_button.isVisible(), timeout=5000)
+    assert "loading other.safetensors: reading the weights (1 of 10 tensors)" in window.status.currentMessage()
+    qtbot.mouseClick(window.status.cancel_button, Qt.LeftButton)
+    wait_idle(qtbot, window)
+    assert window.state.model_info is info and window.state.trace is trace
+    np.testing.assert_array_equal(window.state.mask, mask)
+    assert window.status.currentMessage() == "cancelled" and not window.status.cancel_button.isVisible()
+    assert window.last_error is None and "other.safetensors" not in window.status.model_label.text()
+    monkeypatch.setattr(handlers, "load_checkpoint", real_load)
+    window.load(other_ckpt)  # the same file loads when asked again
+    wait_idle(qtbot, window, lambda: window.state.model_info.n_layer == 3)
 
 
 def test_loading_another_model_resets_the_mask_shape(qtbot, window, other_ckpt):

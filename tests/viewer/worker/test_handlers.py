@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.models import scaled_init_loaded
 from transformer_viewer.viewer.worker import handlers
 from transformer_viewer.viewer.worker.handlers import WorkerSession, handle_trace
-from transformer_viewer.viewer.worker.requests import Cancelled, TraceRequest
+from transformer_viewer.viewer.worker.requests import Cancelled, LoadRequest, TraceRequest
 
 PROMPT = "The cat sat on the mat because the cat was tired, and the dog barked at the cat all night"
 
@@ -133,3 +133,21 @@ def test_another_query_position_during_the_masked_capture_lets_it_finish(session
     kept = session.masked[1]
     answer = handle_trace(session, newer, lambda *a: None, lambda: False)
     assert answer.trace.run_id == kept.run_id and answer.trace.next.position == 3  # only the prediction moved
+
+
+def test_a_load_reports_its_tensors(tiny_ckpt, monkeypatch):
+    monkeypatch.setattr(handlers, "PROGRESS_AFTER_S", 0.0)
+    seen = []
+    answer = handlers.handle_load(None, LoadRequest(path=tiny_ckpt, device="cpu"), lambda *a: seen.append(a),
+                                  lambda: False)
+    n = len(list(answer.session.model.parameters()))
+    assert seen[0] == (0, 0, "loading tiny.safetensors…")
+    assert seen[1:] == [(i, n, f"loading tiny.safetensors: checking the weights ({i + 1} of {n} tensors)…")
+                        for i in range(n)]
+
+
+def test_a_cancelled_load_stops_and_installs_nothing(tiny_ckpt):
+    flag = Flag(after=2)
+    with pytest.raises(Cancelled):
+        handlers.handle_load(None, LoadRequest(path=tiny_ckpt, device="cpu"), lambda *a: None, flag)
+    assert flag.polls == 3  # it stopped at the poll that said so
