@@ -69,9 +69,7 @@ def run(args) -> int:
         settings = QSettings(os.path.join(scratch, "settings.ini"), QSettings.IniFormat)  # leave the user's alone
     window = MainWindow(settings=settings, worker=worker, pending=pending)
     window.device_choice = args.device
-    from transformer_viewer.viewer.window.empty_states import install_empty_states
-
-    install_empty_states(window).set_loading(args.checkpoint)
+    window.empty_states.set_loading(args.checkpoint)  # the load it submitted above
     window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     head_error: list[str] = []
     if head is not None:

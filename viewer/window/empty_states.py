@@ -16,7 +16,6 @@ from PySide6.QtWidgets import QLabel, QWidget
 
 from transformer_viewer.viewer.views.registry import VIEWS
 
-LOADING = "loading the model\u2026"
 NO_MODEL = "no model loaded: open a checkpoint from the File menu"
 TYPE_A_PROMPT = "type a prompt"
 RUNNING = "running the prompt\u2026"
@@ -74,8 +73,7 @@ class EmptyStates:
 
     def __init__(self, window):
         self.window = window
-        self.loading = LOADING
-        self.load_failed = False
+        self.loading: str | None = None  # what a load under way says; None: nothing is loading
         self.stopped = False  # the first run of the prompt was cancelled: nothing is running now
         # Views that need a trace; the head mask needs only the model (its shape).
         self.trace_views = [window.attention.heatmap, window.head_grid]
@@ -92,14 +90,13 @@ class EmptyStates:
     def set_loading(self, checkpoint: str | None) -> None:
         """Say which checkpoint is loading (the window does not know what the launcher asked for)."""
         self.loading = loading_text(checkpoint)
-        self.load_failed = False
         self.refresh()
 
     def _on_failure(self, failure) -> None:
         from transformer_viewer.viewer.worker.requests import LoadRequest, TraceRequest
 
         if isinstance(failure.request, LoadRequest) and self.window.state.model_info is None:
-            self.load_failed = True
+            self.loading = None  # failed or cancelled: nothing is loading now
             self.refresh()
         elif failure.cancelled and type(failure.request) is TraceRequest and self.window.state.trace is None:
             self.stopped = True
@@ -114,7 +111,7 @@ class EmptyStates:
         """What the trace views say now; None when they have a trace to draw."""
         st = self.window.state
         if st.model_info is None:
-            return NO_MODEL if self.load_failed else self.loading
+            return self.loading or NO_MODEL
         if st.trace is not None:
             return None
         if not (st.prompt or "").strip():
@@ -132,8 +129,3 @@ class EmptyStates:
         """The message covering `view`, or None (for tests and screenshots)."""
         state = self.states.get(id(view))
         return state.text() if state is not None and not state.isHidden() else None
-
-
-def install_empty_states(window) -> EmptyStates:
-    window.empty_states = EmptyStates(window)
-    return window.empty_states

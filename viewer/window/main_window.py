@@ -30,6 +30,7 @@ from transformer_viewer.viewer.views.prompt_editor import PromptEditor
 from transformer_viewer.viewer.views.registry import VIEWS
 from transformer_viewer.viewer.window import actions as window_actions
 from transformer_viewer.viewer.window import prediction_preview as preview
+from transformer_viewer.viewer.window.empty_states import EmptyStates
 from transformer_viewer.viewer.window.status_bar import StatusBar
 from transformer_viewer.viewer.worker.client import RequestHandle, WorkerClient
 from transformer_viewer.viewer.worker.requests import (
@@ -76,6 +77,7 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.resize(*DEFAULT_SIZE)
         self._connect()
+        self.empty_states = EmptyStates(self)  # plain messages over the plots until there is data
         for handle in pending:
             self._watch(handle)
         if own_worker:
@@ -192,6 +194,8 @@ class MainWindow(QMainWindow):
         """Load a checkpoint on the worker (None: the bundled model); the old one stays until it works."""
         if device is not None:
             self.device_choice = device
+        if self.state.model_info is None:
+            self.empty_states.set_loading(path)
         self._watch(self.worker.submit(LoadRequest(path=path, device=self.device_choice, n_head=n_head)))
 
     def set_device(self, device: str) -> None:
@@ -273,7 +277,9 @@ class MainWindow(QMainWindow):
     def _on_load_failed(self, failure) -> None:
         request = failure.request
         if failure.cancelled:
-            self.status.showMessage("cancelled", 3000)
+            kept = self.state.model_info
+            what = "loading cancelled" if isinstance(request, LoadRequest) else "cancelled"
+            self.status.showMessage(f"{what}; {kept.name} is still open" if kept is not None else what, 5000)
         elif isinstance(request, LoadRequest) and request.path is None and self.state.model_info is None:
             self.status.showMessage(failure.message)  # no bundled model yet: not worth a dialog
             self.prompt_editor.show_notice(failure.message)

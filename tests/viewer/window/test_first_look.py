@@ -19,7 +19,7 @@ def covered(window) -> dict:
 
 def test_empty_states_from_launch_to_first_trace(qtbot, tmp_path, tiny_ckpt):
     window = new_window(qtbot, tmp_path, None, prompt=None)
-    es.install_empty_states(window)
+    assert covered(window) == dict.fromkeys(("heatmap", "grid", "mask"), es.NO_MODEL)  # nothing asked for yet
     window.empty_states.set_loading(tiny_ckpt)
     assert covered(window) == dict.fromkeys(("heatmap", "grid", "mask"), "loading tiny.safetensors\u2026")
     window.empty_states.set_loading(None)
@@ -43,7 +43,6 @@ def test_a_cancelled_first_run_says_how_to_run_it_again(qtbot, tmp_path, tiny_ck
     from transformer_viewer.viewer.worker.requests import Failure, PredictRequest, TraceRequest
 
     window = new_window(qtbot, tmp_path, None, prompt=None)
-    es.install_empty_states(window)
     window.load(tiny_ckpt, device="cpu")
     wait_idle(qtbot, window, lambda: window.state.model_info is not None)
     window.state.prompt = PROMPT  # typed, and its first run cancelled before any trace came back
@@ -61,12 +60,25 @@ def test_a_cancelled_first_run_says_how_to_run_it_again(qtbot, tmp_path, tiny_ck
 
 def test_a_failed_first_load_says_no_model(qtbot, tmp_path):
     window = new_window(qtbot, tmp_path, None, prompt=None)
-    es.install_empty_states(window)
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"junk")
     window.load(str(bad), device="cpu")
     wait_idle(qtbot, window, lambda: window.last_error is not None)
     assert covered(window)["heatmap"] == es.NO_MODEL
+    window.close()
+
+
+def test_a_cancelled_first_load_says_no_model(qtbot, tmp_path, tiny_ckpt):
+    from transformer_viewer.viewer.worker.requests import Failure, LoadRequest
+
+    window = new_window(qtbot, tmp_path, None, prompt=None)
+    window.empty_states.set_loading(tiny_ckpt)
+    window.worker.failed.emit(Failure(LoadRequest(path=tiny_ckpt), "cancelled", cancelled=True))
+    assert covered(window) == dict.fromkeys(("heatmap", "grid", "mask"), es.NO_MODEL)
+    window.load(tiny_ckpt, device="cpu")  # asked again: it says so, then loads
+    assert covered(window)["heatmap"] == "loading tiny.safetensors\u2026"
+    wait_idle(qtbot, window, lambda: window.state.model_info is not None)
+    assert covered(window)["heatmap"] == es.TYPE_A_PROMPT
     window.close()
 
 

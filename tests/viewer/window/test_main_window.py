@@ -250,7 +250,8 @@ def test_cancelling_a_load_keeps_the_model(qtbot, window, other_ckpt, monkeypatc
     wait_idle(qtbot, window)
     assert window.state.model_info is info and window.state.trace is trace
     np.testing.assert_array_equal(window.state.mask, mask)
-    assert window.status.currentMessage() == "cancelled" and not window.status.cancel_button.isVisible()
+    assert window.status.currentMessage() == f"loading cancelled; {info.name} is still open"
+    assert not window.status.cancel_button.isVisible()
     assert window.last_error is None and "other.safetensors" not in window.status.model_label.text()
     monkeypatch.setattr(handlers, "load_checkpoint", real_load)
     window.load(other_ckpt)  # the same file loads when asked again
