@@ -1,9 +1,11 @@
-"""Progress and cancellation of a forward, at layer boundaries.
+"""Progress and cancellation of a forward, at layer boundaries and inside attention.
 
 A long forward (a capture of thousands of tokens, a prediction from an early layer) reports each
-layer as it starts and stops at the next one once its caller cancels: readers on each block's
-`hook_resid_pre`, registered with the forward's other hooks, so the decoder knows nothing of it.
-A cancelled forward raises `Cancelled` out of the model; the hooks are removed as it unwinds.
+layer as it starts and stops soon after its caller cancels: readers on each block's
+`hook_resid_pre` and `hook_resid_mid`, registered with the forward's other hooks, so the decoder
+knows nothing of it; and, since one layer's attention over 8,192 tokens takes a second,
+`attention_watch` checks again at each block of query rows the attention computes. A cancelled
+forward raises `Cancelled` out of the model; the hooks are removed as it unwinds.
 """
 
 from __future__ import annotations
@@ -25,4 +27,28 @@ def layer_watch(start: int, n_layer: int, progress=None, is_cancelled=None) -> l
                 progress(layer, n_layer)
         return check
 
-    return [(f"blocks.{layer}.hook_resid_pre", at(layer)) for layer in range(start, n_layer)]
+    def stop_if_cancelled(_resid) -> None:
+        if is_cancelled is not None and is_cancelled():
+            raise Cancelled
+
+    out = [(f"blocks.{layer}.hook_resid_pre", at(layer)) for layer in range(start, n_layer)]
+    return out + [(f"blocks.{layer}.hook_resid_mid", stop_if_cancelled) for layer in range(start, n_layer)]
+
+
+def attention_watch(layers, is_cancelled=None, observers: dict | None = None) -> dict:
+    """Pattern-row observers by layer (for `observe_pattern_rows`) that raise `Cancelled` at
+    the next block of query rows once `is_cancelled()` is true, then pass the rows on to
+    `observers[layer]` where there is one."""
+    observers = observers or {}
+    if is_cancelled is None:
+        return observers
+
+    def watch(then):
+        def observe(first_row: int, rows) -> None:
+            if is_cancelled():
+                raise Cancelled
+            if then is not None:
+                then(first_row, rows)
+        return observe
+
+    return {layer: watch(observers.get(layer)) for layer in layers}

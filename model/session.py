@@ -39,7 +39,7 @@ from transformer_viewer.model.errors import Cancelled, ModelError
 from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace, observe_pattern_rows
 from transformer_viewer.model.hooks import caching, hooks, reading
 from transformer_viewer.model.interventions import check_intervention, first_changed_layer, head_mask_hooks
-from transformer_viewer.model.layer_watch import layer_watch
+from transformer_viewer.model.layer_watch import attention_watch, layer_watch
 from transformer_viewer.model.memory_budget import (  # noqa: F401 (DEFAULT_MEMORY_BUDGET: the app's default)
     DEFAULT_MEMORY_BUDGET,
     KEPT_RUNS,
@@ -155,8 +155,8 @@ class Session(Predictions):
         `logprobs=False` leaves `token_logprobs` None (the unembedding at every position is the
         costliest part of a late-layer toggle); `token_logprobs(trace)` computes them later.
         `progress(layer, n_layer)` hears of each layer as it starts; once `is_cancelled()` is
-        true the next layer raises `Cancelled` (a layer of an 8,192-token prompt takes about a
-        second and a half), and the session is as it was before the call.
+        true the run raises `Cancelled` at the next layer boundary, residual midpoint or block of
+        query rows (model/layer_watch.py), and the session is as it was before the call.
         """
         ids = self._require_prompt()
         mask = self._check(mask, ablation)
@@ -172,7 +172,7 @@ class Session(Predictions):
         poolers = overview_poolers(self.config.n_head, T, range(start, L), self.device, arrays, self.keep_full)
         # Overviews pooled from the blocks of pattern rows as they pass; with keep_full, from
         # the whole pattern the trace keeps anyway.
-        observers = {} if self.keep_full else poolers
+        observers = attention_watch(range(start, L), is_cancelled, {} if self.keep_full else poolers)
         with (self._scratch_attention(), hooks(self.model, head_mask_hooks(mask, ablation, start)),
               observe_pattern_rows(self.model, observers),
               reading(self.model, readers(self.model, arrays, start, self._grams, self.keep_full, poolers)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from transformer_viewer.model.attention_kernels import observe_pattern_rows
 from transformer_viewer.model.hooks import caching, hooks, reading
 from transformer_viewer.model.interventions import batched_head_mask_hooks, head_mask_hooks
-from transformer_viewer.model.layer_watch import layer_watch
+from transformer_viewer.model.layer_watch import attention_watch, layer_watch
 from transformer_viewer.model.trace import NextToken
 from transformer_viewer.model.unembedding import next_token, position_logits
 
@@ -54,7 +55,7 @@ class Predictions:
         matrix products and one read of the head, which for short prompts is most of a
         prediction's cost. Every run starts from the earliest layer any mask changes; the
         batch's activations are len(masks) times one run's. `progress(layer, n_layer)` and
-        `is_cancelled()` (which raises `Cancelled` at the next layer) as in `Session.run`."""
+        `is_cancelled()` (which raises `Cancelled` soon after) as in `Session.run`."""
         ids = self._require_prompt()
         if len(masks) == 0:
             return []
@@ -74,6 +75,7 @@ class Predictions:
             zero = ablation == "zero"
             x = self._resid[start][:, : p + 1 if zero else T].expand(B, -1, -1)  # (B, T', C)
             with (self._scratch_attention(), hooks(model, batched_head_mask_hooks(masks, ablation, start)),
+                  observe_pattern_rows(model, attention_watch(range(start, L), is_cancelled)),
                   reading(model, layer_watch(start, L, progress, is_cancelled))):
                 final = model.run_blocks(x, start, last_only=zero)[:, -1 if zero else p]  # (B, C)
         logits = model.unembed(final).float()[:, :self.n_vocab]  # (B, V); padded rows never count

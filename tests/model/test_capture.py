@@ -224,15 +224,10 @@ def test_a_capture_cancelled_in_its_log_probabilities_raises_too(loaded):
     from transformer_viewer.model.errors import Cancelled
 
     s = session(loaded)
-    calls = []
-
-    def is_cancelled():
-        calls.append(1)
-        return len(calls) > CONFIG.n_layer  # past every layer: in the unembedding's blocks
-
-    with pytest.raises(Cancelled):
-        s.run(is_cancelled=is_cancelled)
-    assert s.run().token_logprobs is not None
+    unembedding = []  # cancelled once the unembedding has begun: past every layer
+    with hooks(s.model, [("hook_final", lambda *_: unembedding.append(1))]), pytest.raises(Cancelled):
+        s.run(is_cancelled=lambda: bool(unembedding))
+    assert unembedding and s.run().token_logprobs is not None
 
 
 def test_a_cancelled_prediction_stops_at_a_layer_and_leaves_the_cache(loaded):

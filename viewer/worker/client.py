@@ -298,8 +298,9 @@ class WorkerClient(QObject):
             self.progress.emit(progress)
 
     def close(self, timeout_ms: int | None = None) -> bool:
-        """Cancel all, stop the thread and wait for it (a capture stops at its next layer, other
-        work in flight runs to its end, and destroying a running QThread aborts the process);
+        """Cancel all, stop the thread and wait for it (a capture or a load stops within
+        milliseconds, other work in flight runs to its end, and destroying a running QThread
+        aborts the process);
         True when it has finished."""
         if self._closed:
             return self.thread.isFinished()
