@@ -183,7 +183,7 @@ class Tensors:
             raise CheckpointError(f"{name} is {describe_value(t)}, not a tensor")
         load_watch.tensor_done(load_watch.READING, self.taken, self.total)  # stops here once cancelled
         self.taken += 1
-        return t if not t.is_floating_point() else t.to(torch.float32)
+        return t
 
     def put(self, ours: str, *keys: str, dim: int = 0) -> None:
         """ours = the file's `keys`, stacked along `dim` when there are several (fused q/k/v, gate/up)."""
@@ -191,8 +191,14 @@ class Tensors:
         if any(p is None for p in parts):
             return
         self.names[ours] = "+".join(self.prefix + k for k in keys)
+        floating = all(p.is_floating_point() for p in parts)
         try:
-            self.out[ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=dim)
+            if len(parts) == 1:
+                self.out[ours] = parts[0].to(torch.float32) if floating else parts[0]
+            elif floating:  # converted as they are stacked: no float32 copy of each part first
+                self.out[ours] = torch.cat(parts, dim=dim, out=torch.empty(0, dtype=torch.float32))
+            else:
+                self.out[ours] = torch.cat(parts, dim=dim)
         except RuntimeError:
             shapes = ", ".join(str(tuple(p.shape)) for p in parts)
             raise CheckpointError(f"{self.names[ours]} have shapes {shapes} that do not stack; the weights do not "
