@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 
 from transformer_viewer.model.errors import ModelError
 
@@ -45,12 +47,43 @@ def checkpoint_from_args(args) -> str | None:
     return args.checkpoint
 
 
+BAR_AFTER_S = 0.5  # a load shorter than this shows no bar
+
+
 def load_from_args(args):
     from transformer_viewer.model.checkpoint import load_checkpoint
     from transformer_viewer.model.device import resolve_device
 
     device = resolve_device(args.device)
-    return load_checkpoint(checkpoint_from_args(args), device=device, n_head=getattr(args, "n_head", None))
+    with LoadBar() as bar:
+        return load_checkpoint(checkpoint_from_args(args), device=device, n_head=getattr(args, "n_head", None),
+                               progress=bar.progress if sys.stderr.isatty() else None)
+
+
+class LoadBar:
+    """A progress bar on stderr for a load that takes a while: the tensors read, then checked."""
+
+    def __init__(self):
+        self._bar = None
+        self._t0 = time.perf_counter()
+
+    def progress(self, done: int, total: int, stage: str) -> None:
+        if self._bar is None:
+            if time.perf_counter() - self._t0 < BAR_AFTER_S:
+                return
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="tensor", file=sys.stderr, dynamic_ncols=True, leave=False)
+        self._bar.set_description(stage, refresh=False)
+        self._bar.total, self._bar.n = total, done + 1
+        self._bar.refresh()
+
+    def __enter__(self) -> LoadBar:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        if self._bar is not None:
+            self._bar.close()  # before any message, so the bar does not redraw over it
 
 
 def check_mask_syntax(specs: list[str] | None) -> None:

@@ -47,6 +47,44 @@ def test_info_text(capsys, ckpt):
     assert "tokenizer   gpt2" in out
 
 
+class Terminal:
+    """stderr as a terminal sees it: isatty, everything written kept."""
+
+    def __init__(self):
+        self.written = []
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.written.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_slow_load_shows_a_bar_on_a_terminal_and_leaves_no_trace(capsys, ckpt, monkeypatch):
+    from transformer_viewer.viewer.cli import common
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(common, "BAR_AFTER_S", 0.0)  # as if the load were slow
+    rc, out, _ = cli(capsys, "info", ckpt, "--device", "cpu")
+    shown = "".join(terminal.written)
+    n = len(list(load_checkpoint(ckpt).model.parameters()))
+    assert rc == 0 and "checking the weights" in shown and f"{n}/{n}" in shown
+    assert shown.split("\r")[-2].strip() == "" and shown.endswith("\r")  # cleared: the terminal is as it was
+    assert "format      native" in out  # the bar went to stderr, the answer to stdout
+
+
+def test_a_quick_load_shows_no_bar(capsys, ckpt, monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    rc, _, _ = cli(capsys, "info", ckpt, "--device", "cpu")
+    assert rc == 0 and terminal.written == []
+
+
 def test_info_json(capsys, ckpt):
     rc, out, _ = cli(capsys, "info", ckpt, "--json", "--device", "cpu")
     assert rc == 0
