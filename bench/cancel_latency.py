@@ -11,17 +11,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import threading
-import time
 
 import numpy as np
 import torch
-from common import machine, set_threads
+from common import cancelled_after, machine, set_threads
 from long_prompts import SMOL
 
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.errors import Cancelled
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.session import Session
 from transformer_viewer.model.tokenizer import Tokenized
@@ -36,26 +33,6 @@ def smol_session(T: int) -> Session:
     ids = tuple(int(i) for i in np.random.default_rng(0).integers(0, config.vocab_size, T))
     session.set_tokens(Tokenized(ids, tuple("t" for _ in ids), tuple((i, i + 1) for i in range(T)), "t" * T))
     return session
-
-
-def cancelled_after(call, after_s: float) -> float:
-    """Run `call(is_cancelled)`, set the flag after `after_s`; seconds from the flag to Cancelled."""
-    flag = threading.Event()
-    set_at = []
-
-    def cancel() -> None:
-        set_at.append(time.perf_counter())
-        flag.set()
-
-    timer = threading.Timer(after_s, cancel)
-    timer.start()
-    try:
-        call(flag.is_set)
-    except Cancelled:
-        return time.perf_counter() - set_at[0]
-    finally:
-        timer.cancel()
-    raise SystemExit(f"finished before it was cancelled at {after_s} s: cancel later")
 
 
 def main() -> int:

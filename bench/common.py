@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 
@@ -155,6 +156,29 @@ def interleaved(fns: dict, reps: int, warmup: int) -> dict[str, Samples]:
                 out[name].times.append(dt)
                 out[name].cpu.append(dc)
     return out
+
+
+def cancelled_after(call, after_s: float) -> float:
+    """Run `call(is_cancelled)`, set the flag after `after_s` from another thread (as the window's
+    Cancel button does); seconds from the flag to `Cancelled`."""
+    from transformer_viewer.model.errors import Cancelled
+
+    flag = threading.Event()
+    set_at = []
+
+    def cancel() -> None:
+        set_at.append(time.perf_counter())
+        flag.set()
+
+    timer = threading.Timer(after_s, cancel)
+    timer.start()
+    try:
+        call(flag.is_set)
+    except Cancelled:
+        return time.perf_counter() - set_at[0]
+    finally:
+        timer.cancel()
+    raise SystemExit(f"it finished before it was cancelled at {after_s:.2f} s: cancel earlier")
 
 
 def machine() -> dict:

@@ -15,11 +15,9 @@ import gc
 import json
 import sys
 import tempfile
-import threading
-import time
 
 import torch
-from common import interleaved, machine, quiet_transformers, set_threads, versions
+from common import cancelled_after, interleaved, machine, quiet_transformers, set_threads, versions
 
 SHAPE = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
              intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=32768)
@@ -35,23 +33,6 @@ def make_folder(folder: str) -> None:
     torch.manual_seed(0)
     Qwen2ForCausalLM(Qwen2Config(**SHAPE)).to(torch.bfloat16).save_pretrained(folder, max_shard_size="500MB")
     tokenizer_common.byte_level(folder)
-
-
-def cancel_latency(folder: str, after_s: float) -> float:
-    """Seconds from the cancel flag to `Cancelled`, the flag set `after_s` into a load."""
-    from transformer_viewer.model.checkpoint import load_checkpoint
-    from transformer_viewer.model.errors import Cancelled
-
-    flag, set_at = threading.Event(), []
-    timer = threading.Timer(after_s, lambda: (set_at.append(time.perf_counter()), flag.set()))
-    timer.start()
-    try:
-        load_checkpoint(folder, is_cancelled=flag.is_set)
-    except Cancelled:
-        return time.perf_counter() - set_at[0]
-    finally:
-        timer.cancel()
-    raise SystemExit(f"the load finished before {after_s:.2f} s: cancel earlier")
 
 
 def main() -> int:
@@ -79,7 +60,8 @@ def main() -> int:
 
         s = interleaved({"ours": ours, "hf": hf}, args.reps, warmup=1)
         fractions = (0.1, 0.3, 0.5)  # of our fastest load
-        waits = [cancel_latency(folder, f * min(s["ours"].times)) for f in fractions]
+        waits = [cancelled_after(lambda c: load_checkpoint(folder, is_cancelled=c), f * min(s["ours"].times))
+                 for f in fractions]
     ratio = s["ours"].median / s["hf"].median
     print(f"load: ours {s['ours'].median:.2f} s vs Hugging Face from_pretrained {s['hf'].median:.2f} s "
           f"({ratio:.2f}x); cancelled at 10 / 30 / 50% of it: stopped "
