@@ -67,7 +67,7 @@ def load_checkpoint(path_or_name: str | None = None, device: str | torch.device 
         tokenizer = model_tokenizer(info.get("tokenizer", "gpt2"), fmt, source, config)
         check_tokenizer(config, tokenizer, source)
         model = build_model(config, state, source, key_name=info.get("key_name"))
-        del state  # the model holds what it needs; the rest (converted copies' sources) goes now
+        del state  # what the model did not take (the sources of converted tensors) is freed before any move
         load_watch.check_cancelled()
         model.to(device=device, dtype=dtype)
     name = info.get("name") or _display_name(source)
