@@ -1,5 +1,5 @@
 """Direct logit attribution: the heads' direct effects and every other writer's add up to the
-model's logit, read through the same frozen final LayerNorm."""
+model's logit, read through the same frozen final norm, in every family's layout of norms."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from tests.helpers.models import tiny_session
 from transformer_viewer.model.attribution import head_attribution
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.hooks import caching, count_hooks
+from transformer_viewer.model.hooks import caching, count_hooks, hooks
 
 
 @torch.no_grad()
@@ -38,7 +38,7 @@ def test_the_direct_effects_and_the_other_writers_sum_to_the_logit(position, tok
     for layer in range(L):
         others += _term(model.blocks[layer].attn.c_proj.bias, ln.weight, u, sigma)
         others += _term(acts[f"blocks.{layer}.hook_mlp_out"][0, p], ln.weight, u, sigma)
-    total = float(a.direct.astype(np.float64).sum()) + others + float(ln.bias @ u)
+    total = float(a.direct.astype(np.float64).sum()) + others + float((ln.bias @ u).detach())
     assert total == pytest.approx(a.logit, rel=1e-4, abs=1e-3)
     assert np.abs(a.direct).max() > 1e-3  # the heads do write something this test could miss
     assert count_hooks(model) == 0
@@ -55,3 +55,65 @@ def test_an_ablated_head_has_no_direct_effect_and_errors_are_one_line():
         head_attribution(s, position=99)
     with pytest.raises(ModelError, match="token id 60000 is outside the vocabulary"):
         head_attribution(s, token=60000)
+
+
+FAMILY_CASES = ["llama", "gemma2", "gemma3", "olmo", "olmo2", "pythia", "qwen3", "phi3"]
+
+
+@pytest.fixture(scope="module")
+def family_sessions(tmp_path_factory):
+    from tests.model.hf_family_models import build, save
+    from tests.model.test_parity_families import load, session
+
+    out = {}
+    for name in FAMILY_CASES:
+        hf = build(name, seed=7)
+        ids = torch.randint(3, hf.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(8))
+        out[name] = session(load(save(hf, str(tmp_path_factory.mktemp(name)))), ids)
+    return out
+
+
+@pytest.mark.parametrize("name", FAMILY_CASES)
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+def test_every_familys_heads_and_other_writers_sum_to_its_logit(family_sessions, name, ablation):
+    """Per layer, the heads' writes (through a norm on the attention's output, where the family
+    has one) and the output projection's bias make the attention's real output; all writers read
+    through the final norm (LayerNorm, RMSNorm, Gemma's 1 + w) make the logit before any cap."""
+    from transformer_viewer.model.attribution import frozen_norm, head_writes
+    from transformer_viewer.model.interventions import head_mask_hooks
+
+    s = family_sessions[name]
+    model, c = s.model, s.config
+    mask = np.zeros((c.n_layer, c.n_head), dtype=bool)
+    mask[1, 0] = True
+    p = 7
+    a = head_attribution(s, position=p, mask=mask, ablation=ablation)
+    ids = torch.tensor([s.tokens.ids])
+    L = c.n_layer
+    names = [f"blocks.{layer}.hook_resid_pre" for layer in range(L)]
+    names += [f"blocks.{layer}.{w}" for layer in range(L) for w in ("hook_attn_out", "hook_mlp_out")]
+    with torch.no_grad(), hooks(model, head_mask_hooks(mask, ablation)), caching(model, names) as acts:
+        final = model.run_blocks(model.embed(ids))[0, p]
+        raw = model.lm_head(model.ln_f(final)).float()
+    assert a.logit == pytest.approx(float(raw[a.token_id]), rel=1e-5, abs=1e-5)
+    assert a.logit_cap == (c.logit_softcap or 0.0)
+    readout = model.lm_head.weight[a.token_id].float()
+    final_norm = frozen_norm(model.ln_f, final)
+    with torch.no_grad():
+        total = float(final_norm.linear(acts["blocks.0.hook_resid_pre"][0, p]) @ readout)
+        for layer in range(L):
+            block = model.blocks[layer]
+            writes = head_writes(block, acts[f"blocks.{layer}.hook_resid_pre"], p, mask[layer], ablation)
+            attn_out = acts[f"blocks.{layer}.hook_attn_out"][0, p].float()
+            bias = block.attn.c_proj.bias
+            rest = attn_out - writes.sum(dim=0)  # what the bias wrote: nothing where there is none
+            if bias is None:
+                np.testing.assert_allclose(rest.numpy(), 0.0, atol=1e-5 * float(attn_out.abs().max()) + 1e-6)
+            total += float(final_norm.linear(rest) @ readout)
+            total += float(final_norm.linear(acts[f"blocks.{layer}.hook_mlp_out"][0, p]) @ readout)
+        if final_norm.bias is not None:
+            total += float(final_norm.bias @ readout)
+    total += float(a.direct.astype(np.float64).sum())
+    assert total == pytest.approx(a.logit, rel=1e-4, abs=1e-4)
+    assert a.direct[1, 0] == 0.0 if ablation == "zero" else a.direct[1, 0] != 0.0
+    assert np.abs(a.direct).max() > 1e-4 and count_hooks(model) == 0

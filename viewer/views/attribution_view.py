@@ -56,7 +56,8 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
                               title=f"direct effect on the logit of {token_label(result.token_id)!r} "
                                     f"at position {result.position}", row_name="layer", col_name="head")
         layer, head = np.unravel_index(int(np.argmax(np.abs(result.direct))), result.direct.shape)
-        self.info.setText(f"logit {result.logit:.2f}; largest direct effect: L{layer}H{head} "
+        capped = " before the soft-cap" if result.logit_cap else ""
+        self.info.setText(f"logit {result.logit:.2f}{capped}; largest direct effect: L{layer}H{head} "
                           f"({result.direct[layer, head]:+.2f})")
 
     def sizeHint(self) -> QtCore.QSize:

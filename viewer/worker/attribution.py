@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from transformer_viewer.viewer.worker.requests import Request, register_handler, session_mask
+from transformer_viewer.viewer.worker.requests import Cancelled, Request, register_handler, session_mask
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -19,12 +19,20 @@ class AttributionRequest(Request):
     ablation: str = "zero"
 
 
-def handle_attribution(session, request: AttributionRequest, _progress, _is_cancelled):
+def handle_attribution(session, request: AttributionRequest, progress, is_cancelled):
     from transformer_viewer.model.attribution import head_attribution
+    from transformer_viewer.viewer.worker.handlers import progress_after_delay
 
     session.prepare_analysis(request.text)
+    report = progress_after_delay(progress, "attributing the heads of layer {step} of {total}…")
+
+    def step(done: int, total: int) -> None:
+        if is_cancelled():
+            raise Cancelled
+        report(done - 1, total)
+
     return head_attribution(session, request.position, mask=session_mask(session, request.mask),
-                            ablation=request.ablation)
+                            ablation=request.ablation, step=step)
 
 
 register_handler(AttributionRequest, handle_attribution)

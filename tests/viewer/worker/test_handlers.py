@@ -151,3 +151,18 @@ def test_a_cancelled_load_stops_and_installs_nothing(tiny_ckpt):
     with pytest.raises(Cancelled):
         handlers.handle_load(None, LoadRequest(path=tiny_ckpt, device="cpu"), lambda *a: None, flag)
     assert flag.polls == 3  # it stopped at the poll that said so
+
+
+def test_attribution_reports_its_layers_and_stops_when_cancelled(session, monkeypatch):
+    from transformer_viewer.viewer.worker.attribution import AttributionRequest, handle_attribution
+
+    monkeypatch.setattr(handlers, "PROGRESS_AFTER_S", 0.0)
+    seen = []
+    result = handle_attribution(session, AttributionRequest(text=PROMPT), lambda *a: seen.append(a), lambda: False)
+    L = session.config.n_layer
+    assert [a[:2] for a in seen] == [(layer, L) for layer in range(L)]
+    assert seen[-1][2] == f"attributing the heads of layer {L} of {L}…" and result.direct.shape[0] == L
+    flag = Flag(after=1)
+    with pytest.raises(Cancelled):
+        handle_attribution(session, AttributionRequest(text=PROMPT), lambda *a: None, flag)
+    assert flag.polls == 2  # after the first layer, at the second poll
