@@ -1,4 +1,4 @@
-"""Logit lens: read every layer's residual stream through the final LayerNorm and the unembedding.
+"""Logit lens: read every layer's residual stream through the final norm and the unembedding.
 
 Rows are the resid_pre of each layer and the final resid_post (the model's own output), so the
 last row is exactly the model's prediction. For each row and position we keep the top token, its
