@@ -119,12 +119,13 @@ def head_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: st
     mean_ablated = ablation == "mean" and masked.any()
     rows = x if mean_ablated else x[:, : p + 1]  # zero ablation is causal: nothing after p matters
     q, k, v = attn.heads_qkv(block.ln_1(rows))  # (1, nh, T', hs) each
+    off = torch.as_tensor(masked, device=x.device)[:, None]  # (nh, 1)
     if mean_ablated:  # the mean over every position of the masked heads' outputs
         z_all = attend_by_blocks(q, k, v, attn.window, attn.softcap)[0]  # (nh, T, hs)
-        z = torch.where(torch.as_tensor(masked)[:, None], z_all.mean(dim=1), z_all[:, p])  # (nh, hs)
+        z = torch.where(off, z_all.mean(dim=1), z_all[:, p])  # (nh, hs)
     else:
         z = attend_rows(q, k, v, p, attn.window, attn.softcap)[0, :, 0]  # (nh, hs)
-        z = torch.where(torch.as_tensor(masked)[:, None], torch.zeros((), dtype=z.dtype), z)
+        z = torch.where(off, torch.zeros((), dtype=z.dtype, device=z.device), z)
     w_o = attn.c_proj.weight.float()  # (C, nh * hs): out = z_flat @ w_o.T
     writes = torch.einsum("ni,nic->nc", z.float(), w_o.T.reshape(nh, hs, w_o.shape[0]))  # (nh, C)
     post = block.ln_post_attn
