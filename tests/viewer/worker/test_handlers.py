@@ -30,13 +30,21 @@ def session():
     return WorkerSession(scaled_init_loaded(seed=4))
 
 
-def test_a_long_capture_reports_its_layers(session, monkeypatch):
+def reports_each_layer(handler, session, request, monkeypatch):
+    """Run `handler` with progress shown at once: it must report every layer in order; returns
+    the last progress text and the handler's answer."""
     monkeypatch.setattr(handlers, "PROGRESS_AFTER_S", 0.0)
     seen = []
-    result = handle_trace(session, TraceRequest(text=PROMPT), lambda *a: seen.append(a), lambda: False)
+    result = handler(session, request, lambda *a: seen.append(a), lambda: False)
     L = session.config.n_layer
     assert [a[:2] for a in seen] == [(layer, L) for layer in range(L)]
-    assert seen[-1][2] == f"computing layer {L} of {L}…"
+    return seen[-1][2], result
+
+
+def test_a_long_capture_reports_its_layers(session, monkeypatch):
+    last, result = reports_each_layer(handle_trace, session, TraceRequest(text=PROMPT), monkeypatch)
+    L = session.config.n_layer
+    assert last == f"computing layer {L} of {L}…"
     assert result.trace is session.clean
 
 
@@ -156,12 +164,9 @@ def test_a_cancelled_load_stops_and_installs_nothing(tiny_ckpt):
 def test_attribution_reports_its_layers_and_stops_when_cancelled(session, monkeypatch):
     from transformer_viewer.viewer.worker.attribution import AttributionRequest, handle_attribution
 
-    monkeypatch.setattr(handlers, "PROGRESS_AFTER_S", 0.0)
-    seen = []
-    result = handle_attribution(session, AttributionRequest(text=PROMPT), lambda *a: seen.append(a), lambda: False)
+    last, result = reports_each_layer(handle_attribution, session, AttributionRequest(text=PROMPT), monkeypatch)
     L = session.config.n_layer
-    assert [a[:2] for a in seen] == [(layer, L) for layer in range(L)]
-    assert seen[-1][2] == f"attributing the heads of layer {L} of {L}…" and result.direct.shape[0] == L
+    assert last == f"attributing the heads of layer {L} of {L}…" and result.direct.shape[0] == L
     flag = Flag(after=1)
     with pytest.raises(Cancelled):
         handle_attribution(session, AttributionRequest(text=PROMPT), lambda *a: None, flag)
