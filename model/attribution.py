@@ -65,6 +65,8 @@ def frozen_norm(norm: nn.Module, x: torch.Tensor) -> FrozenNorm:
         return FrozenNorm(1.0 + w if norm.offset else w, torch.sqrt(x.pow(2).mean() + norm.eps), False, None)
     if isinstance(norm, PlainLayerNorm):
         return FrozenNorm(ones, torch.sqrt(x.var(unbiased=False) + norm.eps), True, None)
+    if isinstance(norm, nn.Identity):  # no norm there: the writes pass as they are
+        return FrozenNorm(ones, torch.ones((), device=x.device), False, None)
     if isinstance(norm, nn.LayerNorm):
         gain = norm.weight.float() if norm.weight is not None else ones
         bias = norm.bias.float() if norm.bias is not None else None

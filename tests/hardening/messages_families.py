@@ -25,6 +25,26 @@ def not_a_tensor(_c) -> str:
     return raised(lambda: state_for(raw, config, "folder", FAMILIES["LlamaForCausalLM"]), CheckpointError)
 
 
+def unknown_final_norm(ctx):
+    """A model whose final norm was swapped in code (a notebook's experiment) for one the
+    attribution has no frozen form of."""
+    import torch
+
+    from transformer_viewer.model.attribution import head_attribution
+    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.session import Session
+
+    class Halved(torch.nn.Module):  # the notebook's own final "norm"
+        def forward(self, x):
+            return x / 2
+
+    loaded = load_checkpoint(ctx.ckpt, device="cpu")  # its own copy: the shared one stays as it is
+    loaded.model.ln_f = Halved()
+    s = Session(loaded)
+    s.set_prompt("one two three")
+    return raised(lambda: head_attribution(s))
+
+
 CASES = [
     Case("train --n-kv-head -1", lambda c: c.cli("train", "--data", "x.txt", "--out", "o.safetensors",
                                                  "--n-kv-head", "-1"), "--n-kv-head cannot be negative"),
@@ -33,4 +53,5 @@ CASES = [
     Case("HF folder: a tensor left over", lambda c: folder_error(c, "extra_tensor"), "unexpected tensors"),
     Case("HF folder: q/k/v that do not stack", lambda c: folder_error(c, "unstackable"), "do not stack"),
     Case("HF state: a value that is not a tensor", not_a_tensor, "not a tensor"),
+    Case("attribution through a norm it cannot read", unknown_final_norm, "direct attribution cannot read through a Halved"),
 ]

@@ -117,3 +117,20 @@ def test_every_familys_heads_and_other_writers_sum_to_its_logit(family_sessions,
     assert total == pytest.approx(a.logit, rel=1e-4, abs=1e-4)
     assert a.direct[1, 0] == 0.0 if ablation == "zero" else a.direct[1, 0] != 0.0
     assert np.abs(a.direct).max() > 1e-4 and count_hooks(model) == 0
+
+
+def test_a_model_without_a_final_norm_reads_its_writes_as_they_are():
+    """logit = u . (embedding + every attention output + every MLP output), and each attention
+    output is its heads' writes plus the output projection's bias."""
+    s = tiny_session()
+    s.model.ln_f = torch.nn.Identity()  # a model edited in code: no final norm
+    a = head_attribution(s, position=4)
+    ids = torch.tensor([s.tokens.ids])
+    L = s.config.n_layer
+    names = ["blocks.0.hook_resid_pre"] + [f"blocks.{layer}.hook_mlp_out" for layer in range(L)]
+    with torch.no_grad(), caching(s.model, names) as acts:
+        s.model.run_blocks(s.model.embed(ids))
+        u = s.model.lm_head.weight[a.token_id]
+        others = sum(float(acts[n][0, 4] @ u) for n in names)
+        others += sum(float(s.model.blocks[layer].attn.c_proj.bias @ u) for layer in range(L))
+    assert float(a.direct.astype(np.float64).sum()) + others == pytest.approx(a.logit, rel=1e-4, abs=1e-4)
