@@ -143,6 +143,12 @@ class Samples:
                 "cpu_median_s": self.cpu_median}
 
 
+def paired_ratios(a: Samples, b: Samples) -> list[float]:
+    """a / b repetition by repetition: each pair was timed back to back by `interleaved`, so a
+    drift of the machine's speed over the run falls on both sides of each ratio."""
+    return [x / y for x, y in zip(a.times, b.times, strict=True)]
+
+
 def interleaved(fns: dict, reps: int, warmup: int) -> dict[str, Samples]:
     """Time each callable `reps` times after `warmup` calls, round-robin, so background load
     falls on every tool alike. Returns seconds per call."""

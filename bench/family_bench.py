@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 
 import numpy as np
 import torch
-from common import interleaved, machine, quiet_transformers, set_threads, versions
+from common import interleaved, machine, paired_ratios, quiet_transformers, set_threads, versions
 
 SHAPE = dict(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576,
              intermediate_size=1536, vocab_size=49152, max_position_embeddings=2048, rope_theta=100000.0,
@@ -116,14 +117,17 @@ def main() -> int:
                "views_first": s["views_first"].to_dict(),
                "capture_ratio": s["capture"].median / s["hf_capture"].median,
                "views_first_ratio": s["views_first"].median / s["hf_capture"].median,
-               "toggle_ratio": t["toggle"].median / t["hf_forward"].median}
+               "toggle_ratio": t["toggle"].median / t["hf_forward"].median,
+               "capture_pair_ratios": paired_ratios(s["capture"], s["hf_capture"])}
+        pairs = sorted(row["capture_pair_ratios"])
         rows.append(row)
         print(f"T={T}: capture {row['capture']['median_s'] * 1e3:.0f} ms vs HF {row['hf_capture']['median_s'] * 1e3:.0f}"
               f" ms ({row['capture_ratio']:.2f}x, goal <= {GOAL_CAPTURE}x; views first "
               f"{row['views_first']['median_s'] * 1e3:.0f} ms, {row['views_first_ratio']:.2f}x); last-layer toggle "
               f"{row['toggle']['median_s'] * 1e3:.1f} ms vs HF forward {row['hf_forward']['median_s'] * 1e3:.0f} ms "
               f"({row['toggle_ratio']:.3f}x, goal <= {GOAL_TOGGLE}x); CPU seconds: capture "
-              f"{row['capture']['cpu_median_s']:.2f} vs HF {row['hf_capture']['cpu_median_s']:.2f}", flush=True)
+              f"{row['capture']['cpu_median_s']:.2f} vs HF {row['hf_capture']['cpu_median_s']:.2f}; capture / HF "
+              f"run by run {pairs[0]:.2f}-{pairs[-1]:.2f}x, median {statistics.median(pairs):.2f}x", flush=True)
         if args.out:  # after every row, so a long run that is stopped keeps what it measured
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1)
