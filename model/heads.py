@@ -193,12 +193,14 @@ def default_prefix(model) -> list[int]:
     return [ENDOFTEXT_ID] if ENDOFTEXT_ID < model.config.vocab_size else []
 
 
-def repeated_random_tokens(model, n: int, batch: int, seed: int, prefix: list[int] | None = None) -> torch.Tensor:
+def repeated_random_tokens(model, n: int, batch: int, seed: int, prefix: list[int] | None = None,
+                           exclude=()) -> torch.Tensor:
     """ids (batch, len(prefix) + 2n): the prefix, then n distinct random tokens, then the same n
     again. Distinct, so each repeated token has exactly one earlier copy; never a prefix token,
-    so the prefix cannot pass for an earlier copy either."""
+    so the prefix cannot pass for an earlier copy either; never one of `exclude` (special
+    tokens: a BOS or EOS inside the sequence would read as a document boundary)."""
     prefix = default_prefix(model) if prefix is None else [int(i) for i in prefix]
-    candidates = induction_candidates(model, exclude=prefix)
+    candidates = induction_candidates(model, exclude=[*prefix, *exclude])
     if len(candidates) < n:
         raise ModelError(f"the model has only {len(candidates)} usable tokens; use a repeated sequence of at most that length")
     gen = torch.Generator().manual_seed(int(seed))
@@ -255,7 +257,8 @@ def detect_heads(session, texts: list[str] | None = None, text_ids: list[list[in
         prefix = list(prefix)
         offset = len(prefix)
         n = default_induction_length(model, offset) if induction_length is None else int(induction_length)
-        ids = repeated_random_tokens(model, n, induction_batch, seed, prefix)
+        specials = [i for i in range(min(cfg.vocab_size, GPT2_VOCAB)) if session.tokenizer.is_special(i)]
+        ids = repeated_random_tokens(model, n, induction_batch, seed, prefix, exclude=specials)
         if ids.shape[1] > cfg.block_size:
             raise ModelError(f"a sequence of {n} tokens repeated twice needs {ids.shape[1]} positions; "
                              f"the model's context is {cfg.block_size}")

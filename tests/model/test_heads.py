@@ -221,6 +221,9 @@ def test_random_sequences_are_seeded_distinct_and_avoid_dead_rows():
         first, second = row[1:13], row[13:]
         assert first == second and len(set(first)) == 12
         assert 5 not in first and max(first) < 30
+    special = [0, 1, 2]  # a family tokenizer's <unk>, <s>, </s>
+    c = repeated_random_tokens(model, 20, 4, seed=7, prefix=[5], exclude=special)  # 24 tokens left to draw
+    assert not set(c[:, 1:].flatten().tolist()) & {5, *special}
 
 
 def test_detect_heads_restores_training_mode_and_checks_inputs():
