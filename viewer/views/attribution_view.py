@@ -53,7 +53,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         self.result = result
         L, nh = result.direct.shape
         self.heatmap.set_data(result.direct, layer_labels(L), head_labels(nh), levels=None, diverging=True,
-                              title=f"direct effect on the logit of {token_label(result.token_id)!r} "
+                              title=f"direct effect on the logit of {token_label(result.token_id, self.state.tokenizer())!r} "
                                     f"at position {result.position}", row_name="layer", col_name="head")
         layer, head = np.unravel_index(int(np.argmax(np.abs(result.direct))), result.direct.shape)
         capped = " before the soft-cap" if result.logit_cap else ""

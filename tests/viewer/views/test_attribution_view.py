@@ -36,3 +36,25 @@ def test_the_window_view_follows_the_mask_and_the_selected_token(qtbot, tmp_path
         assert view.matrix()[1, 2] == 0.0
     finally:
         w.close()
+
+
+def test_the_title_names_the_token_in_the_models_own_vocabulary(qtbot, tmp_path):
+    """A family model with its own tokenizer.json: the title's token is the one the next-token
+    panel shows first, labelled by that tokenizer (GPT-2's labels name other tokens)."""
+    from tests.model.hf_family_models import save_with_tokenizer
+    from transformer_viewer.model.tokenizer import load_tokenizer
+    from transformer_viewer.viewer.views.logits_panel import token_label
+
+    folder = tmp_path / "llama"
+    save_with_tokenizer("llama", str(folder))
+    w = new_window(qtbot, tmp_path, str(folder))
+    try:
+        view = w.views["Head attribution"]
+        w.show_view("Head attribution")
+        wait_idle(qtbot, w, lambda: view.result is not None)
+        top = int(w.state.trace.next.top_ids[0])
+        assert view.result.token_id == top
+        own = token_label(top, load_tokenizer(str(folder)))
+        assert f"logit of {own!r}" in view.heatmap.title() and own != token_label(top)
+    finally:
+        w.close()
