@@ -51,12 +51,9 @@ def compare(baseline, masked) -> Comparison:
     return Comparison(top, float(p[top]), float(q[top]), rank, max(kl, 0.0))
 
 
-def token_label(token_id: int, tokenizer=None) -> str:
-    """The visible label of a token id in `tokenizer` (default: GPT-2's)."""
-    if tokenizer is None:
-        from transformer_viewer.model.tokenizer import load_tokenizer  # tiktoken only, no torch
-
-        tokenizer = load_tokenizer("gpt2")
+def token_label(token_id: int, tokenizer) -> str:
+    """The visible label of a token id in `tokenizer`, the loaded model's (`ViewerState.tokenizer()`:
+    an id means another token in another vocabulary)."""
     try:
         return tokenizer.label(int(token_id))
     except Exception:  # noqa: BLE001 - an id past the tokenizer (padded vocab) still needs a name

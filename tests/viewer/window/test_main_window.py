@@ -75,7 +75,7 @@ def test_mask_toggle_changes_the_logits_and_matches_predict(qtbot, window):
     expected = reference_session(st.model_info.source).predict(mask_of(window, (0, 1)))
     np.testing.assert_allclose(st.trace.next.probs, expected.probs, atol=1e-6)
     rows = window.logits.rows()
-    assert [r[2] for r in rows] == [token_label(i) for i in expected.top_ids]
+    assert [r[2] for r in rows] == [token_label(i, Tokenizer()) for i in expected.top_ids]
     np.testing.assert_allclose([r[3] for r in rows], expected.top_probs, rtol=2e-3, atol=1e-6)  # as displayed
     assert [r[3] for r in rows] != before
     c = window.logits.comparison
@@ -140,7 +140,7 @@ def test_a_toggle_shows_the_prediction_before_the_views_catch_up(qtbot, window, 
         assert masked_traces and not st.trace.mask.any()  # the views still show the clean run
         expected = reference_session(st.model_info.source).predict(mask_of(window, (1, 0)))
         rows = window.logits.rows()
-        assert [r[2] for r in rows] == [token_label(i) for i in expected.top_ids]
+        assert [r[2] for r in rows] == [token_label(i, Tokenizer()) for i in expected.top_ids]
         np.testing.assert_allclose([r[3] for r in rows], expected.top_probs, rtol=2e-3, atol=1e-6)
         assert "1 head masked" in window.logits.summary.text() and "Updating" in window.logits.summary.text()
     finally:
