@@ -55,35 +55,46 @@ def load_from_args(args):
     from transformer_viewer.model.device import resolve_device
 
     device = resolve_device(args.device)
-    with LoadBar() as bar:
+    with TerminalBar("tensor", after_s=BAR_AFTER_S) as bar:  # the tensors read, then checked
         return load_checkpoint(checkpoint_from_args(args), device=device, n_head=getattr(args, "n_head", None),
-                               progress=bar.progress if sys.stderr.isatty() else None)
+                               progress=(lambda done, total, stage: bar.update(done + 1, total, stage))
+                               if bar.enabled else None)
 
 
-class LoadBar:
-    """A progress bar on stderr for a load that takes a while: the tensors read, then checked."""
+class TerminalBar:
+    """A tqdm bar on stderr for a long command: drawn only on a terminal (in a log file a bar is
+    a stray line of carriage returns) and only once the work has taken `after_s`; cleared when
+    closed, before any message, so it does not redraw over one."""
 
-    def __init__(self):
+    def __init__(self, unit: str, after_s: float = 0.0, enabled: bool = True):
+        self.unit, self.after_s = unit, after_s
+        self.enabled = enabled and sys.stderr.isatty()
         self._bar = None
         self._t0 = time.perf_counter()
 
-    def progress(self, done: int, total: int, stage: str) -> None:
+    def update(self, done: int, total: int, description: str | None = None) -> None:
+        if not self.enabled:
+            return
         if self._bar is None:
-            if time.perf_counter() - self._t0 < BAR_AFTER_S:
+            if time.perf_counter() - self._t0 < self.after_s:
                 return
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, unit="tensor", file=sys.stderr, dynamic_ncols=True, leave=False)
-        self._bar.set_description(stage, refresh=False)
-        self._bar.total, self._bar.n = total, done + 1
+            self._bar = tqdm(total=total, unit=self.unit, file=sys.stderr, dynamic_ncols=True, leave=False)
+        if description is not None:
+            self._bar.set_description(description, refresh=False)
+        self._bar.total, self._bar.n = int(total), int(done)
         self._bar.refresh()
 
-    def __enter__(self) -> LoadBar:
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def __enter__(self) -> TerminalBar:
         return self
 
     def __exit__(self, *_exc) -> None:
-        if self._bar is not None:
-            self._bar.close()  # before any message, so the bar does not redraw over it
+        self.close()
 
 
 def check_mask_syntax(specs: list[str] | None) -> None:

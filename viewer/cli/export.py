@@ -13,7 +13,12 @@ import os
 import sys
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.viewer.cli.common import add_checkpoint_arguments, load_from_args, parse_mask_spec
+from transformer_viewer.viewer.cli.common import (
+    TerminalBar,
+    add_checkpoint_arguments,
+    load_from_args,
+    parse_mask_spec,
+)
 from transformer_viewer.viewer.views.registry import exportable
 from transformer_viewer.viewer.worker.inline import InlineWorker
 
@@ -96,8 +101,8 @@ def run(args) -> int:
     session = WorkerSession(loaded)  # views ask for full patterns and activations as they draw
 
     app = _qt_app()
-    bar = _ProgressBar()
-    worker = InlineWorker(session, report=bar)
+    bar = TerminalBar("head")  # for the requests that report progress (the scan)
+    worker = InlineWorker(session, report=lambda progress: bar.update(progress.done, progress.total))
     state = _state(worker, mask, args)
     entry = exportable()[args.view]
     widget = entry.build(state, worker)
@@ -164,27 +169,6 @@ def _state(worker, mask, args):
     st.set_selection(layer=args.layer or 0, head=args.head or 0,
                      query=args.query if args.query is not None else trace.n_tokens - 1)
     return st
-
-
-class _ProgressBar:
-    """A progress bar on stderr for the requests that report progress (the scan)."""
-
-    def __init__(self):
-        self._bar = None
-
-    def __call__(self, progress) -> None:
-        from tqdm import tqdm
-
-        if not sys.stderr.isatty():
-            return  # in a log file a bar is a stray line of carriage returns
-        if self._bar is None:
-            self._bar = tqdm(total=0, unit="head", file=sys.stderr, leave=False, dynamic_ncols=True)
-        self._bar.total, self._bar.n = int(progress.total), int(progress.done)
-        self._bar.refresh()
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
 
 
 def _dispose(widget, app) -> None:

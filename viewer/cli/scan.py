@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.tokenizer import parse_token
-from transformer_viewer.viewer.cli.common import add_checkpoint_arguments, load_from_args, parse_mask_spec
+from transformer_viewer.viewer.cli.common import (
+    TerminalBar,
+    add_checkpoint_arguments,
+    load_from_args,
+    parse_mask_spec,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,7 +46,6 @@ def run(args) -> int:
         raise ModelError(f"--top must be at least 1, got {args.top}")
     check_mask_syntax(args.mask)
     import torch  # only once the arguments are good
-    from tqdm import tqdm
 
     from transformer_viewer.model.scan import head_scan
     from transformer_viewer.model.session import Session
@@ -56,21 +59,9 @@ def run(args) -> int:
     base = parse_mask_spec(args.mask, c.n_layer, c.n_head)
     target = parse_token(args.target, session.tokenizer, session.n_vocab, "--target")
     distractor = parse_token(args.distractor, session.tokenizer, session.n_vocab, "--distractor")
-    # A bar only on a terminal: in a log file it is a stray line of carriage returns.
-    bar = None if args.no_progress or not sys.stderr.isatty() else tqdm(total=0, unit="head", file=sys.stderr, dynamic_ncols=True, leave=False)
-
-    def progress(done, total):
-        if bar is not None:
-            bar.total = total
-            bar.n = done
-            bar.refresh()
-    try:
-        with torch.inference_mode():
-            result = head_scan(session, target=target, distractor=distractor, position=args.position,
-                               ablation=args.ablation, base_mask=base, progress=progress)
-    finally:
-        if bar is not None:
-            bar.close()
+    with TerminalBar("head", enabled=not args.no_progress) as bar, torch.inference_mode():
+        result = head_scan(session, target=target, distractor=distractor, position=args.position,
+                           ablation=args.ablation, base_mask=base, progress=bar.update)
     order = result.ranked(args.sort)
     if args.top is not None:
         order = order[: args.top]
