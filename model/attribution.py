@@ -78,8 +78,8 @@ def frozen_norm(norm: nn.Module, x: torch.Tensor) -> FrozenNorm:
 def head_attribution(session, position: int | None = None, token: int | None = None, mask=None,
                      ablation: str = "zero", step: Callable[[int, int], None] | None = None) -> HeadAttribution:
     """Each head's direct effect on the logit of `token` (default: the top token) at `position`
-    (default: the last), in a run of the session's prompt under `mask`. `step(done, total)`
-    hears of each layer done (and may raise to stop)."""
+    (default: the last), in a run of the session's prompt under `mask`. `step(layer, n_layer)`
+    hears of each layer as it starts (and may raise to stop)."""
     mask = check_intervention(session.config, mask, ablation)
     if session.tokens is None or not session.tokens.ids:
         raise ModelError("the prompt is empty; type some text first")
@@ -103,10 +103,10 @@ def head_attribution(session, position: int | None = None, token: int | None = N
     final_norm = frozen_norm(model.ln_f, final)
     direct = np.empty((c.n_layer, c.n_head), dtype=np.float32)
     for layer in range(c.n_layer):
+        if step is not None:
+            step(layer, c.n_layer)
         writes = head_writes(model.blocks[layer], resid[layer], p, mask[layer], ablation)  # (nh, C)
         direct[layer] = (final_norm.linear(writes) @ readout).cpu().numpy()
-        if step is not None:
-            step(layer + 1, c.n_layer)
     cap = float(c.logit_softcap or 0.0)
     return HeadAttribution(position=p, token_id=token, logit=float(raw[token]), direct=direct, mask=mask,
                            logit_cap=cap)

@@ -20,3 +20,9 @@ class CaptureTooLargeError(ModelError):
 class Cancelled(Exception):
     """A long computation stopped because its caller's `is_cancelled()` turned true (not an
     error: nothing is wrong, and the caller asked for it)."""
+
+
+def stop_if_cancelled(is_cancelled) -> None:
+    """Raise `Cancelled` once `is_cancelled()` is true (None: never cancelled)."""
+    if is_cancelled is not None and is_cancelled():
+        raise Cancelled

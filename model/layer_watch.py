@@ -10,7 +10,7 @@ forward raises `Cancelled` out of the model; the hooks are removed as it unwinds
 
 from __future__ import annotations
 
-from transformer_viewer.model.errors import Cancelled
+from transformer_viewer.model.errors import stop_if_cancelled
 
 
 def layer_watch(start: int, n_layer: int, progress=None, is_cancelled=None) -> list:
@@ -21,18 +21,14 @@ def layer_watch(start: int, n_layer: int, progress=None, is_cancelled=None) -> l
 
     def at(layer: int):
         def check(_resid) -> None:
-            if is_cancelled is not None and is_cancelled():
-                raise Cancelled
+            stop_if_cancelled(is_cancelled)
             if progress is not None:
                 progress(layer, n_layer)
         return check
 
-    def stop_if_cancelled(_resid) -> None:
-        if is_cancelled is not None and is_cancelled():
-            raise Cancelled
-
     out = [(f"blocks.{layer}.hook_resid_pre", at(layer)) for layer in range(start, n_layer)]
-    return out + [(f"blocks.{layer}.hook_resid_mid", stop_if_cancelled) for layer in range(start, n_layer)]
+    return out + [(f"blocks.{layer}.hook_resid_mid", lambda _resid: stop_if_cancelled(is_cancelled))
+                  for layer in range(start, n_layer)]
 
 
 def attention_watch(layers, is_cancelled=None, observers: dict | None = None) -> dict:
@@ -45,8 +41,7 @@ def attention_watch(layers, is_cancelled=None, observers: dict | None = None) ->
 
     def watch(then):
         def observe(first_row: int, rows) -> None:
-            if is_cancelled():
-                raise Cancelled
+            stop_if_cancelled(is_cancelled)
             if then is not None:
                 then(first_row, rows)
         return observe

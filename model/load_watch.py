@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
-from transformer_viewer.model.errors import Cancelled
+from transformer_viewer.model.errors import stop_if_cancelled
 
 # What a load does, in order: the readers that build tensors (fused projections, converted
 # weights) take them first; build_model then checks every tensor the model is made of.
@@ -31,8 +31,7 @@ class LoadWatch:
         self.progress, self.is_cancelled = progress, is_cancelled
 
     def step(self, stage: str, done: int, total: int) -> None:
-        if self.is_cancelled is not None and self.is_cancelled():
-            raise Cancelled
+        stop_if_cancelled(self.is_cancelled)
         if self.progress is not None:
             self.progress(done, total, stage)
 
@@ -57,8 +56,8 @@ def watching(progress: Progress | None = None, is_cancelled: Callable[[], bool] 
 def check_cancelled() -> None:
     """Stop here if the load is cancelled (between files, where no tensor count is known yet)."""
     watch = _current.get()
-    if watch is not None and watch.is_cancelled is not None and watch.is_cancelled():
-        raise Cancelled
+    if watch is not None:
+        stop_if_cancelled(watch.is_cancelled)
 
 
 def tensor_done(stage: str, done: int, total: int) -> None:

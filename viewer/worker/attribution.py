@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from transformer_viewer.viewer.worker.requests import Cancelled, Request, register_handler, session_mask
+from transformer_viewer.model.errors import stop_if_cancelled
+from transformer_viewer.viewer.worker.requests import Request, register_handler, session_mask
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -26,10 +27,9 @@ def handle_attribution(session, request: AttributionRequest, progress, is_cancel
     session.prepare_analysis(request.text)
     report = progress_after_delay(progress, "attributing the heads of layer {step} of {total}…")
 
-    def step(done: int, total: int) -> None:
-        if is_cancelled():
-            raise Cancelled
-        report(done - 1, total)
+    def step(layer: int, n_layer: int) -> None:
+        stop_if_cancelled(is_cancelled)
+        report(layer, n_layer)
 
     return head_attribution(session, request.position, mask=session_mask(session, request.mask),
                             ablation=request.ablation, step=step)

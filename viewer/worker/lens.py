@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from transformer_viewer.viewer.worker.requests import Cancelled, Request, register_handler, session_mask
+from transformer_viewer.model.errors import stop_if_cancelled
+from transformer_viewer.viewer.worker.requests import Request, register_handler, session_mask
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -52,8 +53,7 @@ def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensRe
 
     def step(offset):
         def report(done, total):
-            if is_cancelled():
-                raise Cancelled
+            stop_if_cancelled(is_cancelled)
             progress(offset + done, passes * total, "logit lens…")
         return report
 

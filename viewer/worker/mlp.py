@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from transformer_viewer.viewer.worker.requests import Cancelled, Request, register_handler
+from transformer_viewer.model.errors import stop_if_cancelled
+from transformer_viewer.viewer.worker.requests import Request, register_handler
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,7 @@ def handle_mlp(session, request: MlpActivationsRequest, progress, is_cancelled) 
 
     acts = {}
     for i, run_id in enumerate(dict.fromkeys(request.run_ids)):
-        if is_cancelled():
-            raise Cancelled
+        stop_if_cancelled(is_cancelled)
         progress(i, len(request.run_ids), f"MLP activations of layer {request.layer}…")
         acts[run_id] = mlp_activations(session, _trace_of(session, run_id), request.layer)
     return MlpActivationsResult(request.layer, acts)
