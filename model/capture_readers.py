@@ -104,22 +104,23 @@ def store(dest: np.ndarray, activation: torch.Tensor) -> None:
     torch.from_numpy(dest).copy_(activation[0])
 
 
-def store_norm(dest: np.ndarray, resid: torch.Tensor) -> None:
-    x = resid[0]
-    if x.dtype == torch.float32 and x.device.type == "cpu":  # straight into the trace
-        torch.linalg.vector_norm(x, dim=-1, out=torch.from_numpy(dest))
+def reduce_into(dest: torch.Tensor, reduce, x: torch.Tensor) -> None:
+    """dest = reduce(x): straight into the trace's array where x is a float32 CPU tensor (no
+    temporary), else computed where x lives and copied."""
+    if x.dtype == torch.float32 and x.device.type == "cpu":
+        reduce(x, out=dest)
     else:
-        torch.from_numpy(dest).copy_(torch.linalg.vector_norm(x.float(), dim=-1))
+        dest.copy_(reduce(x))
+
+
+def store_norm(dest: np.ndarray, resid: torch.Tensor) -> None:
+    reduce_into(torch.from_numpy(dest), partial(torch.linalg.vector_norm, dim=-1), resid[0].float())
 
 
 def summarize_mlp(layer: int, arrays: dict[str, np.ndarray], post: torch.Tensor) -> None:
     """Each neuron's max over the tokens, the token where it is reached, and its mean."""
     x = post[0]  # (T, n_mlp)
-    mean = torch.from_numpy(arrays["mlp_mean"][layer])
-    if x.dtype == torch.float32 and x.device.type == "cpu":  # straight into the trace
-        torch.mean(x, dim=0, out=mean)
-    else:
-        mean.copy_(x.mean(dim=0))
+    reduce_into(torch.from_numpy(arrays["mlp_mean"][layer]), partial(torch.mean, dim=0), x)
     column_max(x, torch.from_numpy(arrays["mlp_max"][layer]), torch.from_numpy(arrays["mlp_argmax"][layer]))
 
 
