@@ -13,26 +13,8 @@ import statistics
 import sys
 
 import numpy as np
-import torch
 from common import cancelled_after, machine, set_threads
-from long_prompts import SMOL
-
-from transformer_viewer.model.checkpoint import LoadedModel
-from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.gpt import GPT
-from transformer_viewer.model.session import Session
-from transformer_viewer.model.tokenizer import Tokenized
-
-
-def smol_session(T: int) -> Session:
-    torch.manual_seed(0)
-    config = GPTConfig(block_size=max(T, 2048), positional="rotary", norm="rmsnorm", mlp="gated",
-                       activation="silu", bias=False, **SMOL)
-    loaded = LoadedModel(model=GPT(config).eval(), config=config, format="native", source="<bench>", name="smol-shape")
-    session = Session(loaded)
-    ids = tuple(int(i) for i in np.random.default_rng(0).integers(0, config.vocab_size, T))
-    session.set_tokens(Tokenized(ids, tuple("t" for _ in ids), tuple((i, i + 1) for i in range(T)), "t" * T))
-    return session
+from long_prompts import smol_session
 
 
 def main() -> int:

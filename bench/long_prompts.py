@@ -38,18 +38,17 @@ def _ids(T: int, vocab: int):
     return np.random.default_rng(0).integers(0, vocab, T)
 
 
-def probe_ours(T: int, threads: int) -> dict:
-    import memory_probe
+def smol_session(T: int):
+    """A Session over a random model of SmolLM2-135M's shape (ours, built directly) holding T
+    random token ids."""
     import torch
 
     from transformer_viewer.model.checkpoint import LoadedModel
     from transformer_viewer.model.config import GPTConfig
     from transformer_viewer.model.gpt import GPT
-    from transformer_viewer.model.on_demand import head_pattern, pattern_tile
     from transformer_viewer.model.session import Session
     from transformer_viewer.model.tokenizer import Tokenized
 
-    torch.set_num_threads(threads)
     torch.manual_seed(0)
     config = GPTConfig(block_size=max(T, 2048), positional="rotary", norm="rmsnorm", mlp="gated",
                        activation="silu", bias=False, **SMOL)
@@ -59,6 +58,19 @@ def probe_ours(T: int, threads: int) -> dict:
     ids = _ids(T, config.vocab_size)
     session.set_tokens(Tokenized(ids=tuple(int(i) for i in ids), labels=tuple("t" for _ in ids),
                                  spans=tuple((i, i + 1) for i in range(T)), text="x" * T))
+    return session
+
+
+def probe_ours(T: int, threads: int) -> dict:
+    import memory_probe
+    import torch
+
+    from transformer_viewer.model.on_demand import head_pattern, pattern_tile
+
+    torch.set_num_threads(threads)
+    session = smol_session(T)
+    config = session.config
+
     import gc
 
     gc.collect()
