@@ -3,7 +3,9 @@ width 576, MLP 1536, vocab 49152), random weights saved with save_pretrained: ou
 against Hugging Face's eager forward with attentions and hidden states, and a last-layer head
 toggle against a full Hugging Face forward. float32, CPU, timed round-robin in one process. Ours
 is the capture the window keeps (overviews, patterns on demand), with and without the per-token
-log-probabilities (the views first; they follow in a second pass). Prints the CPU model.
+log-probabilities (the views first; they follow in a second pass). For reference, the decoder
+alone: the same forward and log-probabilities with nothing captured (no hooks, no readers), the
+floor a capture stands on. Prints the CPU model.
 
     python bench/family_bench.py [--threads 2] [--lengths 256,1024] [--reps N] [--out bench/results/family.json]
 """
@@ -64,6 +66,7 @@ def main() -> int:
     lengths = [int(x) for x in args.lengths.split(",")]
     set_threads(args.threads)
     from transformer_viewer.model.session import Session
+    from transformer_viewer.model.unembedding import token_logprobs
 
     with tempfile.TemporaryDirectory() as folder:
         hf = make_folder(folder)
@@ -92,6 +95,11 @@ def main() -> int:
             session.set_tokens(tok)
             session.run(logprobs=False)  # what the views wait for; the log-probabilities follow
 
+        def decoder_alone(ids=ids):
+            with torch.inference_mode():
+                final = loaded.model.run_blocks(loaded.model.embed(ids))  # (1, T, C)
+                token_logprobs(loaded.model, final[0], ids[0], ids.shape[1] - 1, SHAPE["vocab_size"])
+
         def hf_capture(ids=ids):
             with torch.inference_mode():
                 hf(ids, output_attentions=True, output_hidden_states=True, use_cache=False)
@@ -108,22 +116,25 @@ def main() -> int:
             mask[L - 1, 0] = toggled[0]
             session.predict(mask)
 
-        s = interleaved({"capture": capture, "views_first": views_first, "hf_capture": hf_capture}, reps, warmup=1)
+        s = interleaved({"capture": capture, "views_first": views_first, "decoder_alone": decoder_alone,
+                         "hf_capture": hf_capture}, reps, warmup=1)
         session.set_tokens(tok)
         session.run()
         t = interleaved({"toggle": toggle, "hf_forward": hf_forward}, reps, warmup=1)
         row = {"tokens": T, "logit_diff": diff, "capture": s["capture"].to_dict(), "hf_capture": s["hf_capture"].to_dict(),
                "toggle": t["toggle"].to_dict(), "hf_forward": t["hf_forward"].to_dict(),
-               "views_first": s["views_first"].to_dict(),
+               "views_first": s["views_first"].to_dict(), "decoder_alone": s["decoder_alone"].to_dict(),
                "capture_ratio": s["capture"].median / s["hf_capture"].median,
                "views_first_ratio": s["views_first"].median / s["hf_capture"].median,
+               "decoder_alone_ratio": s["decoder_alone"].median / s["hf_capture"].median,
                "toggle_ratio": t["toggle"].median / t["hf_forward"].median,
                "capture_pair_ratios": paired_ratios(s["capture"], s["hf_capture"])}
         pairs = sorted(row["capture_pair_ratios"])
         rows.append(row)
         print(f"T={T}: capture {row['capture']['median_s'] * 1e3:.0f} ms vs HF {row['hf_capture']['median_s'] * 1e3:.0f}"
               f" ms ({row['capture_ratio']:.2f}x, goal <= {GOAL_CAPTURE}x; views first "
-              f"{row['views_first']['median_s'] * 1e3:.0f} ms, {row['views_first_ratio']:.2f}x); last-layer toggle "
+              f"{row['views_first']['median_s'] * 1e3:.0f} ms, {row['views_first_ratio']:.2f}x; the decoder alone "
+              f"{row['decoder_alone']['median_s'] * 1e3:.0f} ms, {row['decoder_alone_ratio']:.2f}x); last-layer toggle "
               f"{row['toggle']['median_s'] * 1e3:.1f} ms vs HF forward {row['hf_forward']['median_s'] * 1e3:.0f} ms "
               f"({row['toggle_ratio']:.3f}x, goal <= {GOAL_TOGGLE}x); CPU seconds: capture "
               f"{row['capture']['cpu_median_s']:.2f} vs HF {row['hf_capture']['cpu_median_s']:.2f}; capture / HF "
