@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("residual, mlp, logit-lens, scan and diff views")
     g.add_argument("--diff", action="store_true",
                    help="residual/mlp/logit-lens: show masked minus clean (needs --mask)")
-    g.add_argument("--target", default=None, help="scan: target token (one GPT-2 token as text, or an id)")
+    g.add_argument("--target", default=None, help="scan: target token (one token of the model's vocabulary as text, or an id)")
     g.add_argument("--distractor", default=None, help="scan: measure logit(target) - logit(distractor)")
     g.add_argument("--show", default="effect", choices=["effect", "kl", "prob"],
                    help="scan: effect on the metric, KL divergence, or p(target) (default: effect)")

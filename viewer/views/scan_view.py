@@ -51,7 +51,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         self.heatmap.hover_prefix = ""
         self.target_edit = QtWidgets.QLineEdit()
         self.target_edit.setPlaceholderText("top token")
-        self.target_edit.setToolTip("Target: one GPT-2 token as text (e.g. ' Paris', mind the space) or an id; "
+        self.target_edit.setToolTip("Target: one token of the model's vocabulary as text (e.g. ' Paris', mind the space) or an id; "
                                     "empty: the baseline's top token")
         self.distractor_edit = QtWidgets.QLineEdit()
         self.distractor_edit.setPlaceholderText("none")

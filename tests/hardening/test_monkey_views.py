@@ -1,0 +1,228 @@
+"""GUI monkey test of the analysis views and the long tasks: seeded random actions against the
+real offscreen window holding a small Llama-style model (rotary positions, RMSNorm, a gated MLP,
+grouped key/value heads, sliding-window layers) with a 1,024-token context, so long prompts pool
+their overviews and zooms fetch full-resolution tiles.
+
+Tabs are switched while their requests run; scans and generation are started, stopped and
+restarted; the lens, attribution, MLP and diff views are asked for and made stale by new prompts
+and masks; the heatmaps zoom anywhere (past the ends too); every view and a head's whole pattern
+are exported to good and bad paths; loads are started and cancelled. As in the first monkey
+test, nothing may escape, every message is one line and none an internal error, and the window
+still answers at the end."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+from PySide6.QtWidgets import QApplication
+
+from tests.hardening.common import UncaughtExceptions, new_window, one_line, wait_idle
+from tests.hardening.test_monkey import Monkey
+from transformer_viewer.model.checkpoint import save_checkpoint
+from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.gpt import GPT
+from transformer_viewer.viewer.window.pattern_export import export_pattern
+
+SEED = int(os.environ.get("TV_MONKEY_SEED", "20261204"))  # override to explore other sequences
+N_ACTIONS = 1200
+SETTLE_EVERY = 150
+LLAMA_STYLE = GPTConfig(n_layer=4, n_head=4, n_kv_head=2, n_embd=32, n_mlp=48, block_size=1024, bias=False,
+                        positional="rotary", norm="rmsnorm", mlp="gated", activation="silu", sliding_window=200,
+                        layer_types=("sliding", "full", "sliding", "full"))
+PROSE = ("The keeper climbed the stairs of the lighthouse every evening, lit the lamp and wrote the weather "
+         "in the log. ")
+TARGETS = ["", " the", "the cat", "0", "50256", "99999999", "-3", "\U0001f917", " keeper", " ", "12 34"]
+ANALYSIS_TABS = ("Residual stream", "MLP neurons", "Logit lens", "Head scan", "Attention diff", "Head attribution")
+
+
+def save_model(path, seed: int, config: GPTConfig) -> str:
+    torch.manual_seed(seed)
+    model = GPT(config).eval()
+    with torch.no_grad():  # sharper attention than the init gives, so heads differ
+        for block in model.blocks:
+            block.attn.c_attn.weight.mul_(8.0)
+    save_checkpoint(model, str(path))
+    return str(path)
+
+
+class ViewsMonkey(Monkey):
+    """The first monkey's prompt, mask and selection actions, with the analysis views' own."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        keep = {"type", "insert hostile text", "delete", "ctrl+enter", "click token", "click mask cell",
+                "clear/invert mask", "ablation", "layer/head keys", "click head thumbnail", "click heatmap cell",
+                "average mode", "hover heatmap", "colormap", "log scale", "token colour mode", "neuron",
+                "close dock", "show dock", "float dock", "resize", "cancel", "wait"}
+        self.actions = [a for a in self.actions if a[1] in keep] + [
+            (10, "switch tab", self.switch_tab), (3, "long prompt", self.long_prompt),
+            (4, "scan", self.scan), (2, "cancel scan", self.cancel_scan), (1, "scan shows", self.scan_shown),
+            (3, "continue", self.generate), (2, "stop", self.stop_generating),
+            (2, "lens diff", self.lens_diff), (2, "click lens", self.click_lens),
+            (2, "mlp controls", self.mlp_controls), (2, "select query", self.select_query),
+            (5, "zoom", self.zoom), (2, "zoom diff", self.zoom_diff), (2, "pooling", self.pooling),
+            (3, "export a view", self.export_view), (2, "export pattern", self.export_pattern),
+            (1, "load and cancel", self.load_and_cancel),
+        ]
+        self.weights = [a[0] for a in self.actions]
+
+    def view(self, title: str):
+        return self.w.views[title]
+
+    @property
+    def n_tokens(self) -> int:
+        return max(1, self.w.state.n_tokens)
+
+    def switch_tab(self):
+        self.w.tabs.setCurrentIndex(self.rng.randrange(self.w.tabs.count()))
+
+    def long_prompt(self):
+        self.w.prompt_editor.set_text(PROSE * self.rng.randint(5, 80))  # up to past the 1,024-token context
+
+    def scan(self):
+        scan = self.view("Head scan")
+        scan.target_edit.setText(self.rng.choice(TARGETS))
+        scan.distractor_edit.setText(self.rng.choice(["", "", " the", " keeper", "x y"]))
+        scan.run_button.click()
+
+    def cancel_scan(self):
+        self.view("Head scan").cancel_button.click()
+
+    def scan_shown(self):
+        self._combo(self.view("Head scan").shown_combo)
+
+    def generate(self):
+        g = self.view("Continue")
+        g.n_spin.setValue(self.rng.randint(1, 12))
+        self._combo(g.mode_combo)
+        g.button.click()
+
+    def stop_generating(self):
+        self.view("Continue").stop_button.click()
+
+    def lens_diff(self):
+        self.view("Logit lens").diff.click()
+
+    def click_lens(self):
+        T = self.n_tokens
+        self.view("Logit lens").heatmap.cell_clicked.emit(self.rng.randint(-1, 8), self.rng.randint(-1, T))
+
+    def mlp_controls(self):
+        mlp = self.view("MLP neurons")
+        self.rng.choice([lambda: self._combo(mlp.sort_combo), lambda: mlp.rows_spin.setValue(self.rng.randint(1, 400)),
+                         mlp.clear_button.click])()
+
+    def select_query(self):
+        self.w.state.set_selection(query=self.rng.randrange(self.n_tokens))
+
+    def _zoom(self, heatmap):
+        T = self.n_tokens
+        a, b = sorted(self.rng.randint(-20, T + 20) for _ in range(2))
+        c, d = sorted(self.rng.randint(-20, T + 20) for _ in range(2))
+        heatmap.set_visible_tokens((a, b + 1), (c, d + 1))
+
+    def zoom(self):
+        if self.rng.random() < 0.2:
+            self.w.attention.heatmap.reset_view()
+        else:
+            self._zoom(self.w.attention.heatmap)
+
+    def zoom_diff(self):
+        self._zoom(self.view("Attention diff").heatmap)
+
+    def pooling(self):
+        self._combo(self.w.attention.pooling_combo)
+
+    def _path(self, exts) -> str:
+        if self.rng.random() < 0.3:
+            return self.rng.choice([os.path.join(self.out, "no-such-folder", "x.png"), self.out, "",
+                                    os.path.join(self.out, "bad\x00name.npy"), "/proc/version/x.svg",
+                                    os.path.join(self.out, "x.gif")])
+        return os.path.join(self.out, "ok" + self.rng.choice(exts))
+
+    def export_view(self):
+        view = self.view(self.rng.choice(ANALYSIS_TABS))
+        view.export_button.export(self._path([".png", ".svg", ".pdf", ".npy", ".csv"]), scale=0.5)
+
+    def export_pattern(self):
+        handle = export_pattern(self.w, self._path([".npy"]))
+        if handle is not None and self.rng.random() < 0.3:
+            self.w.worker.cancel(None)
+
+    def load_and_cancel(self):
+        self.w.load(self.rng.choice(self.good))
+        if self.rng.random() < 0.7:
+            self.qtbot.wait(self.rng.randint(0, 30))
+            self.w.worker.cancel("load")
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    from transformer_viewer.model import device as device_module
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device_module, "cuda_available", lambda: False)
+
+
+def test_monkey_views(qtbot, tmp_path, dialogs, no_cuda):
+    model = save_model(tmp_path / "llama-style.safetensors", 0, LLAMA_STYLE)
+    other = save_model(tmp_path / "other.safetensors", 1, LLAMA_STYLE.replace(n_layer=2, layer_types=()))
+    out = tmp_path / "exports"
+    out.mkdir()
+    window = new_window(qtbot, tmp_path, model)
+    monkey = ViewsMonkey(qtbot, window, random.Random(SEED), [], [model, other], str(out))
+    messages: list[str] = []
+    window.worker.failed.connect(lambda f: messages.append(f.message))
+    traces: list = []
+    window.state.trace_changed.connect(traces.append)
+    app = QApplication.instance()
+    t0 = time.perf_counter()
+    with UncaughtExceptions() as uncaught:
+        for i in range(N_ACTIONS):
+            name = monkey.step()
+            app.processEvents()
+            if uncaught.errors:
+                pytest.fail(f"action {i} ({name}) raised:\n{uncaught.errors[0]}")
+            if i % SETTLE_EVERY == SETTLE_EVERY - 1:
+                wait_idle(qtbot, window)
+                assert window.state.model_info == window.worker.worker.session.info(), f"after action {i}"
+                settle = f"Settle point {i // SETTLE_EVERY}"
+                window.prompt_editor.set_text(settle)
+                wait_idle(qtbot, window, lambda s=settle: window.state.trace is not None
+                          and window.state.trace.text == s)
+        wait_idle(qtbot, window)
+        if window.state.model_info.source != model:
+            window.load(model)
+            wait_idle(qtbot, window, lambda: window.state.model_info.source == model)
+        for dock in window.docks.values():
+            dock.setFloating(False)
+            dock.show()
+        window.state.set_mask(np.zeros_like(window.state.mask))
+        final = "The final prompt of the views monkey"
+        window.prompt_editor.set_text(final)
+        wait_idle(qtbot, window, lambda: window.state.trace is not None and window.state.trace.text == final)
+        window.tabs.setCurrentIndex(window.tabs.indexOf(window.views["Logit lens"]))
+        wait_idle(qtbot, window, lambda: window.views["Logit lens"]._current() is not None)  # the final trace's
+        window.tabs.setCurrentIndex(window.tabs.indexOf(window.attention.parentWidget()))  # redrawn once shown
+        app.processEvents()
+    elapsed = time.perf_counter() - t0
+    print(f"\n{N_ACTIONS} actions in {elapsed:.1f} s: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(monkey.counts.items(), key=lambda kv: -kv[1])))
+    print(f"{len(traces)} traces drawn, {len(dialogs.shown)} error dialogs, {len(messages)} failures answered")
+    assert not uncaught.errors, uncaught.errors[0]
+    assert sum(monkey.counts.values()) == N_ACTIONS and len(traces) > N_ACTIONS // SETTLE_EVERY
+    assert monkey.counts.get("scan", 0) > 10 and monkey.counts.get("zoom", 0) > 20
+    shown = messages + dialogs.shown
+    assert shown, "the bad paths and targets must have been refused"
+    assert all(one_line(m) for m in shown), [m for m in shown if not one_line(m)][:3]
+    internal = [m for m in shown if m.startswith("internal error")]
+    assert not internal, internal[:3]
+    assert window.state.trace.n_tokens == len(window.state.trace.labels) > 0
+    assert window.logits.rows() and window.attention.matrix().shape[0] == window.state.trace.n_tokens
+    window.close()
+    assert window.worker.thread.isFinished()
