@@ -26,6 +26,17 @@ def dialogs(monkeypatch):
     return Dialogs(monkeypatch)
 
 
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """This machine, or any machine pretending: torch sees no CUDA device."""
+    import torch
+
+    from transformer_viewer.model import device as device_module
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device_module, "cuda_available", lambda: False)
+
+
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     """Two cores shared with a training run: one intra-op thread is faster than two fighting."""

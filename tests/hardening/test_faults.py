@@ -9,7 +9,6 @@ import os
 
 import numpy as np
 import pytest
-import torch
 
 from tests.hardening.common import new_window, one_line, wait_idle
 from transformer_viewer.model import atomic_write
@@ -25,13 +24,6 @@ from transformer_viewer.viewer.worker import handlers
 NO_CUDA = "CUDA was requested but no CUDA device is available here"
 WORDS = "one two three four five six seven eight nine ten".split()
 TEXT_20, TEXT_40 = " ".join(WORDS * 2), " ".join(WORDS * 4)  # 20 and 40 tokens
-
-
-@pytest.fixture
-def no_cuda(monkeypatch):
-    """This machine, or any machine pretending: torch sees no CUDA device."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(device_module, "cuda_available", lambda: False)
 
 
 # -- CUDA requested, none present --------------------------------------------------------------

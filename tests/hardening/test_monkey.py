@@ -56,6 +56,70 @@ class Monkey:
         self.counts[name] = self.counts.get(name, 0) + 1
         return name
 
+    def run(self, n_actions: int, settle_every: int, uncaught) -> int:
+        """Take `n_actions` random actions, failing at the first that lets an exception escape;
+        every `settle_every`, wait for the worker and run one prompt to its trace. Returns the
+        number of these settle points."""
+        app, window = QApplication.instance(), self.w
+        settled = 0
+        for i in range(n_actions):
+            name = self.step()
+            app.processEvents()
+            if uncaught.errors:
+                pytest.fail(f"action {i} ({name}) raised:\n{uncaught.errors[0]}")
+            if i % settle_every == settle_every - 1:
+                # Catch up, then make the model run once more, whatever state the actions left:
+                # how many traces the random typing produced depends on the machine's speed
+                # (the debounce coalesces keystrokes), these settle traces do not.
+                wait_idle(self.qtbot, window)
+                # The window describes the model the worker really holds (the worker is idle).
+                assert window.state.model_info == window.worker.worker.session.info(), f"after action {i}"
+                settle = f"Settle point {i // settle_every}"
+                window.prompt_editor.set_text(settle)
+                wait_idle(self.qtbot, window, lambda s=settle: window.state.trace is not None
+                          and window.state.trace.text == s)
+                settled += 1
+        return settled
+
+    def listen(self) -> tuple[list[str], list]:
+        """(messages, traces): each failure's message and each trace the window gets from now on."""
+        messages: list[str] = []
+        traces: list = []
+        self.w.worker.failed.connect(lambda f: messages.append(f.message))
+        self.w.state.trace_changed.connect(traces.append)
+        return messages, traces
+
+    def report(self, elapsed: float, traces: list, shown: list[str], messages: list[str]) -> None:
+        print(f"\n{sum(self.counts.values())} actions in {elapsed:.1f} s: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items(), key=lambda kv: -kv[1])))
+        print(f"{len(traces)} traces drawn, {len(shown)} error dialogs, {len(messages)} failures answered")
+
+    def check_end(self, shown: list[str]) -> None:
+        """Every message one line and none an internal error (a bug the worker caught); the
+        window shows the final trace; closing it ends the worker's thread."""
+        window = self.w
+        assert all(one_line(m) for m in shown), [m for m in shown if not one_line(m)][:3]
+        internal = [m for m in shown if m.startswith("internal error")]
+        assert not internal, internal[:3]
+        assert window.state.trace.n_tokens == len(window.state.trace.labels) > 0
+        assert window.logits.rows() and window.attention.matrix().shape[0] == window.state.trace.n_tokens
+        window.close()
+        assert window.worker.thread.isFinished()
+
+    def wind_down(self, ckpt: str, final: str) -> None:
+        """The window still answers: `ckpt` loaded, every dock back, a clean mask, `final`'s trace."""
+        window = self.w
+        wait_idle(self.qtbot, window)
+        if window.state.model_info.source != ckpt:
+            window.load(ckpt)
+            wait_idle(self.qtbot, window, lambda: window.state.model_info.source == ckpt)
+        for dock in window.docks.values():
+            dock.setFloating(False)
+            dock.show()
+        window.state.set_mask(np.zeros_like(window.state.mask))
+        window.prompt_editor.set_text(final)
+        wait_idle(self.qtbot, window, lambda: window.state.trace is not None and window.state.trace.text == final)
+
     # -- prompt -------------------------------------------------------------------------
     @property
     def editor(self):
@@ -235,16 +299,6 @@ class Monkey:
         self.qtbot.wait(self.rng.randint(0, 20))
 
 
-@pytest.fixture
-def no_cuda(monkeypatch):
-    import torch
-
-    from transformer_viewer.model import device as device_module
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(device_module, "cuda_available", lambda: False)
-
-
 def test_monkey(qtbot, tmp_path, tiny_ckpt, corpus, dialogs, no_cuda):
     bad, marker = corpus
     other = save_tiny(tmp_path / "other.safetensors", seed=3, config=TINY.replace(n_layer=3, n_head=4))
@@ -254,10 +308,7 @@ def test_monkey(qtbot, tmp_path, tiny_ckpt, corpus, dialogs, no_cuda):
     bad_paths = [b.path for b in bad]
     window = new_window(qtbot, tmp_path, tiny_ckpt)
     monkey = Monkey(qtbot, window, rng, bad_paths, [tiny_ckpt, other], str(out))
-    messages: list[str] = []
-    window.worker.failed.connect(lambda f: messages.append(f.message))
-    traces: list = []
-    window.state.trace_changed.connect(traces.append)
+    messages, traces = monkey.listen()
     app = QApplication.instance()
     t0 = time.perf_counter()
     with UncaughtExceptions() as uncaught:
@@ -266,53 +317,15 @@ def test_monkey(qtbot, tmp_path, tiny_ckpt, corpus, dialogs, no_cuda):
         qtbot.wait(20)
         assert len(uncaught.errors) == 1 and "ZeroDivisionError" in uncaught.errors[0]
         uncaught.errors.clear()
-        settled = 0
-        for i in range(N_ACTIONS):
-            name = monkey.step()
-            app.processEvents()
-            if uncaught.errors:
-                pytest.fail(f"action {i} ({name}) raised:\n{uncaught.errors[0]}")
-            if i % SETTLE_EVERY == SETTLE_EVERY - 1:
-                # Catch up, then make the model run once more, whatever state the actions left:
-                # how many traces the random typing produced depends on the machine's speed
-                # (the debounce coalesces keystrokes), these settle traces do not.
-                wait_idle(qtbot, window)
-                # The window describes the model the worker really holds (the worker is idle).
-                assert window.state.model_info == window.worker.worker.session.info(), f"after action {i}"
-                settle = f"Settle point {i // SETTLE_EVERY}"
-                window.prompt_editor.set_text(settle)
-                wait_idle(qtbot, window, lambda s=settle: window.state.trace is not None
-                          and window.state.trace.text == s)
-                settled += 1
-        wait_idle(qtbot, window)
-        # The window still answers: a clean mask, a final prompt, its trace.
-        if window.state.model_info.source != tiny_ckpt:
-            window.load(tiny_ckpt)
-            wait_idle(qtbot, window, lambda: window.state.model_info.source == tiny_ckpt)
-        for dock in window.docks.values():
-            dock.setFloating(False)
-            dock.show()
-        window.state.set_mask(np.zeros_like(window.state.mask))
-        window.prompt_editor.set_text("The final prompt of the monkey test")
-        wait_idle(qtbot, window, lambda: window.state.trace is not None
-                  and window.state.trace.text == "The final prompt of the monkey test")
+        settled = monkey.run(N_ACTIONS, SETTLE_EVERY, uncaught)
+        monkey.wind_down(tiny_ckpt, "The final prompt of the monkey test")
         app.processEvents()
-    elapsed = time.perf_counter() - t0
-    print(f"\n{N_ACTIONS} actions in {elapsed:.1f} s: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(monkey.counts.items(), key=lambda kv: -kv[1])))
-    print(f"{len(traces)} traces drawn, {len(dialogs.shown)} error dialogs, {len(messages)} failures answered")
+    monkey.report(time.perf_counter() - t0, traces, dialogs.shown, messages)
     assert not uncaught.errors, uncaught.errors[0]
     # It really ran the model between the actions (a trace at every settle point and more from
     # the typing itself) and really hit the errors.
     assert settled == N_ACTIONS // SETTLE_EVERY and len(traces) > settled
     assert len(dialogs.shown) > 50
     assert sum(monkey.counts.values()) == N_ACTIONS >= 2000
-    shown = messages + dialogs.shown
-    assert all(one_line(m) for m in shown), [m for m in shown if not one_line(m)][:3]
-    internal = [m for m in shown if m.startswith("internal error")]
-    assert not internal, internal[:3]
-    assert window.state.trace.n_tokens == len(window.state.trace.labels) > 0
-    assert window.logits.rows() and window.attention.matrix().shape[0] == window.state.trace.n_tokens
     assert not os.path.exists(marker)
-    window.close()
-    assert window.worker.thread.isFinished()
+    monkey.check_end(messages + dialogs.shown)

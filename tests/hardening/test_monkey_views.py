@@ -16,16 +16,11 @@ import os
 import random
 import time
 
-import numpy as np
-import pytest
-import torch
 from PySide6.QtWidgets import QApplication
 
-from tests.hardening.common import UncaughtExceptions, new_window, one_line, wait_idle
+from tests.hardening.common import UncaughtExceptions, new_window, save_tiny, wait_idle
 from tests.hardening.test_monkey import Monkey
-from transformer_viewer.model.checkpoint import save_checkpoint
 from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.gpt import GPT
 from transformer_viewer.viewer.window.pattern_export import export_pattern
 
 SEED = int(os.environ.get("TV_MONKEY_SEED", "20261204"))  # override to explore other sequences
@@ -38,16 +33,6 @@ PROSE = ("The keeper climbed the stairs of the lighthouse every evening, lit the
          "in the log. ")
 TARGETS = ["", " the", "the cat", "0", "50256", "99999999", "-3", "\U0001f917", " keeper", " ", "12 34"]
 ANALYSIS_TABS = ("Residual stream", "MLP neurons", "Logit lens", "Head scan", "Attention diff", "Head attribution")
-
-
-def save_model(path, seed: int, config: GPTConfig) -> str:
-    torch.manual_seed(seed)
-    model = GPT(config).eval()
-    with torch.no_grad():  # sharper attention than the init gives, so heads differ
-        for block in model.blocks:
-            block.attn.c_attn.weight.mul_(8.0)
-    save_checkpoint(model, str(path))
-    return str(path)
 
 
 class ViewsMonkey(Monkey):
@@ -161,68 +146,26 @@ class ViewsMonkey(Monkey):
             self.w.worker.cancel("load")
 
 
-@pytest.fixture
-def no_cuda(monkeypatch):
-    from transformer_viewer.model import device as device_module
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(device_module, "cuda_available", lambda: False)
-
-
 def test_monkey_views(qtbot, tmp_path, dialogs, no_cuda):
-    model = save_model(tmp_path / "llama-style.safetensors", 0, LLAMA_STYLE)
-    other = save_model(tmp_path / "other.safetensors", 1, LLAMA_STYLE.replace(n_layer=2, layer_types=()))
+    model = save_tiny(tmp_path / "llama-style.safetensors", 0, LLAMA_STYLE)
+    other = save_tiny(tmp_path / "other.safetensors", 1, LLAMA_STYLE.replace(n_layer=2, layer_types=()))
     out = tmp_path / "exports"
     out.mkdir()
     window = new_window(qtbot, tmp_path, model)
     monkey = ViewsMonkey(qtbot, window, random.Random(SEED), [], [model, other], str(out))
-    messages: list[str] = []
-    window.worker.failed.connect(lambda f: messages.append(f.message))
-    traces: list = []
-    window.state.trace_changed.connect(traces.append)
+    messages, traces = monkey.listen()
     app = QApplication.instance()
     t0 = time.perf_counter()
     with UncaughtExceptions() as uncaught:
-        for i in range(N_ACTIONS):
-            name = monkey.step()
-            app.processEvents()
-            if uncaught.errors:
-                pytest.fail(f"action {i} ({name}) raised:\n{uncaught.errors[0]}")
-            if i % SETTLE_EVERY == SETTLE_EVERY - 1:
-                wait_idle(qtbot, window)
-                assert window.state.model_info == window.worker.worker.session.info(), f"after action {i}"
-                settle = f"Settle point {i // SETTLE_EVERY}"
-                window.prompt_editor.set_text(settle)
-                wait_idle(qtbot, window, lambda s=settle: window.state.trace is not None
-                          and window.state.trace.text == s)
-        wait_idle(qtbot, window)
-        if window.state.model_info.source != model:
-            window.load(model)
-            wait_idle(qtbot, window, lambda: window.state.model_info.source == model)
-        for dock in window.docks.values():
-            dock.setFloating(False)
-            dock.show()
-        window.state.set_mask(np.zeros_like(window.state.mask))
-        final = "The final prompt of the views monkey"
-        window.prompt_editor.set_text(final)
-        wait_idle(qtbot, window, lambda: window.state.trace is not None and window.state.trace.text == final)
+        settled = monkey.run(N_ACTIONS, SETTLE_EVERY, uncaught)
+        monkey.wind_down(model, "The final prompt of the views monkey")
         window.tabs.setCurrentIndex(window.tabs.indexOf(window.views["Logit lens"]))
         wait_idle(qtbot, window, lambda: window.views["Logit lens"]._current() is not None)  # the final trace's
         window.tabs.setCurrentIndex(window.tabs.indexOf(window.attention.parentWidget()))  # redrawn once shown
         app.processEvents()
-    elapsed = time.perf_counter() - t0
-    print(f"\n{N_ACTIONS} actions in {elapsed:.1f} s: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(monkey.counts.items(), key=lambda kv: -kv[1])))
-    print(f"{len(traces)} traces drawn, {len(dialogs.shown)} error dialogs, {len(messages)} failures answered")
+    monkey.report(time.perf_counter() - t0, traces, dialogs.shown, messages)
     assert not uncaught.errors, uncaught.errors[0]
-    assert sum(monkey.counts.values()) == N_ACTIONS and len(traces) > N_ACTIONS // SETTLE_EVERY
+    assert sum(monkey.counts.values()) == N_ACTIONS and settled == N_ACTIONS // SETTLE_EVERY < len(traces)
     assert monkey.counts.get("scan", 0) > 10 and monkey.counts.get("zoom", 0) > 20
-    shown = messages + dialogs.shown
-    assert shown, "the bad paths and targets must have been refused"
-    assert all(one_line(m) for m in shown), [m for m in shown if not one_line(m)][:3]
-    internal = [m for m in shown if m.startswith("internal error")]
-    assert not internal, internal[:3]
-    assert window.state.trace.n_tokens == len(window.state.trace.labels) > 0
-    assert window.logits.rows() and window.attention.matrix().shape[0] == window.state.trace.n_tokens
-    window.close()
-    assert window.worker.thread.isFinished()
+    assert messages + dialogs.shown, "the bad paths and targets must have been refused"
+    monkey.check_end(messages + dialogs.shown)
