@@ -1,7 +1,9 @@
 """GUI monkey test of the analysis views and the long tasks: seeded random actions against the
-real offscreen window holding a small Llama-style model (rotary positions, RMSNorm, a gated MLP,
-grouped key/value heads, sliding-window layers) with a 1,024-token context, so long prompts pool
-their overviews and zooms fetch full-resolution tiles.
+real offscreen window holding a small model with a 1,024-token context, so long prompts pool
+their overviews and zooms fetch full-resolution tiles: a Llama-style checkpoint of ours (rotary
+positions, RMSNorm, a gated MLP, grouped key/value heads, sliding-window layers) with GPT-2's
+tokenizer, and a Gemma 2 Hugging Face folder (soft-capping, norms around each sublayer, a scaled
+embedding) with its own SentencePiece-style tokenizer.json (a BOS, byte-fallback pieces).
 
 Tabs are switched while their requests run; scans and generation are started, stopped and
 restarted; the lens, attribution, MLP and diff views are asked for and made stale by new prompts
@@ -16,6 +18,7 @@ import os
 import random
 import time
 
+import pytest
 from PySide6.QtWidgets import QApplication
 
 from tests.hardening.common import UncaughtExceptions, new_window, save_tiny, wait_idle
@@ -146,9 +149,25 @@ class ViewsMonkey(Monkey):
             self.w.worker.cancel("load")
 
 
-def test_monkey_views(qtbot, tmp_path, dialogs, no_cuda):
-    model = save_tiny(tmp_path / "llama-style.safetensors", 0, LLAMA_STYLE)
+def gemma2_folder(folder) -> str:
+    """A random Gemma 2 model saved as Hugging Face does, with a tokenizer.json of its style."""
+    from tests.model import tokenizer_common
+    from tests.model.hf_family_models import build
+    from transformer_viewer.model.tokenizer import load_tokenizer
+
+    tokenizer_common.metaspace(str(folder))
+    build("gemma2", vocab_size=load_tokenizer(str(folder)).n_vocab, max_position_embeddings=1024,
+          sliding_window=200).save_pretrained(str(folder))
+    return str(folder)
+
+
+@pytest.mark.parametrize("family", ["llama-style", "gemma2"])
+def test_monkey_views(qtbot, tmp_path, dialogs, no_cuda, family):
     other = save_tiny(tmp_path / "other.safetensors", 1, LLAMA_STYLE.replace(n_layer=2, layer_types=()))
+    if family == "gemma2":
+        model = gemma2_folder(tmp_path / "gemma2")
+    else:
+        model = save_tiny(tmp_path / "llama-style.safetensors", 0, LLAMA_STYLE)
     out = tmp_path / "exports"
     out.mkdir()
     window = new_window(qtbot, tmp_path, model)
@@ -167,5 +186,7 @@ def test_monkey_views(qtbot, tmp_path, dialogs, no_cuda):
     assert not uncaught.errors, uncaught.errors[0]
     assert sum(monkey.counts.values()) == N_ACTIONS and settled == N_ACTIONS // SETTLE_EVERY < len(traces)
     assert monkey.counts.get("scan", 0) > 10 and monkey.counts.get("zoom", 0) > 20
+    # Long prompts pooled their overviews, and zooms asked the worker for full-resolution tiles.
+    assert any(t.overview_cell > 1 for t in traces) and window.attention.tiles.requested > 0
     assert messages + dialogs.shown, "the bad paths and targets must have been refused"
     monkey.check_end(messages + dialogs.shown)
