@@ -70,7 +70,12 @@ class ViewsMonkey(Monkey):
         self.w.tabs.setCurrentIndex(self.rng.randrange(self.w.tabs.count()))
 
     def long_prompt(self):
-        self.w.prompt_editor.set_text(PROSE * self.rng.randint(5, 80))  # up to past the 1,024-token context
+        text = PROSE * self.rng.randint(5, 80)  # up to past the 1,024-token context
+        self.w.prompt_editor.set_text(text)
+        if self.rng.random() < 0.6:  # and, as a user who pasted it would, wait for its views
+            # (a prompt longer than the context keeps its end: the trace's text is a tail of it)
+            wait_idle(self.qtbot, self.w, lambda: self.w.state.trace is not None
+                      and len(self.w.state.trace.text) > len(PROSE) and text.endswith(self.w.state.trace.text))
 
     def scan(self):
         scan = self.view("Head scan")
@@ -114,13 +119,20 @@ class ViewsMonkey(Monkey):
         c, d = sorted(self.rng.randint(-20, T + 20) for _ in range(2))
         heatmap.set_visible_tokens((a, b + 1), (c, d + 1))
 
+    def _show(self, page) -> None:
+        """Mostly the tab shown first, as a user zooms what they see; now and then one behind another."""
+        if self.rng.random() < 0.7:
+            self.w.tabs.setCurrentIndex(self.w.tabs.indexOf(page))
+
     def zoom(self):
+        self._show(self.w.attention.parentWidget())
         if self.rng.random() < 0.2:
             self.w.attention.heatmap.reset_view()
         else:
             self._zoom(self.w.attention.heatmap)
 
     def zoom_diff(self):
+        self._show(self.view("Attention diff"))
         self._zoom(self.view("Attention diff").heatmap)
 
     def pooling(self):

@@ -47,7 +47,13 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         self._asked = (st.trace, st.query_index)
         self.worker.submit(AttributionRequest(text=st.prompt, position=st.query_index, mask=st.trace.mask,
                                               ablation=st.trace.ablation),
-                           on_result=lambda answer: self.set_result(answer.value))
+                           on_result=lambda answer: self.set_result(answer.value), on_failure=self._on_failed)
+
+    def _on_failed(self, failure) -> None:
+        """Cancelled (or failed): say so; showing the view or selecting a token asks again."""
+        self._asked = None
+        stopped = "stopped" if failure.cancelled else failure.message
+        self.info.setText(f"head attribution {stopped}; select a token or show this tab again to compute it")
 
     def set_result(self, result) -> None:
         self.result = result

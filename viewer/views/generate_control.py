@@ -2,7 +2,9 @@
 
 Greedy, or sampled with a temperature and optional top-k from a seed (the same seed gives the
 same text), with or without the current head mask. The appended prompt then runs like typed
-text, so every view covers the generated tokens.
+text, so every view covers the generated tokens. A prompt edited while the tokens are being
+generated wins: the generation stops, and a continuation of the old prompt is never appended
+to the new one (the user's text is never replaced).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class GenerateControl(QtWidgets.QWidget):
         super().__init__(parent)
         self.state, self.worker = state, worker
         self.handle = None  # the running generation's RequestHandle
+        self._continued: str | None = None  # the prompt it continues
         self.n_spin = QtWidgets.QSpinBox()
         self.n_spin.setRange(1, 1024)
         self.n_spin.setValue(20)
@@ -70,6 +73,7 @@ class GenerateControl(QtWidgets.QWidget):
         grid.addWidget(self.info, 2, 2)
         grid.setRowStretch(3, 1)
         self._update_enabled()
+        state.prompt_changed.connect(self._on_prompt_changed)
 
     def _update_enabled(self) -> None:
         sample = self.mode_combo.currentData() == "sample"
@@ -94,12 +98,18 @@ class GenerateControl(QtWidgets.QWidget):
         self.button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.info.setText("generating…")
+        self._continued = self.state.prompt
         self.handle = self.worker.submit(self.request(), on_result=self._on_result, on_failure=self._on_failed,
                                          on_progress=self._on_progress)
 
     def stop(self) -> None:
         if self.handle is not None:
             self.handle.cancel()
+
+    def _on_prompt_changed(self, text: str) -> None:
+        """Edited while generating: the continuation would be of a prompt no longer there."""
+        if self.handle is not None and text != self._continued:
+            self.stop()
 
     @property
     def running(self) -> bool:
@@ -116,11 +126,16 @@ class GenerateControl(QtWidgets.QWidget):
 
     def _on_failed(self, failure) -> None:
         self._done()
-        self.info.setText("stopped" if failure.cancelled else failure.message)
+        edited = self.state.prompt != self._continued
+        self.info.setText(("stopped: the prompt was edited" if edited else "stopped") if failure.cancelled
+                          else failure.message)
 
     def _on_result(self, answer) -> None:
         self._done()
         gen = answer.value
+        if self.state.prompt != answer.request.text:  # finished just as the prompt was edited
+            self.info.setText("not appended: the prompt was edited while generating")
+            return
         self.generated.emit(gen)
         how = "greedy" if gen.greedy else f"T={gen.temperature:g}, top-k {gen.top_k or 'off'}, seed {gen.seed}"
         masked = " with the mask" if gen.mask.any() else ""

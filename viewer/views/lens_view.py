@@ -150,7 +150,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         st = self.state
         if self.worker is not None and st.trace is not None and self._asked is not None:
             a, b = self._asked[1]
-            if not a <= st.query_index < b:  # the selection left the window: the lens around it
+            if not a <= st.query_index < b or self._asked[0] is None:  # left the window, or was cancelled
                 if self.isVisible():
                     self.request()
                 else:
@@ -170,7 +170,18 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         self._asked = (st.trace, window)
         self.worker.submit(LensRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation,
                                        window=None if window == (0, st.trace.n_tokens) else window),
-                           on_result=lambda answer: self.set_result(answer.value), on_progress=self._on_progress)
+                           on_result=lambda answer: self.set_result(answer.value), on_failure=self._on_failed,
+                           on_progress=self._on_progress)
+
+    def _on_failed(self, failure) -> None:
+        """Cancelled (or failed): say so, and ask again once the view is shown or a token selected."""
+        if self._asked is None:
+            return
+        self._asked = (None, self._asked[1])  # nothing on its way: the next selection asks again
+        self._pending = True
+        if self._current() is None:
+            stopped = "stopped" if failure.cancelled else failure.message
+            self.info.setText(f"logit lens {stopped}; select a token or show this tab again to compute it")
 
     def _on_progress(self, p) -> None:
         if self._current() is None and p.total:

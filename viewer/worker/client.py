@@ -260,9 +260,13 @@ class WorkerClient(QObject):
         return handle
 
     def cancel(self, kind: str | None = None) -> None:
-        for request in self._queue.cancel(kind):
-            self._retire(request.rid)
-        if not self.busy:
+        """Stop the running request (of `kind`, or any kind). One still waiting to start is
+        answered at once with a cancelled failure, as a running one is when it stops: whoever
+        asked hears of it (a view waiting for it would otherwise wait for ever)."""
+        dropped = self._queue.cancel(kind)
+        for request in dropped:
+            self._on_answer(Failure(request, "cancelled", cancelled=True))
+        if not dropped and not self.busy:
             self.busy_changed.emit(False)
 
     def _retire(self, rid: int) -> None:

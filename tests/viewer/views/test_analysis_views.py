@@ -199,6 +199,44 @@ def test_lens_view_last_row_is_the_models_prediction(window, qtbot, ckpt):
     assert a.lens.table.item(0, 1).text() == ref.tokenizer.label(int(r.lens.top_ids[0, 3]))
 
 
+@pytest.mark.parametrize("title", ["Logit lens", "Head attribution"])
+def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, monkeypatch, title):
+    """Cancelled on the worker (the status bar's Cancel), the view says it stopped instead of
+    "computing…" for ever, and selecting a token asks for it again."""
+    from transformer_viewer.viewer.worker import requests
+    from transformer_viewer.viewer.worker.attribution import AttributionRequest
+    from transformer_viewer.viewer.worker.lens import LensRequest
+
+    request_type = LensRequest if title == "Logit lens" else AttributionRequest
+    entry = requests.HANDLERS[request_type]
+    real, calls = _resolve(entry), []
+
+    def cancelled_once(session, request, progress, is_cancelled):
+        calls.append(request)
+        if len(calls) == 1:
+            raise requests.Cancelled()
+        return real(session, request, progress, is_cancelled)
+
+    monkeypatch.setitem(requests.HANDLERS, request_type, requests._Entry(cancelled_once, entry.needs_session))
+    view = window.views[title]
+    window.show_view(title)
+    qtbot.waitUntil(idle_and(window, lambda: len(calls) == 1), timeout=WAIT_MS)
+    assert "stopped" in view.info.text() and view.result is None
+    window.state.set_selection(query=2)
+    qtbot.waitUntil(idle_and(window, lambda: view.result is not None), timeout=WAIT_MS)
+    assert len(calls) >= 2 and "stopped" not in view.info.text()
+
+
+def _resolve(entry):
+    """The callable behind a handler table entry (a "module:function" name is imported)."""
+    import importlib
+
+    if isinstance(entry.handler, str):
+        module_name, _, attr = entry.handler.partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+    return entry.handler
+
+
 def test_mlp_view_sorting_top_list_and_neuron_selection(window, qtbot):
     from transformer_viewer.viewer.views.token_strip import chip_values
 
@@ -304,6 +342,24 @@ def test_continue_appends_greedy_tokens_and_views_cover_them(window, qtbot, ckpt
     req = a.generate.request()
     assert req.temperature == pytest.approx(1.0) and req.seed == 7 and req.top_k == 40
     assert np.array_equal(req.mask, st.mask)
+
+
+def test_a_prompt_edited_while_generating_is_kept(window, qtbot):
+    """The continuation of the old prompt never replaces what the user typed meanwhile."""
+    a, st = analysis_views(window), window.state
+    a.generate.n_spin.setValue(40)
+    a.generate.start()
+    assert a.generate.running
+    window.prompt_editor.set_text("A prompt typed while the model was generating")
+    qtbot.waitUntil(idle_and(window, lambda: not a.generate.running), timeout=WAIT_MS)
+    assert st.prompt == window.prompt_editor.text() == "A prompt typed while the model was generating"
+    assert "edited" in a.generate.info.text()
+    qtbot.waitUntil(idle_and(window, lambda: st.trace.text == st.prompt), timeout=WAIT_MS)
+    # Generating from the new prompt appends to it as usual.
+    a.generate.n_spin.setValue(3)
+    a.generate.start()
+    qtbot.waitUntil(idle_and(window, lambda: not a.generate.running), timeout=WAIT_MS)
+    assert st.prompt.startswith("A prompt typed while the model was generating") and len(st.prompt) > 46
 
 
 def test_views_export_png_svg_npy_csv(window, qtbot, tmp_path):

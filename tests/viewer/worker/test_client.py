@@ -212,6 +212,22 @@ def test_a_user_cancel_leaves_no_newer_request_to_finish_for(qtbot, client):
     assert SEEN == [("first", True, None)]
 
 
+def test_a_request_cancelled_before_it_ran_hears_so(qtbot, client):
+    """Its callbacks get a cancelled failure, as a running request's do when it stops."""
+    GATE.clear()
+    col = Collector(client)
+    heard = []
+    client.submit(SlowRequest(tag="running"))
+    qtbot.waitUntil(lambda: client._queue._running is not None, timeout=WAIT_MS)
+    waiting = client.submit(WatchRequest(tag="waiting"), on_result=heard.append, on_failure=heard.append)
+    client.cancel("test-watch")  # it never started: the slow one holds the worker
+    assert [(f.request.rid, f.cancelled) for f in heard] == [(waiting.rid, True)]
+    assert [f.request.rid for f in col.failures] == [waiting.rid] and client.busy
+    GATE.set()
+    qtbot.waitUntil(lambda: not client.busy, timeout=WAIT_MS)
+    assert [r.value for r in col.results] == ["running"] and len(heard) == 1
+
+
 def test_errors_come_back_as_one_line(qtbot, client):
     col = Collector(client)
     client.submit(BrokenRequest(error="model"))
