@@ -54,6 +54,10 @@ class PromptEditor(QWidget):
     def _edited(self) -> None:
         self._text = None
 
+    def editing(self) -> bool:
+        """True while keystrokes wait for the debounce to run them."""
+        return self.timer.isActive()
+
     def text(self) -> str:
         if self._text is None:
             self._text = self.edit.toPlainText()

@@ -243,7 +243,7 @@ class WindowActions:
         show the head that the example is about."""
         from transformer_viewer.model.bundled import is_bundled
 
-        self.w.run_prompt(prompt.text)
+        self.w.prompt_editor.set_text(prompt.text)  # runs it, and replaces any edit not yet run
         info = self.w.state.model_info
         if prompt.head is not None and info is not None and is_bundled(info.source):
             layer, head = prompt.head

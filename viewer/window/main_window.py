@@ -228,6 +228,10 @@ class MainWindow(QMainWindow):
 
     # -- state -> worker ------------------------------------------------------------------
     def _on_prompt(self, text: str) -> None:
+        if self.prompt_editor.editing():
+            # A prompt set from elsewhere (a continuation landing as the user types) never
+            # replaces keystrokes not yet run: they run when the debounce ends, and win.
+            return
         self.prompt_editor.set_text(text, run=False)
         self.request_trace()
 

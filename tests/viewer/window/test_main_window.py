@@ -444,6 +444,25 @@ def test_examples_menu_runs_an_example(qtbot, window):
     wait_idle(qtbot, window, lambda: window.state.trace.text.endswith(text[-20:]))
 
 
+def test_keystrokes_not_yet_run_win_over_a_prompt_set_elsewhere(qtbot, window):
+    """A continuation that lands while the user types (the debounce still waiting) does not
+    replace what they typed; an example chosen from the menu does, as the user asked."""
+    editor = window.prompt_editor
+    qtbot.keyClicks(editor.edit, "typed ")  # runs after the debounce
+    typed = editor.text()
+    assert editor.editing() and "typed" in typed and typed != PROMPT
+    window.state.set_prompt(PROMPT + " and a generated continuation")  # what Continue's result does
+    assert editor.text() == typed
+    wait_idle(qtbot, window, lambda: window.state.trace.text == typed)
+    assert window.state.prompt == typed
+    actions = window.actions_.examples_menu.actions()
+    if actions:
+        qtbot.keyClicks(editor.edit, " more")
+        actions[0].trigger()
+        text = window_actions.example_prompts()[0].text
+        assert editor.text() == window.state.prompt == text and not editor.editing()
+
+
 def test_close_stops_the_worker_thread(qtbot, tmp_path, tiny_ckpt):
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     thread = w.worker.thread
