@@ -22,7 +22,6 @@ class GenerateControl(QtWidgets.QWidget):
         super().__init__(parent)
         self.state, self.worker = state, worker
         self.handle = None  # the running generation's RequestHandle
-        self._continued: str | None = None  # the prompt it continues
         self.n_spin = QtWidgets.QSpinBox()
         self.n_spin.setRange(1, 1024)
         self.n_spin.setValue(20)
@@ -98,7 +97,6 @@ class GenerateControl(QtWidgets.QWidget):
         self.button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.info.setText("generating…")
-        self._continued = self.state.prompt
         self.handle = self.worker.submit(self.request(), on_result=self._on_result, on_failure=self._on_failed,
                                          on_progress=self._on_progress)
 
@@ -108,7 +106,7 @@ class GenerateControl(QtWidgets.QWidget):
 
     def _on_prompt_changed(self, text: str) -> None:
         """Edited while generating: the continuation would be of a prompt no longer there."""
-        if self.handle is not None and text != self._continued:
+        if self.handle is not None and text != self.handle.request.text:
             self.stop()
 
     @property
@@ -126,7 +124,7 @@ class GenerateControl(QtWidgets.QWidget):
 
     def _on_failed(self, failure) -> None:
         self._done()
-        edited = self.state.prompt != self._continued
+        edited = self.state.prompt != failure.request.text
         self.info.setText(("stopped: the prompt was edited" if edited else "stopped") if failure.cancelled
                           else failure.message)
 

@@ -150,7 +150,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         st = self.state
         if self.worker is not None and st.trace is not None and self._asked is not None:
             a, b = self._asked[1]
-            if not a <= st.query_index < b or self._asked[0] is None:  # left the window, or was cancelled
+            if self._pending or not a <= st.query_index < b:  # asked again after a cancel, or left the window
                 if self.isVisible():
                     self.request()
                 else:
@@ -175,10 +175,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
 
     def _on_failed(self, failure) -> None:
         """Cancelled (or failed): say so, and ask again once the view is shown or a token selected."""
-        if self._asked is None:
-            return
-        self._asked = (None, self._asked[1])  # nothing on its way: the next selection asks again
-        self._pending = True
+        self._pending = True  # nothing on its way now
         if self._current() is None:
             stopped = "stopped" if failure.cancelled else failure.message
             self.info.setText(f"logit lens {stopped}; select a token or show this tab again to compute it")

@@ -208,8 +208,8 @@ def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, m
     from transformer_viewer.viewer.worker.lens import LensRequest
 
     request_type = LensRequest if title == "Logit lens" else AttributionRequest
-    entry = requests.HANDLERS[request_type]
-    real, calls = _resolve(entry), []
+    real, needs_session = requests.lookup_handler(request_type)
+    calls = []
 
     def cancelled_once(session, request, progress, is_cancelled):
         calls.append(request)
@@ -217,7 +217,7 @@ def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, m
             raise requests.Cancelled()
         return real(session, request, progress, is_cancelled)
 
-    monkeypatch.setitem(requests.HANDLERS, request_type, requests._Entry(cancelled_once, entry.needs_session))
+    monkeypatch.setitem(requests.HANDLERS, request_type, requests._Entry(cancelled_once, needs_session))
     view = window.views[title]
     window.show_view(title)
     qtbot.waitUntil(idle_and(window, lambda: len(calls) == 1), timeout=WAIT_MS)
@@ -225,16 +225,6 @@ def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, m
     window.state.set_selection(query=2)
     qtbot.waitUntil(idle_and(window, lambda: view.result is not None), timeout=WAIT_MS)
     assert len(calls) >= 2 and "stopped" not in view.info.text()
-
-
-def _resolve(entry):
-    """The callable behind a handler table entry (a "module:function" name is imported)."""
-    import importlib
-
-    if isinstance(entry.handler, str):
-        module_name, _, attr = entry.handler.partition(":")
-        return getattr(importlib.import_module(module_name), attr)
-    return entry.handler
 
 
 def test_mlp_view_sorting_top_list_and_neuron_selection(window, qtbot):
