@@ -104,8 +104,11 @@ def load_tl(folder: str):
 def load_ours(folder: str):
     """(LoadedModel, how it was loaded): our own Hugging Face folder reader."""
     from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.packing import pack_for_inference
 
-    return load_checkpoint(folder, device="cpu"), "load_checkpoint (model/formats/huggingface.py)"
+    loaded = load_checkpoint(folder, device="cpu")
+    pack_for_inference(loaded.model)  # as the app's worker does after a load
+    return loaded, "load_checkpoint (model/formats/huggingface.py)"
 
 
 # -- agreement ---------------------------------------------------------------------------------

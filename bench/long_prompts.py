@@ -46,6 +46,7 @@ def smol_session(T: int):
     from transformer_viewer.model.checkpoint import LoadedModel
     from transformer_viewer.model.config import GPTConfig
     from transformer_viewer.model.gpt import GPT
+    from transformer_viewer.model.packing import pack_for_inference
     from transformer_viewer.model.session import Session
     from transformer_viewer.model.tokenizer import Tokenized
 
@@ -53,6 +54,7 @@ def smol_session(T: int):
     config = GPTConfig(block_size=max(T, 2048), positional="rotary", norm="rmsnorm", mlp="gated",
                        activation="silu", bias=False, **SMOL)
     model = GPT(config).eval()
+    pack_for_inference(model)  # as the app's worker does after a load
     loaded = LoadedModel(model=model, config=config, format="native", source="<bench>", name="smol-shape")
     session = Session(loaded)
     ids = _ids(T, config.vocab_size)

@@ -110,6 +110,7 @@ def run_model(name: str, folder: str, out: str, reps: int, scan: bool) -> list[t
     from PySide6 import QtWidgets
 
     from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.packing import pack_for_inference
     from transformer_viewer.viewer.state import ViewerState
     from transformer_viewer.viewer.views.lens_view import LensView
     from transformer_viewer.viewer.views.logits_panel import LogitsPanel
@@ -124,7 +125,9 @@ def run_model(name: str, folder: str, out: str, reps: int, scan: bool) -> list[t
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     rows: list[tuple[str, str, float]] = []
     client = WorkerClient()
-    session = WorkerSession(load_checkpoint(folder, device="cpu"))  # keeps what the window will keep
+    loaded = load_checkpoint(folder, device="cpu")
+    pack_for_inference(loaded.model)  # as the worker does after a load
+    session = WorkerSession(loaded)  # keeps what the window will keep
     client.worker.session = session
     state = ViewerState()
     state.set_model(session.info())

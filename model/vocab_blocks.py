@@ -19,8 +19,12 @@ from transformer_viewer.model.linear import linear
 def head_logits(model, h: torch.Tensor, rows: slice | torch.Tensor) -> torch.Tensor:
     """float32 logits of final-norm rows h (N, C) for the head rows `rows` (a slice of the
     vocabulary, or token ids): the head's own kernel, bias and soft-cap, (N, len(rows))."""
-    w, bias = model.lm_head.weight, model.lm_head.bias
-    return model.cap_logits(linear(h, w[rows], None if bias is None else bias[rows])).float()
+    head = model.lm_head
+    if isinstance(rows, slice):  # a block of the vocabulary: from the head's packed copy of it, if it keeps one
+        logits = head.rows(h, *rows.indices(head.out_features)[:2])
+    else:
+        logits = linear(h, head.weight[rows], None if head.bias is None else head.bias[rows])
+    return model.cap_logits(logits).float()
 
 
 class VocabBlocks:

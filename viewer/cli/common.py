@@ -50,15 +50,21 @@ def checkpoint_from_args(args) -> str | None:
 BAR_AFTER_S = 0.5  # a load shorter than this shows no bar
 
 
-def load_from_args(args):
+def load_from_args(args, for_inference: bool = True):
+    """The checkpoint the arguments name, on their device; `for_inference`: its layers packed
+    for the CPU kernel (model/linear.py), as the commands that run it only read the weights."""
     from transformer_viewer.model.checkpoint import load_checkpoint
     from transformer_viewer.model.device import resolve_device
+    from transformer_viewer.model.packing import pack_for_inference
 
     device = resolve_device(args.device)
     with TerminalBar("tensor", after_s=BAR_AFTER_S) as bar:  # the tensors read, then checked
-        return load_checkpoint(checkpoint_from_args(args), device=device, n_head=getattr(args, "n_head", None),
-                               progress=(lambda done, total, stage: bar.update(done + 1, total, stage))
-                               if bar.enabled else None)
+        loaded = load_checkpoint(checkpoint_from_args(args), device=device, n_head=getattr(args, "n_head", None),
+                                 progress=(lambda done, total, stage: bar.update(done + 1, total, stage))
+                                 if bar.enabled else None)
+    if for_inference:
+        pack_for_inference(loaded.model)
+    return loaded
 
 
 class TerminalBar:

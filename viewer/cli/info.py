@@ -36,7 +36,7 @@ def describe(loaded) -> dict:
 def run(args) -> int:
     from transformer_viewer.viewer.cli.common import load_from_args
 
-    facts = describe(load_from_args(args))
+    facts = describe(load_from_args(args, for_inference=False))
     if args.json:
         print(json.dumps(json_safe(facts), sort_keys=True, allow_nan=False))
     else:

@@ -17,6 +17,7 @@ from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_ch
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.families import family_name
+from transformer_viewer.model.packing import pack_for_inference
 from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
 from transformer_viewer.model.trace import Trace
 from transformer_viewer.viewer.gc_guard import freeze_startup_objects
@@ -123,6 +124,7 @@ def handle_load(_session, request: LoadRequest, progress, is_cancelled) -> NewSe
     report = progress_after_delay(progress, what + ": {stage} ({step} of {total} tensors)…")
     loaded = load_checkpoint(path, device=device, n_head=request.n_head, is_cancelled=is_cancelled,
                              progress=lambda done, total, stage: report(done, total, stage=stage))
+    pack_for_inference(loaded.model)  # the worker only reads the weights: oneDNN's layout, made once
     budget, budget_warning = memory_budget()
     # Traces keep overviews and summaries; full patterns and activations are fetched on demand.
     session = WorkerSession(loaded, memory_budget=budget)
@@ -134,6 +136,7 @@ def handle_device(session: WorkerSession, request: DeviceRequest, progress, _is_
     device = resolve_device(request.device)
     progress(0, 0, f"moving the model to {device}…")
     session.model.to(device)
+    pack_for_inference(session.model)  # back on the CPU: packed again; elsewhere: nothing kept
     if session.tokens is not None:
         session.set_tokens(session.tokens)  # the ids and cached activations follow the model
     # Traces are numpy and still describe this prompt; only device-side caches are gone.

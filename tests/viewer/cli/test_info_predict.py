@@ -15,6 +15,8 @@ import torch
 from tests.helpers.cli import cli
 from tests.helpers.models import TINY, hf_config, hf_model, nanogpt_checkpoint, save_tiny
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
+from transformer_viewer.model.linear import Linear
+from transformer_viewer.model.packing import pack_for_inference
 from transformer_viewer.model.session import Session
 from transformer_viewer.model.tokenizer import Tokenizer
 
@@ -125,7 +127,9 @@ def test_info_errors(capsys, tmp_path):
 
 # -- predict --------------------------------------------------------------------------------
 def _expected(ckpt, mask=None, ablation="zero", position=None, top_k=10):
-    s = Session(load_checkpoint(ckpt))
+    loaded = load_checkpoint(ckpt)
+    pack_for_inference(loaded.model)  # as the command does: the same kernels, the same rounding
+    s = Session(loaded)
     s.set_prompt(PROMPT)
     return s.run(mask, ablation=ablation, position=position, top_k=top_k).next
 
@@ -150,6 +154,18 @@ def test_predict_json_shape_and_values(capsys, ckpt):
     assert [t["token"] for t in result["top"]] == [Tokenizer().decode([i]) for i in nxt.top_ids]
     probs = [t["prob"] for t in result["top"]]
     assert probs == sorted(probs, reverse=True)
+
+
+def test_commands_that_run_the_model_pack_its_weights_and_info_does_not(ckpt):
+    from argparse import Namespace
+
+    from transformer_viewer.viewer.cli.common import load_from_args
+
+    args = Namespace(checkpoint=ckpt, checkpoint_positional=None, device="cpu")
+    for for_inference in (True, False):
+        model = load_from_args(args, for_inference=for_inference).model
+        layers = [m for m in model.blocks.modules() if isinstance(m, Linear)]
+        assert all((m._packed is not None) == (for_inference and m.can_pack()) for m in layers)
 
 
 def test_predict_json_stays_strict_json_when_logits_overflow(capsys, tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.models import scaled_init_loaded
 from transformer_viewer.viewer.worker import handlers
 from transformer_viewer.viewer.worker.handlers import WorkerSession, handle_trace
-from transformer_viewer.viewer.worker.requests import Cancelled, LoadRequest, TraceRequest
+from transformer_viewer.viewer.worker.requests import Cancelled, DeviceRequest, LoadRequest, TraceRequest
 
 PROMPT = "The cat sat on the mat because the cat was tired, and the dog barked at the cat all night"
 
@@ -152,6 +152,21 @@ def test_a_load_reports_its_tensors(tiny_ckpt, monkeypatch):
     assert seen[0] == (0, 0, "loading tiny.safetensors…")
     assert seen[1:] == [(i, n, f"loading tiny.safetensors: checking the weights ({i + 1} of {n} tensors)…")
                         for i in range(n)]
+
+
+def test_a_loaded_model_runs_from_packed_weights_and_packs_again_after_a_move(tiny_ckpt):
+    """The worker only reads the weights: the blocks' layers keep oneDNN's layout (model/linear.py)."""
+    from transformer_viewer.model.linear import Linear
+
+    answer = handlers.handle_load(None, LoadRequest(path=tiny_ckpt, device="cpu"), lambda *a: None, lambda: False)
+    layers = [m for m in answer.session.model.blocks.modules() if isinstance(m, Linear)]
+    if not layers[0].can_pack():
+        pytest.skip("this torch build cannot pack weights for oneDNN")
+    assert layers and all(m._packed is not None for m in layers)
+    for m in layers:
+        m.unpack()
+    handlers.handle_device(answer.session, DeviceRequest(device="cpu"), lambda *a: None, lambda: False)
+    assert all(m._packed is not None for m in layers)
 
 
 def test_a_cancelled_load_stops_and_installs_nothing(tiny_ckpt):

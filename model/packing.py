@@ -1,0 +1,57 @@
+"""Which of a model's weights inference keeps packed in oneDNN's layout (model/linear.py), and
+how much memory that may take.
+
+A packed copy sits beside its weight: it costs the weight's size again. The decoder blocks'
+layers gain the most (a product of a few hundred rows spends a tenth of its time copying the
+weight into that layout when it is not packed), then the head read a block of the vocabulary
+at a time (the log-probability of every position, 5-10% of that pass). A model whose copies
+would not fit the bound keeps its memory: the blocks are packed only if they fit, the head
+only if it fits with them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from torch import nn
+
+from transformer_viewer.model.linear import Linear
+from transformer_viewer.model.unembedding import VOCAB_BLOCK
+
+PACK_MAX_BYTES = 2 << 30  # packed copies a model may keep, at most, and at most 1/8 of the memory
+PACK_SHARE_OF_MEMORY = 8
+
+
+def pack_for_inference(model: nn.Module, max_bytes: int | None = None) -> int:
+    """Pack the decoder blocks' linear layers, and the head by blocks of the vocabulary, as far
+    as their copies fit `max_bytes` (default: PACK_MAX_BYTES and 1/8 of this machine's memory).
+    Returns the bytes packed. For a model that inference alone will use: a training step
+    changes every weight, and each layer would pack itself again."""
+    layers = [m for m in model.blocks.modules() if isinstance(m, Linear)] if hasattr(model, "blocks") else []
+    head = getattr(model, "lm_head", None)
+    for m in (*layers, head):
+        if isinstance(m, Linear):
+            m.unpack()
+    if max_bytes is None:
+        max_bytes = min(PACK_MAX_BYTES, physical_memory() // PACK_SHARE_OF_MEMORY)
+    size = sum(_bytes(m) for m in layers)
+    if not layers or size > max_bytes or not all(m.can_pack() for m in layers):
+        return 0
+    if not all([m.pack() for m in layers]):
+        for m in layers:
+            m.unpack()
+        return 0
+    if isinstance(head, Linear) and size + _bytes(head) <= max_bytes and head.pack(block_rows=VOCAB_BLOCK):
+        size += _bytes(head)
+    return size
+
+
+def _bytes(m: Linear) -> int:
+    return m.weight.numel() * m.weight.element_size()
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 8 << 30  # a system that does not say (Windows): count a small laptop's
