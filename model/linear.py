@@ -136,6 +136,12 @@ class Linear(nn.Linear):
     def unpack(self) -> None:
         self._packed = None
 
+    def __getstate__(self) -> dict:
+        # oneDNN's packed tensors cannot be copied or pickled: a copy or a saved module starts unpacked.
+        state = dict(super().__getstate__())
+        state.pop("_packed", None)
+        return state
+
     def packed_bytes(self) -> int:
         return 0 if self._packed is None else self.weight.numel() * self.weight.element_size()
 

@@ -5,6 +5,9 @@ vocabulary, as far as they fit its memory bound."""
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -77,6 +80,20 @@ def test_a_weight_changed_moved_or_replaced_is_never_read_from_an_old_copy():
     with torch.no_grad():
         assert torch.equal(m(x.double()), torch.nn.functional.linear(x.double(), m.weight, m.bias))
     assert m._packed is None
+
+
+def test_a_packed_model_can_be_copied_and_pickled_and_the_copy_starts_unpacked():
+    model = tiny_gpt(LLAMA, seed=4)
+    pack_for_inference(model)
+    twin = copy.deepcopy(model)
+    again = pickle.loads(pickle.dumps(model))  # bytes made here, in memory
+    ids = torch.tensor([[1, 5, 9, 2, 7]])
+    with torch.no_grad():
+        expected = model(ids)[0]
+        for other in (twin, again):
+            assert other.blocks[0].mlp.c_fc._packed is None
+            assert_float32_close(other(ids)[0], expected, reduction=128, depth=LLAMA.n_layer + 1, what="copy")
+    assert model.blocks[0].mlp.c_fc._packed is not None  # the original keeps its copies
 
 
 def test_training_a_packed_layer_takes_torchs_kernel_and_its_gradient():
