@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
+from transformer_viewer.viewer.views.empty_state import EmptyState
 from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
 from transformer_viewer.viewer.views.logits_panel import token_label
 from transformer_viewer.viewer.views.parts import ExportButton, bar_over, head_labels, layer_labels, view_bar
@@ -22,14 +23,27 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         self.result = None
         self._asked = None  # (trace, position) of the last request
         self.heatmap = HeatmapView()
-        self.info = QtWidgets.QLabel("run a prompt to see each head's direct effect on the prediction")
+        self.info = QtWidgets.QLabel("computing the head attribution\u2026")
         self.info.setWordWrap(True)
         self.export_button = ExportButton(self, "head_attribution")
         bar = view_bar(self.info, self.export_button)
         bar_over(self, bar, self.heatmap)
+        self.cover = EmptyState(self.heatmap)  # no placeholder axes before the first result
+        self.cover.show_message("computing the head attribution\u2026")
         self.heatmap.cell_clicked.connect(lambda row, col: state.set_selection(layer=row, head=col))
-        state.trace_changed.connect(lambda _t: self.request())
+        state.trace_changed.connect(self._on_trace)
         state.selection_changed.connect(self.request)  # the position follows the selected token
+
+    def _on_trace(self, trace) -> None:
+        if trace is None:  # another model or no prompt: the old result no longer applies
+            self.result = None
+            self._say("run a prompt to see each head's direct effect on the prediction")
+        self.request()
+
+    def _say(self, text: str) -> None:
+        """`text` in the bar, and over the plot while it has no result to show."""
+        self.info.setText(text)
+        self.cover.show_message(text if self.result is None else None)
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt name
         super().showEvent(event)
@@ -45,6 +59,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
                                                         and asked[1] == st.query_index):
             return
         self._asked = (st.trace, st.query_index)
+        self._say("computing the head attribution\u2026")
         self.worker.submit(AttributionRequest(text=st.prompt, position=st.query_index, mask=st.trace.mask,
                                               ablation=st.trace.ablation),
                            on_result=lambda answer: self.set_result(answer.value), on_failure=self._on_failed)
@@ -53,7 +68,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         """Cancelled (or failed): say so; showing the view or selecting a token asks again."""
         self._asked = None
         stopped = "stopped" if failure.cancelled else failure.message
-        self.info.setText(f"head attribution {stopped}; select a token or show this tab again to compute it")
+        self._say(f"head attribution {stopped}; select a token or show this tab again to compute it")
 
     def set_result(self, result) -> None:
         self.result = result
@@ -63,8 +78,8 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
                                     f"at position {result.position}", row_name="layer", col_name="head")
         layer, head = np.unravel_index(int(np.argmax(np.abs(result.direct))), result.direct.shape)
         capped = " before the soft-cap" if result.logit_cap else ""
-        self.info.setText(f"logit {result.logit:.2f}{capped}; largest direct effect: L{layer}H{head} "
-                          f"({result.direct[layer, head]:+.2f})")
+        self._say(f"logit {result.logit:.2f}{capped}; largest direct effect: L{layer}H{head} "
+                  f"({result.direct[layer, head]:+.2f})")
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(640, 480)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
+from transformer_viewer.viewer.views.empty_state import EmptyState
 from transformer_viewer.viewer.views.heatmap import HeatmapExport, format_value
 from transformer_viewer.viewer.views.logits_panel import token_label
 from transformer_viewer.viewer.views.parts import (
@@ -118,7 +119,12 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         body.addWidget(self.heatmap)
         body.addWidget(side)
         body.setSizes([640, 320])
-        bar_over(self, bar, body)
+        page = QtWidgets.QWidget()  # the cover's parent: a splitter would take it as a third pane
+        layout = QtWidgets.QVBoxLayout(page)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(body)
+        bar_over(self, bar, page)
+        self.cover = EmptyState(page)  # no placeholder axes before the first lens is drawn
 
         self.heatmap.cell_clicked.connect(lambda _r, col: state.set_selection(query=self._start + col))
         self._start = 0  # the position of the drawn lens's first column
@@ -132,7 +138,9 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
 
     # -- worker ---------------------------------------------------------------------------
     def _on_trace(self, trace) -> None:
-        if trace is None:
+        if trace is None:  # another model or no prompt: what is drawn no longer applies
+            self._drawn = None
+            self.refresh()
             return
         if self.worker is not None:
             if self.isVisible():
@@ -178,11 +186,11 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         self._pending = True  # nothing on its way now
         if self._current() is None:
             stopped = "stopped" if failure.cancelled else failure.message
-            self.info.setText(f"logit lens {stopped}; select a token or show this tab again to compute it")
+            self._say(f"logit lens {stopped}; select a token or show this tab again to compute it")
 
     def _on_progress(self, p) -> None:
         if self._current() is None and p.total:
-            self.info.setText(f"computing the logit lens… {int(p.done)} of {int(p.total)} rows")
+            self._say(f"computing the logit lens… {int(p.done)} of {int(p.total)} rows")
 
     def set_result(self, result) -> None:
         self.result = result
@@ -205,8 +213,9 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         st, r = self.state, self._current()
         trace = st.trace
         if r is None or trace is None:
-            self.info.setText("computing the logit lens…" if trace is not None else "run a prompt to see the logit lens")
+            self._say("computing the logit lens…" if trace is not None else "run a prompt to see the logit lens")
             return
+        self.cover.show_message(None)
         lens = r.lens
         a = r.start
         self._start, q = a, st.query_index - a  # q: the selected position's column
@@ -223,6 +232,12 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         first = int(np.argmax(lens.final_ranks[:, q] == 0))
         self.info.setText(f"position {a + q} ({trace.labels[a + q]!r}): final top token {final!r}, "
                           f"top from {lens.row_labels[first]} on")
+
+    def _say(self, text: str) -> None:
+        """`text` in the bar, and over the plots until a lens is drawn (after that a newer one
+        is on its way and the drawn one stays)."""
+        self.info.setText(text)
+        self.cover.show_message(text if self._drawn is None else None)
 
     def _draw_heatmap(self, r, trace, diff: bool, tok) -> None:
         lens = r.lens

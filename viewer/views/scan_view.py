@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
+from transformer_viewer.viewer.views.empty_state import EmptyState
 from transformer_viewer.viewer.views.heatmap import HeatmapExport
 from transformer_viewer.viewer.views.logits_panel import token_label
 from transformer_viewer.viewer.views.parts import (
@@ -26,6 +27,7 @@ from transformer_viewer.viewer.views.parts import (
 )
 
 RANKED = 20  # heads listed beside the grid
+NO_SCAN = "press Run scan to ablate each head in turn at the selected position"
 SHOWN = {"effect": "effect on the metric", "kl": "KL(baseline ‖ ablated)", "prob": "p(target) when ablated"}
 
 
@@ -108,6 +110,8 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         body.setStretchFactor(1, 1)
         body.setSizes([700, 290])  # room for the ranked table's four columns
         layout.addWidget(body, 1)
+        self.cover = EmptyState(self.heatmap)  # no placeholder axes before the first scan
+        self.cover.show_message(NO_SCAN)
 
         self.heatmap.cell_clicked.connect(self._on_cell_click)
         state.model_changed.connect(lambda _i: self.clear())
@@ -155,6 +159,8 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         self.progress.setValue(0)
         self.progress.setFormat(f"0 / {total} heads")
         self.info.setText(f"scanning {total} heads at position {st.query_index} ({st.trace.labels[st.query_index]!r})…")
+        if self.result is None:
+            self.cover.show_message(f"scanning {total} heads\u2026")
         request = ScanRequest(text=st.prompt, target=target, distractor=distractor, position=st.query_index,
                               ablation=st.ablation, base_mask=np.array(st.mask))
         self.handle = None
@@ -176,6 +182,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         self.result = None
         self.heatmap.set_data(np.zeros((0, 0)), (), ())
         self.ranked.setRowCount(0)
+        self.cover.show_message(NO_SCAN)
 
     # -- the scan's answers -----------------------------------------------------------------
     def _on_progress(self, p) -> None:
@@ -191,6 +198,8 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
     def _on_failed(self, failure) -> None:
         self._finish()
         self.info.setText("scan cancelled" if failure.cancelled else f"<span style='color:#b00'>{failure.message}</span>")
+        if self.result is None:
+            self.cover.show_message(("scan cancelled: " if failure.cancelled else "scan failed: ") + NO_SCAN)
 
     def _finish(self) -> None:
         self.handle = None
@@ -209,6 +218,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         r = self.result
         if r is None:
             return
+        self.cover.show_message(None)
         shown = self.shown_combo.currentData()
         m, diverging = scan_matrix(r, shown)
         L, nh = m.shape

@@ -2,18 +2,17 @@
 
 Before the model has loaded, and until a prompt has run, the plots would show placeholder axes
 (a -500..500 "head (x0.001)" grid, a one-cell "L0" mask, an empty -0.5..0.5 heatmap), which
-read as data. Each such view gets an EmptyState: a label with the window's plain background,
-laid over the whole view, saying what it waits for ("loading the bundled model…", "type a
-prompt"). It hides itself as soon as the view has something to draw.
+read as data. Each such view gets an EmptyState (views/empty_state.py) laid over the whole view,
+saying what it waits for ("loading the bundled model…", "type a prompt"), hidden as soon as
+the view has something to draw. The analysis tabs cover their own plots the same way until
+their first result.
 """
 
 from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtWidgets import QLabel, QWidget
-
+from transformer_viewer.viewer.views.empty_state import EmptyState
 from transformer_viewer.viewer.views.registry import VIEWS
 
 NO_MODEL = "no model loaded: open a checkpoint from the File menu"
@@ -22,44 +21,6 @@ RUNNING = "running the prompt\u2026"
 STOPPED = "stopped: press Ctrl+Enter in the prompt to run it"
 # The tabs beside the heatmap that draw from the trace (the head scan runs on request).
 TRACE_TABS = tuple(v.title for v in VIEWS if v.needs_trace)
-
-
-class EmptyState(QLabel):
-    """A message covering `view` (its child, kept at its size) while there is nothing to show."""
-
-    def __init__(self, view: QWidget):
-        super().__init__(view)
-        self.view = view
-        self.setObjectName("EmptyState")
-        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.setWordWrap(True)
-        self.setAutoFillBackground(True)  # the window's plain background hides the axes beneath
-        self.setStyleSheet("QLabel#EmptyState { color: palette(mid); font-size: 13pt; }")
-        self._follow = _FollowSize(self)
-        view.installEventFilter(self._follow)
-        self.setGeometry(view.rect())
-        self.hide()
-
-    def show_message(self, text: str | None) -> None:
-        """Cover the view with `text`; None uncovers it."""
-        if text is None:
-            self.hide()
-            return
-        self.setText(text)
-        self.setGeometry(self.view.rect())
-        self.raise_()
-        self.show()
-
-
-class _FollowSize(QObject):
-    def __init__(self, label: EmptyState):
-        super().__init__(label)
-        self.label = label
-
-    def eventFilter(self, obj, event) -> bool:
-        if event.type() == QEvent.Type.Resize:
-            self.label.setGeometry(obj.rect())
-        return False
 
 
 def loading_text(checkpoint: str | None) -> str:
@@ -128,4 +89,4 @@ class EmptyStates:
     def shown(self, view) -> str | None:
         """The message covering `view`, or None (for tests and screenshots)."""
         state = self.states.get(id(view))
-        return state.text() if state is not None and not state.isHidden() else None
+        return state.message() if state is not None else None

@@ -186,6 +186,7 @@ def test_lens_view_last_row_is_the_models_prediction(window, qtbot, ckpt):
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
     r = a.lens._current()
     trace = window.state.trace
+    assert a.lens.cover.message() is None
     assert r.lens.top_ids[-1, -1] == trace.next.top_ids[0]
     np.testing.assert_array_equal(a.lens.matrix(), r.lens.top_probs)
     assert not np.any(r.diff)
@@ -222,9 +223,11 @@ def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, m
     window.show_view(title)
     qtbot.waitUntil(idle_and(window, lambda: len(calls) == 1), timeout=WAIT_MS)
     assert "stopped" in view.info.text() and view.result is None
+    assert view.cover.message() == view.info.text()  # over the plot, which has nothing to show
     window.state.set_selection(query=2)
     qtbot.waitUntil(idle_and(window, lambda: view.result is not None), timeout=WAIT_MS)
     assert len(calls) >= 2 and "stopped" not in view.info.text()
+    qtbot.waitUntil(lambda: view.cover.message() is None, timeout=WAIT_MS)  # the plot shows
 
 
 def test_mlp_view_sorting_top_list_and_neuron_selection(window, qtbot):
@@ -251,12 +254,16 @@ def test_mlp_view_sorting_top_list_and_neuron_selection(window, qtbot):
 
 
 def test_scan_view_runs_matches_the_library_and_click_masks(window, qtbot, ckpt):
+    from transformer_viewer.viewer.views.scan_view import NO_SCAN
+
     a, st = analysis_views(window), window.state
     window.show_view("Head scan")
+    assert a.scan.cover.message() == NO_SCAN  # not the empty plot's placeholder axes
     st.set_selection(query=6)
     a.scan.target_edit.setText(" the")
     a.scan.run()
     qtbot.waitUntil(lambda: not a.scan.running, timeout=WAIT_MS)
+    assert a.scan.cover.message() is None
     r = a.scan.result
     ref = Session(load_checkpoint(ckpt), keep_full=True)
     ref.set_prompt(PROMPT)
