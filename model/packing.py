@@ -27,11 +27,9 @@ def pack_for_inference(model: nn.Module, max_bytes: int | None = None) -> int:
     as their copies fit `max_bytes` (default: PACK_MAX_BYTES and 1/8 of this machine's memory).
     Returns the bytes packed. For a model that inference alone will use: a training step
     changes every weight, and each layer would pack itself again."""
+    unpack_all(model)
     layers = [m for m in model.blocks.modules() if isinstance(m, Linear)] if hasattr(model, "blocks") else []
     head = getattr(model, "lm_head", None)
-    for m in (*layers, head):
-        if isinstance(m, Linear):
-            m.unpack()
     if max_bytes is None:
         max_bytes = min(PACK_MAX_BYTES, physical_memory() // PACK_SHARE_OF_MEMORY)
     size = sum(_bytes(m) for m in layers)
@@ -44,6 +42,13 @@ def pack_for_inference(model: nn.Module, max_bytes: int | None = None) -> int:
     if isinstance(head, Linear) and size + _bytes(head) <= max_bytes and head.pack(block_rows=VOCAB_BLOCK):
         size += _bytes(head)
     return size
+
+
+def unpack_all(model: nn.Module) -> None:
+    """Drop every packed copy the model keeps (its weights stay as they are)."""
+    for m in model.modules():
+        if isinstance(m, Linear):
+            m.unpack()
 
 
 def _bytes(m: Linear) -> int:

@@ -17,7 +17,7 @@ from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_ch
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.families import family_name
-from transformer_viewer.model.packing import pack_for_inference
+from transformer_viewer.model.packing import pack_for_inference, unpack_all
 from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
 from transformer_viewer.model.trace import Trace
 from transformer_viewer.viewer.gc_guard import freeze_startup_objects
@@ -111,7 +111,7 @@ def handle_probe(_session, _request, _progress, _is_cancelled) -> ProbeResult:
     return ProbeResult(False)
 
 
-def handle_load(_session, request: LoadRequest, progress, is_cancelled) -> NewSession:
+def handle_load(session, request: LoadRequest, progress, is_cancelled) -> NewSession:
     path = request.path
     if path is None and not os.path.exists(bundled_checkpoint_path()):
         raise ModelError("the bundled model is not installed yet; open a checkpoint with File > Open checkpoint")
@@ -124,6 +124,8 @@ def handle_load(_session, request: LoadRequest, progress, is_cancelled) -> NewSe
     report = progress_after_delay(progress, what + ": {stage} ({step} of {total} tensors)…")
     loaded = load_checkpoint(path, device=device, n_head=request.n_head, is_cancelled=is_cancelled,
                              progress=lambda done, total, stage: report(done, total, stage=stage))
+    if session is not None:  # replaced once this returns: its packed copies need not wait beside the new ones
+        unpack_all(session.model)
     pack_for_inference(loaded.model)  # the worker only reads the weights: oneDNN's layout, made once
     budget, budget_warning = memory_budget()
     # Traces keep overviews and summaries; full patterns and activations are fetched on demand.

@@ -167,6 +167,9 @@ def test_a_loaded_model_runs_from_packed_weights_and_packs_again_after_a_move(ti
         m.unpack()
     handlers.handle_device(answer.session, DeviceRequest(device="cpu"), lambda *a: None, lambda: False)
     assert all(m._packed is not None for m in layers)
+    # The next load replaces this session: its copies go before the new model's are made.
+    handlers.handle_load(answer.session, LoadRequest(path=tiny_ckpt, device="cpu"), lambda *a: None, lambda: False)
+    assert all(m._packed is None for m in layers)
 
 
 def test_a_cancelled_load_stops_and_installs_nothing(tiny_ckpt):
