@@ -18,13 +18,16 @@ from torch import nn
 from transformer_viewer.model.linear import Linear
 from transformer_viewer.model.unembedding import VOCAB_BLOCK
 
-PACK_MAX_BYTES = 2 << 30  # packed copies a model may keep, at most, and at most 1/8 of the memory
-PACK_SHARE_OF_MEMORY = 8
+# Packed copies a model may keep: at most 1 GiB, and at most 1/16 of the machine's memory. The
+# gain is the same share of a product at any model size; the cost, a second copy of the weights,
+# is not, so only small models pay it (GPT-2-small, SmolLM2-135M; not SmolLM2-360M or Qwen2.5-0.5B).
+PACK_MAX_BYTES = 1 << 30
+PACK_SHARE_OF_MEMORY = 16
 
 
 def pack_for_inference(model: nn.Module, max_bytes: int | None = None) -> int:
     """Pack the decoder blocks' linear layers, and the head by blocks of the vocabulary, as far
-    as their copies fit `max_bytes` (default: PACK_MAX_BYTES and 1/8 of this machine's memory).
+    as their copies fit `max_bytes` (default: PACK_MAX_BYTES and 1/16 of this machine's memory).
     Returns the bytes packed. For a model that inference alone will use: a training step
     changes every weight, and each layer would pack itself again."""
     unpack_all(model)
