@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from transformer_viewer.model import host_arrays
+from transformer_viewer.model.linear import weight_fingerprint
 from transformer_viewer.model.overview import OverviewPooler, PoolScratch, cell_size
 
 COLUMN_BLOCK = 256  # rows column_max compares with the maximum at once
@@ -180,7 +181,7 @@ def store_head_norms(gram: torch.Tensor, dest: np.ndarray, z: torch.Tensor) -> N
 
 class HeadGrams:
     """Per layer, (nh, hs, hs) W_h W_h^T of each head's slice of c_proj, cached while the
-    weight is unchanged (same tensor, same version)."""
+    weight is unchanged (`weight_fingerprint`)."""
 
     def __init__(self):
         self._grams: dict[int, tuple[tuple, torch.Tensor]] = {}
@@ -189,7 +190,7 @@ class HeadGrams:
         attn = model.blocks[layer].attn
         nh, hs = attn.n_head, attn.head_size
         w_o = attn.c_proj.weight  # (C, nh * hs): out = z_flat @ w_o.T
-        key = (w_o.data_ptr(), w_o._version, w_o.dtype, w_o.device)
+        key = weight_fingerprint(w_o)
         cached = self._grams.get(layer)
         if cached is not None and cached[0] == key:
             return cached[1]

@@ -90,8 +90,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 PACK_ROWS_HINT = 256  # rows oneDNN lays a packed weight out for; 64-1024 rows run as fast from it
 
 
-def _fingerprint(w: torch.Tensor) -> tuple[int, int]:
-    return w.data_ptr(), w._version  # moved or reloaded: another pointer; changed in place: another version
+def weight_fingerprint(w: torch.Tensor) -> tuple:
+    """What tells a cache built from weight `w` that it still holds: moved or reloaded, a weight
+    has another pointer (or device, or dtype); changed in place, another version."""
+    return w.data_ptr(), w._version, w.dtype, w.device
 
 
 class Linear(nn.Linear):
@@ -101,7 +103,7 @@ class Linear(nn.Linear):
     a time by `rows`)."""
 
     _packed: dict[tuple[int, int], torch.Tensor] | None = None  # (first row, end row) -> copy; no state-dict entry
-    _packed_at: tuple[int, int] = (0, 0)  # the weight's fingerprint when packed
+    _packed_at: tuple = ()  # the weight's fingerprint when packed
     _block_rows: int | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -130,7 +132,7 @@ class Linear(nn.Linear):
             copies = {(a, b): torch.ops.mkldnn._reorder_linear_weight(w[a:b], PACK_ROWS_HINT) for a, b in spans}
         except (RuntimeError, TypeError, AttributeError):
             return False
-        self._packed, self._packed_at, self._block_rows = copies, _fingerprint(self.weight), block_rows
+        self._packed, self._packed_at, self._block_rows = copies, weight_fingerprint(self.weight), block_rows
         return True
 
     def unpack(self) -> None:
@@ -145,6 +147,6 @@ class Linear(nn.Linear):
     def _copy(self, r0: int, r1: int) -> torch.Tensor | None:
         if self._packed is None:
             return None
-        if _fingerprint(self.weight) != self._packed_at and not self.pack(self._block_rows):
+        if weight_fingerprint(self.weight) != self._packed_at and not self.pack(self._block_rows):
             return None  # out of date, and the weight as it is now cannot be packed
         return self._packed.get((r0, r1))
