@@ -6,8 +6,9 @@ key/value heads, a sliding window, soft-capping. Parameter names follow GPT-2 / 
 (`c_attn`, `c_proj`, `c_fc`, `ln_1`, ...) so checkpoints map onto it with few renames.
 
 Every activation passes through a named HookPoint; capture and head masks work by hooking
-those, so this file knows nothing about either. The no-grad attention speed path lives in
-`attention_kernels.py` and gives the same bits as the plain path here.
+those, so this file knows nothing about either. The no-grad speed paths live beside it:
+attention in `attention_kernels.py` (the same bits as the plain path here), the MLP's
+activation inside its products in `mlp_kernels.py` (within float32 rounding of it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from transformer_viewer.model.attention_kernels import (  # noqa: F401 (re-expor
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.hooks import HookPoint
 from transformer_viewer.model.linear import Linear
+from transformer_viewer.model.mlp_kernels import activated_product, gated_product
 from transformer_viewer.model.norms import FlatRMSNorm, RMSNorm, make_norm
 from transformer_viewer.model.rotary import Rotary
 
@@ -168,37 +170,46 @@ class MLP(nn.Module):
         super().__init__()
         self.c_fc = Linear(config.n_embd, config.n_mlp, bias=config.uses_bias("mlp"))
         self.c_proj = Linear(config.n_mlp, config.n_embd, bias=config.uses_bias("mlp"))
-        self.act = _ACTIVATIONS[config.activation]
+        self.activation, self.act = config.activation, _ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
         self.hook_pre = HookPoint()  # (B, T, n_mlp)
         self.hook_post = HookPoint()  # (B, T, n_mlp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = self.hook_pre(self.c_fc(x))
-        post = self.hook_post(self.act(pre))
-        return self.dropout(self.c_proj(post))
+        # Where nobody reads the pre-activations, the activation runs inside c_fc's product
+        # (mlp_kernels.py); None means: step by step.
+        post = activated_product(self.c_fc, x, self.activation, self.hook_pre)
+        if post is None:
+            post = self.act(self.hook_pre(self.c_fc(x)))
+        return self.dropout(self.c_proj(self.hook_post(post)))
 
 
 class GatedMLP(nn.Module):
     """act(x W_gate) * (x W_up), then down (SwiGLU with SiLU, GeGLU with tanh-GELU).
 
-    Gate and up are one stacked matrix, c_fc = [W_gate; W_up]: one GEMM instead of two."""
+    Gate and up are one stacked matrix, c_fc = [W_gate; W_up]: one GEMM step by step, or two
+    whose outputs need no further pass (mlp_kernels.py)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.n_mlp = config.n_mlp
         self.c_fc = Linear(config.n_embd, 2 * config.n_mlp, bias=config.uses_bias("mlp"))
+        self.c_fc.pack_rows = config.n_mlp  # the fast path reads the gate and up halves apart
         self.c_proj = Linear(config.n_mlp, config.n_embd, bias=config.uses_bias("mlp"))
-        self.act = _ACTIVATIONS[config.activation]
+        self.activation, self.act = config.activation, _ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
         self.hook_pre = HookPoint()  # (B, T, n_mlp), the gate before its activation
         self.hook_pre_linear = HookPoint()  # (B, T, n_mlp), the up projection
         self.hook_post = HookPoint()  # (B, T, n_mlp), act(gate) * up: the neurons c_proj reads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.c_fc(x).split(self.n_mlp, dim=-1)  # (B, T, n_mlp) each
-        post = self.hook_post(self.act(self.hook_pre(gate)) * self.hook_pre_linear(up))
-        return self.dropout(self.c_proj(post))
+        # Where nobody reads gate and up, act(gate) * up runs inside c_fc's two products
+        # (mlp_kernels.py); None means: step by step.
+        post = gated_product(self.c_fc, x, self.activation, self.hook_pre, self.hook_pre_linear)
+        if post is None:
+            gate, up = self.c_fc(x).split(self.n_mlp, dim=-1)  # (B, T, n_mlp) each
+            post = self.act(self.hook_pre(gate)) * self.hook_pre_linear(up)
+        return self.dropout(self.c_proj(self.hook_post(post)))
 
 
 def maybe_norm(config: GPTConfig, placed: bool) -> nn.Module:

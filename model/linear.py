@@ -87,6 +87,39 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
+# The activations oneDNN can apply to each tile of a product as it writes it, as (attr,
+# algorithm) of `_linear_pointwise`: the MLP's activation costs no pass of its own over a
+# (T, n_mlp) tensor. GELU (erf) and ReLU give torch's bits; SiLU and tanh-GELU round their own
+# way (within a float32 ulp or two of torch's functions).
+EPILOGUES = {"silu": ("swish", ""), "gelu_tanh": ("gelu", "tanh"), "gelu": ("gelu", "none"), "relu": ("relu", "")}
+_epilogues_ok = True  # False once a torch build refused an epilogue: those products run plainly
+
+
+def linear_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None,
+                    activation: str | None = None, times: torch.Tensor | None = None) -> torch.Tensor | None:
+    """`activation(linear(x, weight, bias))`, or `linear(x, weight, bias) * times` (`times`
+    shaped like the output), with the activation or the product applied inside oneDNN's
+    product; None where that path does not apply (training, another device or dtype, an
+    activation it lacks): the caller then computes it step by step. The product with `times`
+    gives the bits of the separate multiplication."""
+    global _epilogues_ok
+    if not (_epilogues_ok and _use_onednn(x, weight)) or (activation is not None and activation not in EPILOGUES):
+        return None
+    w = weight if packed is None else packed
+    one = x.dim() == 1  # one vector: as a row (see `linear`)
+    x2 = x[None] if one else x
+    try:
+        if times is not None:
+            out = torch.ops.mkldnn._linear_pointwise.binary(x2, times[None] if one else times, w, bias, "mul")
+        else:
+            attr, algorithm = EPILOGUES[activation] if activation is not None else ("none", "")
+            out = torch.ops.mkldnn._linear_pointwise(x2, w, bias, attr, [], algorithm)
+    except (RuntimeError, TypeError, AttributeError):
+        _epilogues_ok = False
+        return None
+    return out[0] if one else out
+
+
 PACK_ROWS_HINT = 256  # rows oneDNN lays a packed weight out for; 64-1024 rows run as fast from it
 
 
@@ -105,6 +138,7 @@ class Linear(nn.Linear):
     _packed: dict[tuple[int, int], torch.Tensor] | None = None  # (first row, end row) -> copy; no state-dict entry
     _packed_at: tuple = ()  # the weight's fingerprint when packed
     _block_rows: int | None = None
+    pack_rows: int | None = None  # the blocks of rows `pack` keeps by default (None: the whole weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, self._copy(0, self.out_features))
@@ -114,6 +148,12 @@ class Linear(nn.Linear):
         bias = None if self.bias is None else self.bias[r0:r1]
         return linear(x, self.weight[r0:r1], bias, self._copy(r0, r1))
 
+    def epilogue(self, x: torch.Tensor, r0: int, r1: int, activation: str | None = None,
+                 times: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Outputs r0..r1-1 through `linear_epilogue` (from their packed copy, if kept)."""
+        bias = None if self.bias is None else self.bias[r0:r1]
+        return linear_epilogue(x, self.weight[r0:r1], bias, self._copy(r0, r1), activation, times)
+
     def can_pack(self) -> bool:
         w = self.weight
         return (_enabled and w.device.type == "cpu" and w.dtype == torch.float32 and w.numel() > 0
@@ -121,8 +161,9 @@ class Linear(nn.Linear):
 
     def pack(self, block_rows: int | None = None) -> bool:
         """Keep copies of the weight in oneDNN's layout for inference (whole, or by blocks of
-        `block_rows` rows); False where none can be made."""
+        `block_rows` rows, by default the layer's `pack_rows`); False where none can be made."""
         self.unpack()
+        block_rows = block_rows or self.pack_rows
         if not self.can_pack():
             return False
         n = self.out_features

@@ -171,18 +171,17 @@ def test_capture_leaves_no_hooks_even_when_the_forward_fails():
     session.predict(mask, ablation="mean")
     assert count_hooks(loaded.model) == 0
 
-    mlp = loaded.model.blocks[1].mlp
-    original = mlp.act
+    projection = loaded.model.blocks[1].mlp.c_proj
 
     def broken(_x):
-        raise RuntimeError("activation failed")
+        raise RuntimeError("projection failed")
 
-    mlp.act = broken
+    projection.forward = broken  # an instance attribute: module calls find it first
     try:
         s = Session(loaded)
         s.set_prompt("The cat")
-        with pytest.raises(RuntimeError, match="activation failed"):
+        with pytest.raises(RuntimeError, match="projection failed"):
             s.run(mask)
     finally:
-        mlp.act = original
+        del projection.forward
     assert count_hooks(loaded.model) == 0
