@@ -74,7 +74,7 @@ def finish_overviews(poolers: dict, arrays: dict[str, np.ndarray], T: int, keep_
         arrays["overview_max"] = arrays["overview_mean"] = shared
 
 
-def readers(model, arrays: dict[str, np.ndarray], start: int, grams: HeadGrams, keep_full: bool,
+def readers(model, arrays: dict[str, np.ndarray], start: int, factors: HeadFactors, keep_full: bool,
             poolers: dict) -> list[tuple[str, object]]:
     """(hook point, reader) pairs that write layers start.. of a run into the trace's arrays;
     with `keep_full`, the whole patterns also feed the layers' overview `poolers`."""
@@ -86,7 +86,7 @@ def readers(model, arrays: dict[str, np.ndarray], start: int, grams: HeadGrams, 
         out += [
             (f"{b}.hook_resid_pre", partial(store_norm, norms[1 + 2 * layer])),
             (f"{b}.hook_resid_mid", partial(store_norm, norms[2 + 2 * layer])),
-            (f"{b}.attn.hook_z", partial(store_head_norms, grams.get(model, layer), arrays["head_norms"][layer])),
+            (f"{b}.attn.hook_z", partial(store_head_norms, factors.get(model, layer), arrays["head_norms"][layer])),
             (f"{b}.mlp.hook_post", partial(summarize_mlp, layer, arrays)),
         ]
         if keep_full:
@@ -169,33 +169,37 @@ def _into(m: torch.Tensor, first: torch.Tensor, values: torch.Tensor | None, ind
     return (m if values is None else values), (first.long() if indices is None else indices)
 
 
-def store_head_norms(gram: torch.Tensor, dest: np.ndarray, z: torch.Tensor) -> None:
-    """The L2 norm of each head's write to the residual: ||z_h W_h||^2 = z_h G_h z_h^T, T*nh*hs^2
-    work instead of T*nh*hs*C and no (nh, T, C) temporary. gram (nh, hs, hs), dest (nh, T)."""
+def store_head_norms(factor: torch.Tensor, dest: np.ndarray, z: torch.Tensor) -> None:
+    """The L2 norm of each head's write to the residual, ||z_h W_h|| = ||z_h F_h|| with
+    F_h F_h^T = W_h W_h^T (`HeadFactors`): T*nh*hs^2 work instead of T*nh*hs*C, no (nh, T, C)
+    temporary, and two passes (a product, a norm). factor (nh, hs, hs), dest (nh, T)."""
     # Heads first: the attention computed z as (nh, T, hs) and hook_z sees it transposed, so
     # this is that tensor again, and each head's product is one plain matrix product.
-    zh = z[0].transpose(0, 1).to(gram.dtype)  # (nh, T, hs)
-    sq = (torch.bmm(zh, gram) * zh).sum(-1)  # (nh, T)
-    torch.from_numpy(dest).copy_(sq.clamp_min_(0).sqrt_())
+    zh = z[0].transpose(0, 1).to(factor.dtype)  # (nh, T, hs)
+    reduce_into(torch.from_numpy(dest), partial(torch.linalg.vector_norm, dim=-1), torch.bmm(zh, factor))
 
 
-class HeadGrams:
-    """Per layer, (nh, hs, hs) W_h W_h^T of each head's slice of c_proj, cached while the
-    weight is unchanged (`weight_fingerprint`)."""
+class HeadFactors:
+    """Per layer, (nh, hs, hs) factors F_h of each head's slice W_h of c_proj, F_h F_h^T =
+    W_h W_h^T, cached while the weight is unchanged (`weight_fingerprint`).
+
+    From the QR decomposition W_h^T = Q_h R_h: W_h W_h^T = R_h^T R_h, so F_h = R_h^T. A norm of
+    z_h F_h is never negative and needs no square root of a rounded quadratic form."""
 
     def __init__(self):
-        self._grams: dict[int, tuple[tuple, torch.Tensor]] = {}
+        self._factors: dict[int, tuple[tuple, torch.Tensor]] = {}
 
     def get(self, model, layer: int) -> torch.Tensor:
         attn = model.blocks[layer].attn
         nh, hs = attn.n_head, attn.head_size
         w_o = attn.c_proj.weight  # (C, nh * hs): out = z_flat @ w_o.T
         key = weight_fingerprint(w_o)
-        cached = self._grams.get(layer)
+        cached = self._factors.get(layer)
         if cached is not None and cached[0] == key:
             return cached[1]
-        w_heads = w_o.T.reshape(nh, hs, w_o.shape[0]).double()  # (nh, hs, C)
-        # Built in float64 once, so the only float32 rounding is in the per-run quadratic form.
-        gram = (w_heads @ w_heads.transpose(1, 2)).to(torch.float32)  # (nh, hs, hs)
-        self._grams[layer] = (key, gram)
-        return gram
+        w_heads = w_o.detach().T.reshape(nh, hs, w_o.shape[0]).double()  # (nh, hs, C)
+        # In float64 once, so the only float32 rounding is in the per-run product and norm.
+        r = torch.linalg.qr(w_heads.transpose(1, 2).cpu(), mode="r").R  # (nh, hs, hs): W_h^T = Q_h R_h
+        factor = r.transpose(1, 2).to(device=w_o.device, dtype=torch.float32)  # (nh, hs, hs) = F_h
+        self._factors[layer] = (key, factor)
+        return factor

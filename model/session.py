@@ -28,7 +28,7 @@ import torch
 from torch.nn.modules import module as _torch_module
 
 from transformer_viewer.model.capture_readers import (
-    HeadGrams,
+    HeadFactors,
     finish_overviews,
     overview_poolers,
     readers,
@@ -84,7 +84,7 @@ class Session(Predictions):
         self.tokens: Tokenized | None = None
         self.dropped = 0
         self._ids: torch.Tensor | None = None  # (1, T)
-        self._grams = HeadGrams()  # per-head Gram matrices of c_proj, for the head norms
+        self._head_factors = HeadFactors()  # per-head factors of c_proj, for the head norms
         self._workspace = AttentionWorkspace()  # attention scores, reused across layers and runs
         self._runs: OrderedDict[int, _Run] = OrderedDict()  # run id -> what recomputation starts from
         self.recompute_cache: dict = {}  # for model.on_demand; emptied with the runs it was made from
@@ -175,7 +175,7 @@ class Session(Predictions):
         observers = attention_watch(range(start, L), is_cancelled, {} if self.keep_full else poolers)
         with (self._scratch_attention(), hooks(self.model, head_mask_hooks(mask, ablation, start)),
               observe_pattern_rows(self.model, observers),
-              reading(self.model, readers(self.model, arrays, start, self._grams, self.keep_full, poolers)
+              reading(self.model, readers(self.model, arrays, start, self._head_factors, self.keep_full, poolers)
                       + layer_watch(start, L, progress, is_cancelled)),
               caching(self.model, resid_names) as kept):
             x = self.model.embed(ids) if start == 0 else self._resid[start]

@@ -1,7 +1,7 @@
 """The speed paths of capture (bench/) compute exactly what the plain paths compute.
 
 No-grad attention works by query blocks in a reusable workspace, the unembedding by vocabulary
-blocks, head norms through Gram matrices: each is checked against the straightforward version.
+blocks, head norms through per-head factors of c_proj: each is checked against the straightforward version.
 """
 
 import numpy as np
@@ -108,6 +108,28 @@ def test_capture_arrays_match_a_direct_computation():
         with torch.no_grad():
             direct = torch.einsum("tnh,nhc->ntc", z[layer], w_heads).norm(dim=-1)  # (nh, T)
         np.testing.assert_allclose(trace.head_norms[layer], direct.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_head_factors_reproduce_each_heads_gram_and_follow_the_weight():
+    """F_h F_h^T = W_h W_h^T for every head, a head whose slice has rank below its size
+    included, and a weight changed in place gets new factors."""
+    from transformer_viewer.model.capture_readers import HeadFactors
+    m = GPT(CFG).eval()
+    w = m.blocks[0].attn.c_proj.weight
+    with torch.no_grad():
+        w[:, CFG.head_size:CFG.head_size + 3] = 0.0  # head 1: three of its dimensions write nothing
+    factors = HeadFactors()
+    f = factors.get(m, 0)
+    assert f.shape == (CFG.n_head, CFG.head_size, CFG.head_size) and f.dtype == torch.float32
+    w_heads = w.detach().T.reshape(CFG.n_head, CFG.head_size, CFG.n_embd).double()  # (nh, hs, C)
+    gram = w_heads @ w_heads.transpose(1, 2)
+    np.testing.assert_allclose((f.double() @ f.double().transpose(1, 2)).numpy(), gram.numpy(), rtol=0, atol=1e-6)
+    assert factors.get(m, 0) is f  # cached while the weight is unchanged
+    with torch.no_grad():
+        w.mul_(2.0)
+    again = factors.get(m, 0)
+    assert again is not f
+    torch.testing.assert_close(again, 2.0 * f, rtol=1e-6, atol=1e-7)
 
 
 # -- the inference GEMM (model/linear.py) ---------------------------------------------------------
