@@ -84,6 +84,18 @@ def test_a_hook_on_the_pre_activations_sees_them_and_gets_the_step_by_step_path(
     assert torch.equal(out, projected)
 
 
+def test_a_global_module_hook_sees_the_pre_activations_pass():
+    mlp = mlp_of("gated", "silu", False)
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, _i, _o: seen.append(m))
+    try:
+        with torch.inference_mode():
+            mlp(torch.randn(1, 3, 32))
+    finally:
+        handle.remove()
+    assert mlp.hook_pre in seen and mlp.hook_pre_linear in seen
+
+
 def test_a_hook_replacing_the_gate_changes_the_output():
     mlp = mlp_of("gated", "silu", False)
     x = torch.randn(1, 5, 32, generator=torch.Generator().manual_seed(3))
