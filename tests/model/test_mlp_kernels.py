@@ -171,3 +171,30 @@ def test_capture_prediction_and_on_demand_activations_agree_exactly():
     full = fresh.run(mask)
     np.testing.assert_array_equal(toggled.mlp_post, full.mlp_post)
     np.testing.assert_array_equal(toggled.token_logprobs, full.token_logprobs)
+
+
+def test_a_torch_build_that_refuses_epilogues_gets_the_step_by_step_mlp(monkeypatch):
+    """A kernel that refuses an activation or a product with the gate turns the epilogues off
+    for good; the MLP computes its output step by step, and plain products still run on oneDNN."""
+    import transformer_viewer.model.linear as linear_module
+
+    real = torch.ops.mkldnn._linear_pointwise
+
+    class Refusing:
+        def __call__(self, x, w, b, attr, scalars, algorithm):
+            if attr != "none":
+                raise RuntimeError("unsupported post-op")
+            return real(x, w, b, attr, scalars, algorithm)
+
+        def binary(self, *args):
+            raise RuntimeError("unsupported post-op")
+
+    monkeypatch.setattr(linear_module, "_epilogues_ok", True)
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", Refusing())
+    mlp = mlp_of("gated", "silu", False)
+    x = torch.randn(1, 6, 32, generator=torch.Generator().manual_seed(9))
+    with torch.inference_mode():
+        out = mlp(x)
+        assert linear_module._epilogues_ok is False and linear_module.fast_path_enabled()
+        expected = step_by_step(mlp, x)
+    assert torch.equal(out, expected)
