@@ -4,7 +4,7 @@ Without autograd on the CPU, the activation runs inside c_fc's product (oneDNN a
 each tile as it writes it), and a gated MLP's act(gate) * up is two products: the gate's with
 its activation, then the up projection's, multiplied by the gate as it is written. That saves
 the passes over (T, n_mlp) tensors the step-by-step MLP makes (the split, the activation, the
-product): about 4% of a SmolLM2-shaped forward. It applies only where nobody reads the
+product): about 3% of a SmolLM2-shaped forward. It applies only where nobody reads the
 pre-activations (`hook_pre`, `hook_pre_linear`): a hook there gets the step-by-step path and
 sees its values. The numbers are those of the step-by-step path within the activation's
 rounding (SiLU and tanh-GELU round their own way, by a float32 ulp or two; the product with
