@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _torch_module
 
 
 class HookPoint(nn.Module):
@@ -140,6 +141,20 @@ def run_with_cache(model: nn.Module, idx: torch.Tensor,
     with caching(model, names_filter) as cache:
         logits, _ = model(idx)
     return logits, cache
+
+
+def hooked(point: nn.Module) -> bool:
+    """True where a hook of its own reads or replaces this module's activation."""
+    return bool(point._forward_hooks or point._forward_pre_hooks)
+
+
+def unread(*points: nn.Module) -> bool:
+    """True where no hook reads or replaces any of these activations: none of their own, and
+    none of torch's global module hooks (registered for every module, they expect to see each
+    one called). A speed path that skips computing an activation asks this first."""
+    if _torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks:
+        return False
+    return not any(hooked(p) for p in points)
 
 
 def count_hooks(model: nn.Module) -> int:

@@ -15,18 +15,9 @@ activations recomputed on demand) runs this one, so they agree with each other e
 from __future__ import annotations
 
 import torch
-from torch.nn.modules import module as _torch_module
 
-from transformer_viewer.model.hooks import HookPoint
+from transformer_viewer.model.hooks import HookPoint, unread
 from transformer_viewer.model.linear import Linear
-
-
-def unread(*points: HookPoint) -> bool:
-    """True where no hook reads or replaces any of these activations: none of their own, and
-    none registered for every module (torch's global hooks would expect to see them called)."""
-    if _torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks:
-        return False
-    return not any(p._forward_hooks or p._forward_pre_hooks for p in points)
 
 
 def activated_product(c_fc: Linear, x: torch.Tensor, activation: str, pre: HookPoint) -> torch.Tensor | None:

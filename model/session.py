@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.nn.modules import module as _torch_module
 
 from transformer_viewer.model.capture_readers import (
     HeadFactors,
@@ -37,7 +36,7 @@ from transformer_viewer.model.capture_readers import (
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.errors import Cancelled, ModelError
 from transformer_viewer.model.gpt import AttentionWorkspace, attention_workspace, observe_pattern_rows
-from transformer_viewer.model.hooks import caching, hooks, reading
+from transformer_viewer.model.hooks import caching, hooks, reading, unread
 from transformer_viewer.model.interventions import check_intervention, first_changed_layer, head_mask_hooks
 from transformer_viewer.model.layer_watch import attention_watch, layer_watch
 from transformer_viewer.model.memory_budget import (  # noqa: F401 (DEFAULT_MEMORY_BUDGET: the app's default)
@@ -247,9 +246,9 @@ class Session(Predictions):
     def _scratch_attention(self):
         """Attention in the session's reusable workspace, unless a hook from outside the session
         could keep a pattern (then each layer gets its own tensor, as in a plain forward)."""
-        foreign = _torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks or any(
-            b.attn.hook_pattern._forward_hooks or b.attn.hook_pattern._forward_pre_hooks for b in self.model.blocks)
-        return contextlib.nullcontext() if foreign else attention_workspace(self.model, self._workspace)
+        if unread(*(b.attn.hook_pattern for b in self.model.blocks)):
+            return attention_workspace(self.model, self._workspace)
+        return contextlib.nullcontext()
 
     def _start_layer(self, mask: np.ndarray, ablation: str, have_cache: bool) -> int:
         if not have_cache or self._resid is None or self._cached_mask is None:
