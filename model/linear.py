@@ -77,14 +77,25 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     weight's `packed` copy when one is given)."""
     global _enabled
     if _use_onednn(x, weight):
-        w = weight if packed is None else packed
         try:
-            if x.dim() == 1:  # one vector (a position's logits): as a row, where oneDNN reads the weight twice as fast
-                return torch.ops.mkldnn._linear_pointwise(x[None], w, bias, "none", [], "")[0]
-            return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
+            return _onednn_product(x, weight if packed is None else packed, bias)
         except (RuntimeError, TypeError):
             _enabled = False  # a torch build whose kernel refuses these inputs: plain from now on
     return F.linear(x, weight, bias)
+
+
+def _onednn_product(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, attr: str = "none",
+                    algorithm: str = "", times: torch.Tensor | None = None) -> torch.Tensor:
+    """oneDNN's x @ w.T + bias with the epilogue `attr` (or, with `times`, multiplied by it).
+    One vector (a position's logits) goes as a row, where oneDNN reads the weight twice as fast."""
+    one = x.dim() == 1
+    if one:
+        x, times = x[None], None if times is None else times[None]
+    if times is not None:
+        out = torch.ops.mkldnn._linear_pointwise.binary(x, times, w, bias, "mul")
+    else:
+        out = torch.ops.mkldnn._linear_pointwise(x, w, bias, attr, [], algorithm)
+    return out[0] if one else out
 
 
 # The activations oneDNN can apply to each tile of a product as it writes it, as (attr,
@@ -105,19 +116,12 @@ def linear_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     global _epilogues_ok
     if not (_epilogues_ok and _use_onednn(x, weight)) or (activation is not None and activation not in EPILOGUES):
         return None
-    w = weight if packed is None else packed
-    one = x.dim() == 1  # one vector: as a row (see `linear`)
-    x2 = x[None] if one else x
+    attr, algorithm = EPILOGUES[activation] if activation is not None else ("none", "")
     try:
-        if times is not None:
-            out = torch.ops.mkldnn._linear_pointwise.binary(x2, times[None] if one else times, w, bias, "mul")
-        else:
-            attr, algorithm = EPILOGUES[activation] if activation is not None else ("none", "")
-            out = torch.ops.mkldnn._linear_pointwise(x2, w, bias, attr, [], algorithm)
+        return _onednn_product(x, weight if packed is None else packed, bias, attr, algorithm, times)
     except (RuntimeError, TypeError, AttributeError):
         _epilogues_ok = False
         return None
-    return out[0] if one else out
 
 
 PACK_ROWS_HINT = 256  # rows oneDNN lays a packed weight out for; 64-1024 rows run as fast from it
@@ -145,14 +149,16 @@ class Linear(nn.Linear):
 
     def rows(self, x: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
         """The outputs r0..r1-1 alone: `forward(x)[..., r0:r1]` without the others."""
-        bias = None if self.bias is None else self.bias[r0:r1]
-        return linear(x, self.weight[r0:r1], bias, self._copy(r0, r1))
+        return linear(x, *self._span(r0, r1))
 
     def epilogue(self, x: torch.Tensor, r0: int, r1: int, activation: str | None = None,
                  times: torch.Tensor | None = None) -> torch.Tensor | None:
         """Outputs r0..r1-1 through `linear_epilogue` (from their packed copy, if kept)."""
-        bias = None if self.bias is None else self.bias[r0:r1]
-        return linear_epilogue(x, self.weight[r0:r1], bias, self._copy(r0, r1), activation, times)
+        return linear_epilogue(x, *self._span(r0, r1), activation, times)
+
+    def _span(self, r0: int, r1: int) -> tuple:
+        """(weight, bias, packed copy or None) of output rows r0..r1-1."""
+        return self.weight[r0:r1], None if self.bias is None else self.bias[r0:r1], self._copy(r0, r1)
 
     def can_pack(self) -> bool:
         w = self.weight
