@@ -22,6 +22,8 @@ from transformer_viewer.viewer.cli.common import (
 from transformer_viewer.viewer.views.registry import exportable
 from transformer_viewer.viewer.worker.inline import InlineWorker
 
+MAX_WIDENED = 6000  # pixels an export may grow to, without --size, for its cell texts to show
+
 
 def _size(text: str) -> tuple[int, int]:
     try:
@@ -116,12 +118,33 @@ def run(args) -> int:
             widget.resize(widget.sizeHint())
         widget.show()
         app.processEvents()
+        if args.size is None:
+            widen_for_cell_texts(widget, app)
         path = export_view(widget, args.out, scale=args.scale)
     finally:
         bar.close()
         _dispose(widget, app)
     print(path, file=sys.stdout)
     return 0
+
+
+def widen_for_cell_texts(widget, app, max_width: int = MAX_WIDENED) -> None:
+    """Widen a view whose cell texts (the lens's top tokens, the scan's values) its default size
+    leaves too narrow to show, so that the figure has them; never past `max_width` pixels, and
+    not at all when the user chose --size."""
+    from transformer_viewer.viewer.views.parts import TextHeatmap
+
+    heatmaps = [widget] if isinstance(widget, TextHeatmap) else widget.findChildren(TextHeatmap)
+    for heatmap in heatmaps:
+        for _ in range(4):  # the layout gives the heatmap only a share of what the widget gains
+            if not heatmap.text_items() or heatmap.texts_visible() or heatmap.width() <= 0:
+                break
+            need = heatmap.legible_width() - heatmap.width()
+            width = widget.width() + -(-need * widget.width() // heatmap.width())
+            if need <= 0 or width > max_width:
+                break
+            widget.resize(width, widget.height())
+            app.processEvents()
 
 
 def check_arguments(args) -> None:

@@ -161,6 +161,12 @@ class TextHeatmap(HeatmapView):
     def texts_visible(self) -> bool:
         return bool(self._cell_items) and self._cell_items[0].isVisible()
 
+    def legible_width(self) -> int:
+        """The widget width at which the columns in view are MIN_TEXT_CELL_PX wide, so that
+        their texts show (what is not the plot area, axes and colour bar, keeps its width)."""
+        (x0, x1), _ = self.view.viewRange()
+        return int(self.width() - self.view.width() + (x1 - x0) * MIN_TEXT_CELL_PX) + 1
+
     def hover_text(self, row: int, col: int) -> str:
         base = super().hover_text(row, col)
         if base and self.hover_prefix and row < len(self.cell_texts) and col < len(self.cell_texts[row]):

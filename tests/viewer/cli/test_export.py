@@ -165,3 +165,42 @@ def test_the_exported_state_has_the_log_probabilities_the_window_fills_in_later(
     np.testing.assert_allclose(st.clean_trace.token_logprobs, reference().token_logprobs, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(st.trace.token_logprobs, reference(mask if masked else None).token_logprobs,
                                rtol=1e-5, atol=1e-6)
+
+
+def test_lens_export_widens_until_its_top_tokens_show(ckpt, capsys, tmp_path, qapp):
+    long_prompt = " ".join(["the cat sat on the mat"] * 7)  # 42 positions: cells too narrow at the default size
+    texts = {}
+    for name, extra in (("widened", []), ("fixed", ["--size", "1300x520"])):
+        out = tmp_path / f"{name}.svg"
+        rc = main(["export", "--checkpoint", ckpt, "--prompt", long_prompt, "--view", "logit-lens",
+                   "--out", str(out), *extra])
+        assert rc == 0, capsys.readouterr().err
+        root = ET.parse(out).getroot()
+        texts[name] = sum(1 for _ in root.iter("{http://www.w3.org/2000/svg}text"))
+    cells = 3 * 42  # embedding and two layers, by every position
+    assert texts["widened"] - texts["fixed"] >= cells  # --size is taken as given: its cells stay bare
+
+
+def test_widening_stops_at_its_limit(qapp):
+    from transformer_viewer.viewer.cli.export import widen_for_cell_texts
+    from transformer_viewer.viewer.views.parts import TextHeatmap
+
+    def heatmap_of(columns):
+        view = TextHeatmap()
+        view.set_data(np.random.default_rng(0).random((2, columns)), ["a", "b"], [f"t{i}" for i in range(columns)],
+                      levels=(0.0, 1.0))
+        view.set_cell_text([[f"w{i}" for i in range(columns)]] * 2)
+        view.resize(500, 300)
+        view.show()
+        qapp.processEvents()
+        return view
+
+    wide = heatmap_of(40)
+    assert not wide.texts_visible()
+    widen_for_cell_texts(wide, qapp)
+    assert wide.texts_visible() and wide.width() >= 40 * 40
+    capped = heatmap_of(200)  # 8,000 px of cells: past the limit, left as it is
+    widen_for_cell_texts(capped, qapp, max_width=4000)
+    assert not capped.texts_visible() and capped.width() == 500
+    for view in (wide, capped):
+        view.close()
