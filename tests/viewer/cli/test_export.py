@@ -181,18 +181,19 @@ def test_lens_export_widens_until_its_top_tokens_show(ckpt, capsys, tmp_path, qa
     assert texts["widened"] - texts["fixed"] >= cells  # --size is taken as given: its cells stay bare
 
 
-def test_widening_stops_at_its_limit(qapp):
+def test_widening_stops_at_its_limit(qtbot, qapp):
     from transformer_viewer.viewer.cli.export import widen_for_cell_texts
     from transformer_viewer.viewer.views.parts import TextHeatmap
 
     def heatmap_of(columns):
         view = TextHeatmap()
+        qtbot.addWidget(view)  # closed and deleted while the app lives
         view.set_data(np.random.default_rng(0).random((2, columns)), ["a", "b"], [f"t{i}" for i in range(columns)],
                       levels=(0.0, 1.0))
         view.set_cell_text([[f"w{i}" for i in range(columns)]] * 2)
         view.resize(500, 300)
         view.show()
-        qapp.processEvents()
+        qtbot.waitExposed(view)
         return view
 
     wide = heatmap_of(40)
@@ -202,5 +203,3 @@ def test_widening_stops_at_its_limit(qapp):
     capped = heatmap_of(200)  # 8,000 px of cells: past the limit, left as it is
     widen_for_cell_texts(capped, qapp, max_width=4000)
     assert not capped.texts_visible() and capped.width() == 500
-    for view in (wide, capped):
-        view.close()
