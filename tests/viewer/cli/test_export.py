@@ -35,8 +35,8 @@ def reference(ckpt):
     return trace
 
 
-def export(capsys, ckpt, out, *extra):
-    rc = main(["export", "--checkpoint", ckpt, "--prompt", PROMPT, "--out", str(out), *extra])
+def export(capsys, ckpt, out, *extra, prompt=PROMPT):
+    rc = main(["export", "--checkpoint", ckpt, "--prompt", prompt, "--out", str(out), *extra])
     captured = capsys.readouterr()
     return rc, captured.out, captured.err
 
@@ -172,9 +172,8 @@ def test_lens_export_widens_until_its_top_tokens_show(ckpt, capsys, tmp_path, qa
     texts = {}
     for name, extra in (("widened", []), ("fixed", ["--size", "1300x520"])):
         out = tmp_path / f"{name}.svg"
-        rc = main(["export", "--checkpoint", ckpt, "--prompt", long_prompt, "--view", "logit-lens",
-                   "--out", str(out), *extra])
-        assert rc == 0, capsys.readouterr().err
+        rc, _, err = export(capsys, ckpt, out, "--view", "logit-lens", *extra, prompt=long_prompt)
+        assert rc == 0, err
         root = ET.parse(out).getroot()
         texts[name] = sum(1 for _ in root.iter("{http://www.w3.org/2000/svg}text"))
     cells = 3 * 42  # embedding and two layers, by every position
