@@ -17,7 +17,7 @@ POSITIONALS = ("learned", "sinusoidal", "rotary", "none")
 NORMS = ("layernorm", "rmsnorm", "layernorm_plain")  # plain: no weight, no bias (OLMo)
 NORM_PLACEMENTS = ("pre", "sandwich", "post")  # sandwich: pre and post (Gemma 2/3); post only (OLMo 2)
 ROTARY_STYLES = ("neox", "gptj")  # half-split pairs (NeoX, Llama) or interleaved pairs (GPT-J)
-ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
+ROPE_SCALINGS = ("none", "linear", "llama3", "yarn", "longrope")
 QK_NORMS = ("none", "head", "all")  # per head (Qwen3, Gemma 3) or over the whole projection (OLMo 2)
 MLPS = ("plain", "gated")
 BLOCKS = ("sequential", "parallel", "parallel_shared_norm")
@@ -79,11 +79,15 @@ class GPTConfig:
     rope_factor: float = 1.0
     rope_low_freq_factor: float = 1.0  # llama3
     rope_high_freq_factor: float = 4.0  # llama3
-    rope_original_context: int = 0  # llama3 and yarn
+    rope_original_context: int = 0  # llama3, yarn and longrope
     rope_beta_fast: float = 32.0  # yarn
     rope_beta_slow: float = 1.0  # yarn
-    rope_attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it
+    rope_attention_factor: float = 1.0  # yarn and longrope: cos and sin are multiplied by it
     rope_truncate: bool = True  # yarn
+    # longrope (Phi-3): each frequency divided by its own factor, one set for prompts of up to
+    # rope_original_context tokens and one for longer prompts
+    rope_short_factor: tuple = ()
+    rope_long_factor: tuple = ()
     # MLP, block, embeddings and head
     mlp: str = "plain"
     mlp_bias: bool | None = None  # None: as `bias`
@@ -95,8 +99,9 @@ class GPTConfig:
     def __post_init__(self):
         if self.n_mlp == 0:
             object.__setattr__(self, "n_mlp", 4 * self.n_embd)
-        if isinstance(self.layer_types, list):
-            object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        for name in ("layer_types", "rope_short_factor", "rope_long_factor"):  # JSON gives lists
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         self.validate()
 
     @property
@@ -197,8 +202,9 @@ class GPTConfig:
         if self.positional == "rotary" and (self.rotary_dim < 2 or self.rotary_dim % 2):
             raise ValueError(f"rotary_pct={self.rotary_pct} of head size {self.head_size} gives {self.rotary_dim} "
                              "rotating dimensions; it must be a positive even number")
-        if self.rope_scaling in ("llama3", "yarn") and not self.rope_original_context:
+        if self.rope_scaling in ("llama3", "yarn", "longrope") and not self.rope_original_context:
             raise ValueError(f"rope_scaling {self.rope_scaling!r} needs rope_original_context")
+        self._validate_rope_factors()
         if self.rope_scaling == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
             raise ValueError("rope_high_freq_factor must be larger than rope_low_freq_factor")
         if not isinstance(self.layer_types, tuple):
@@ -212,9 +218,23 @@ class GPTConfig:
         if self.norm_placement == "post" and self.block != "sequential":
             raise ValueError("norm_placement 'post' needs block 'sequential'")
 
+    def _validate_rope_factors(self) -> None:
+        """longrope's two lists: one positive finite number per rotating pair of dimensions."""
+        pairs = self.rotary_dim // 2
+        for name in ("rope_short_factor", "rope_long_factor"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or len(value) > 4096 or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+                    for x in value):
+                raise ValueError(f"config field {name} must be a list of positive numbers, got {value!r:.80}")
+            if self.rope_scaling == "longrope" and len(value) != pairs:
+                raise ValueError(f"config field {name} has {len(value)} entries for the {pairs} rotating pairs of "
+                                 "dimensions of each head")
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d["layer_types"] = list(self.layer_types)
+        for name in ("layer_types", "rope_short_factor", "rope_long_factor"):
+            d[name] = list(getattr(self, name))
         if not d["extra"]:
             d.pop("extra")
         return d

@@ -16,11 +16,15 @@ from torch import nn
 from transformer_viewer.model.config import GPTConfig
 
 
-def inverse_frequencies(config: GPTConfig, base: float, scaling: str) -> tuple[torch.Tensor, float]:
-    """(rotary_dim / 2,) float32 inverse frequencies and the factor cos/sin are multiplied by."""
+def inverse_frequencies(config: GPTConfig, base: float, scaling: str, long: bool = False) -> tuple[torch.Tensor, float]:
+    """(rotary_dim / 2,) float32 inverse frequencies and the factor cos/sin are multiplied by;
+    `long`: for a prompt longer than longrope's original context (see `uses_long_factors`)."""
     dim = config.rotary_dim
     exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float) / dim  # (dim/2,)
     inv_freq = 1.0 / (base ** exponents)
+    if scaling == "longrope":
+        factors = torch.tensor(config.rope_long_factor if long else config.rope_short_factor, dtype=torch.float32)
+        return 1.0 / (factors * base ** exponents), config.rope_attention_factor
     if scaling == "linear":
         return inv_freq / config.rope_factor, 1.0
     if scaling == "llama3":
@@ -59,6 +63,12 @@ def _yarn(pos_freqs: torch.Tensor, dim: int, base: float, c: GPTConfig) -> torch
     return (1.0 / (c.rope_factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
 
 
+def uses_long_factors(config: GPTConfig, scaling: str, T: int) -> bool:
+    """longrope rotates a whole prompt by its long factors once it is longer than the original
+    context, every position included (as Hugging Face does), so the angles depend on T."""
+    return scaling == "longrope" and T > config.rope_original_context
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """NeoX layout: (x1, x2) -> (-x2, x1) over the two halves of the last dimension."""
     half = x.shape[-1] // 2
@@ -83,12 +93,13 @@ class Rotary(nn.Module):
         self._tables: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def table(self, T: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin, each (T, rotary_dim), float32."""
-        key = str(device)
+        """cos and sin of a T-token prompt, each (T, rotary_dim), float32."""
+        long = uses_long_factors(self.config, self.scaling, T)
+        key = f"{device}, long" if long else str(device)
         cached = self._tables.get(key)
         if cached is None or cached[0].shape[0] < T:
             with torch.inference_mode(False):  # usable by a later training step too
-                inv_freq, factor = inverse_frequencies(self.config, self.base, self.scaling)
+                inv_freq, factor = inverse_frequencies(self.config, self.base, self.scaling, long)
                 n = max(T, 256)
                 freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq  # (n, dim/2)
                 if self.config.rotary_style == "gptj":

@@ -16,6 +16,10 @@ NO_KV = {k: v for k, v in COMMON.items() if k != "num_key_value_heads"}
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
 YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32}
+# Phi-3.5 / Phi-4-mini's: per-frequency factors, the long set for prompts over 16 tokens here.
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+            "short_factor": [1.0, 1.7, 2.9], "long_factor": [4.0, 9.0, 40.0]}
+LONGROPE_ORIGINAL = 16
 
 # name: (config class, model class, config kwargs, HF path of layer l's output projection)
 FAMILIES = {
@@ -32,6 +36,9 @@ FAMILIES = {
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(COMMON, rope_parameters={"rope_type": "default", "rope_theta":
                                                                             10000.0, "partial_rotary_factor": 0.5},
                                                    sliding_window=7), "model.layers.{}.self_attn.o_proj"),
+    "phi3_longrope": ("Phi3Config", "Phi3ForCausalLM", dict(COMMON, rope_parameters=LONGROPE,
+                                                            original_max_position_embeddings=LONGROPE_ORIGINAL),
+                      "model.layers.{}.self_attn.o_proj"),
     "olmo": ("OlmoConfig", "OlmoForCausalLM", dict(COMMON, attention_bias=True), "model.layers.{}.self_attn.o_proj"),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(COMMON), "model.layers.{}.self_attn.o_proj"),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(COMMON, head_dim=12), "model.layers.{}.self_attn.o_proj"),
@@ -80,7 +87,7 @@ FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen
              "Olmo2ForCausalLM": "OLMo 2", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
              "Gemma3ForCausalLM": "Gemma 3", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J",
              "GPT2LMHeadModel": "GPT-2"}
-SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "gemma", "gemma2", "gemma3")
+SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "phi3_longrope", "gemma", "gemma2", "gemma3")
 WITH_GPT2 = sorted(FAMILIES) + ["gpt2"]
 
 

@@ -23,7 +23,7 @@ from transformer_viewer.model.formats.schema import describe_value
 # HF activation names -> ours. "gelu_new" and "gelu_pytorch_tanh" are the same tanh curve.
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                "gelu": "gelu", "relu": "relu"}
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 
 
 @dataclass(frozen=True)
@@ -107,9 +107,10 @@ class Fields:
     # -- rotary ------------------------------------------------------------------------------
     def rope(self, default_theta: float = 10000.0, layer_type: str = "full_attention",
              theta_key: str = "rope_theta", partial_key: str = "partial_rotary_factor",
-             default_partial: float = 1.0) -> dict:
+             default_partial: float = 1.0, aliases: dict | None = None) -> dict:
         """GPTConfig rotary fields from `rope_parameters` (per layer type or not) or the
-        published `rope_theta` + `rope_scaling` (+ a partial rotary factor)."""
+        published `rope_theta` + `rope_scaling` (+ a partial rotary factor); `aliases`: a
+        family's older names of a scaling type."""
         params = self.hf.get("rope_parameters")
         if params is not None:
             if not isinstance(params, dict):
@@ -127,14 +128,19 @@ class Fields:
             params.setdefault("rope_theta", self.hf.get(theta_key))
             params.setdefault("partial_rotary_factor", self.hf.get(partial_key))
         kind = params.get("rope_type", params.get("type")) or "default"
+        kind = (aliases or {}).get(kind, kind) if isinstance(kind, str) else kind
         if kind not in ROPE_TYPES:
             raise self.refuse(f"rope scaling {describe_value(kind)} (supported: {', '.join(ROPE_TYPES)})")
         out = {"positional": "rotary", "rope_base": self.num("rope_theta", default_theta, params),
                "rotary_pct": self.num("partial_rotary_factor", default_partial, params)}
         if kind == "default":
             return out
+        # A top-level original_max_position_embeddings (Phi-3 writes one) wins, as in transformers.
+        original = self.hf.get("original_max_position_embeddings") or params.get("original_max_position_embeddings")
+        if kind == "longrope":  # transformers' default for longrope: the model's own context
+            out.update(self._longrope(params, original or self.hf.get("max_position_embeddings")))
+            return out
         out.update(rope_scaling=kind, rope_factor=self.num("factor", None if kind != "yarn" else 0.0, params))
-        original = params.get("original_max_position_embeddings") or self.hf.get("original_max_position_embeddings")
         if kind == "llama3":
             out.update(rope_low_freq_factor=self.num("low_freq_factor", None, params),
                        rope_high_freq_factor=self.num("high_freq_factor", None, params),
@@ -142,6 +148,29 @@ class Fields:
         if kind == "yarn":
             out.update(self._yarn(params, original))
         return out
+
+    def _longrope(self, params: dict, original) -> dict:
+        """Phi-3's: a factor per frequency (short and long sets); cos and sin scaled by
+        sqrt(1 + ln(factor) / ln(original)), the factor being max_position_embeddings / original
+        unless given."""
+        if not isinstance(original, int) or isinstance(original, bool) or original < 2:
+            raise self.bad(f"longrope needs an integer original_max_position_embeddings of 2 or more, got "
+                           f"{describe_value(original)}")
+        lists = {}
+        for key in ("short_factor", "long_factor"):
+            value = params.get(key)
+            if not isinstance(value, list) or len(value) > 4096 or not all(
+                    isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in value):
+                raise self.bad(f"longrope's {key} must be a list of positive numbers, got {describe_value(value)}")
+            lists[key] = tuple(float(x) for x in value)
+        factor = params.get("factor")
+        factor = self.int("max_position_embeddings") / original if factor is None else self.num("factor", None, params)
+        attention = params.get("attention_factor")
+        if attention is None:
+            attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+        return {"rope_scaling": "longrope", "rope_factor": factor, "rope_original_context": original,
+                "rope_short_factor": lists["short_factor"], "rope_long_factor": lists["long_factor"],
+                "rope_attention_factor": self.num("attention_factor", attention, {"attention_factor": attention})}
 
     def _yarn(self, params: dict, original) -> dict:
         if original is None:

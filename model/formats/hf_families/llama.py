@@ -21,11 +21,11 @@ def sizes(f: Fields) -> dict:
     return out
 
 
-def llama_fields(f: Fields, eps_default: float = 1e-6) -> dict:
+def llama_fields(f: Fields, eps_default: float = 1e-6, rope_aliases: dict | None = None) -> dict:
     f.no_moe_or_alibi()
     attn_bias = f.flag("attention_bias", False)
     return {
-        **sizes(f), **f.rope(), "norm": "rmsnorm", "layer_norm_eps": f.num("rms_norm_eps", eps_default),
+        **sizes(f), **f.rope(aliases=rope_aliases), "norm": "rmsnorm", "layer_norm_eps": f.num("rms_norm_eps", eps_default),
         "mlp": "gated", "activation": f.activation("hidden_act", default="silu"), "bias": False,
         "qkv_bias": attn_bias, "proj_bias": attn_bias, "mlp_bias": f.flag("mlp_bias", False),
         "tie_embeddings": f.flag("tie_word_embeddings", False),
@@ -62,7 +62,8 @@ def qwen3_fields(f: Fields) -> dict:
 
 
 def phi3_fields(f: Fields) -> dict:
-    fields = llama_fields(f, eps_default=1e-5)
+    # transformers reads Phi-3's older scaling names "su" and "yarn" as longrope.
+    fields = llama_fields(f, eps_default=1e-5, rope_aliases={"su": "longrope", "yarn": "longrope"})
     fields.update(qkv_bias=False, proj_bias=False, mlp_bias=False, sliding_window=f.int("sliding_window", 0))
     return fields
 
