@@ -93,6 +93,7 @@ FOLDERS = {
                                   use_bidirectional_attention=True), "use_bidirectional_attention"),
     "gptj_no_rotary_dim": (_set(model_type="gptj", architectures=["GPTJForCausalLM"], n_embd=32, n_head=4, n_layer=3,
                                 rotary_dim=None), "rotary_dim null"),
+    "phi_msft": (_set(model_type="phi-msft", architectures=["PhiForCausalLM"]), "older remote-code layout of Phi"),
     "layer_types_short": (_set(model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=True,
                                layer_types=["full_attention"]), "layer_types must list"),
 }

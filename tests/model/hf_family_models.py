@@ -58,6 +58,8 @@ FAMILIES = {
                                                                                      "rope_theta": 500.0,
                                                                                      "partial_rotary_factor": 0.5}),
                         "gpt_neox.layers.{}.attention.dense"),
+    "phi": ("PhiConfig", "PhiForCausalLM", dict(COMMON, qk_layernorm=True, hidden_act="gelu_new", rope_parameters={
+        "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}), "model.layers.{}.self_attn.dense"),
     "gptj": ("GPTJConfig", "GPTJForCausalLM", dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, vocab_size=96,
                                                    n_embd=32, n_layer=3, n_head=4, rotary_dim=4, n_positions=128),
              "transformer.h.{}.attn.out_proj"),
@@ -85,7 +87,7 @@ def build(name: str, seed: int = 0, **overrides):
 FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen2ForCausalLM": "Qwen2",
              "Qwen3ForCausalLM": "Qwen3", "Phi3ForCausalLM": "Phi-3", "OlmoForCausalLM": "OLMo",
              "Olmo2ForCausalLM": "OLMo 2", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
-             "Gemma3ForCausalLM": "Gemma 3", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J",
+             "Gemma3ForCausalLM": "Gemma 3", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
              "GPT2LMHeadModel": "GPT-2"}
 SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "phi3_longrope", "gemma", "gemma2", "gemma3")
 WITH_GPT2 = sorted(FAMILIES) + ["gpt2"]

@@ -1,6 +1,7 @@
-"""GPT-NeoX (Pythia) and GPT-J: LayerNorm blocks whose attention and MLP read the same input
-(a parallel block; NeoX with two input norms, GPT-J with one), partial rotary positions (NeoX's
-half-split pairs, GPT-J's interleaved pairs) and a plain GELU MLP.
+"""GPT-NeoX (Pythia), GPT-J and Phi (Phi-1, Phi-1.5, Phi-2): LayerNorm blocks whose attention
+and MLP read the same input (a parallel block; NeoX with two input norms, GPT-J and Phi with
+one), partial rotary positions (NeoX's and Phi's half-split pairs, GPT-J's interleaved pairs), a
+plain GELU MLP and a head with a bias (GPT-J, Phi).
 
 NeoX fuses q, k and v per head ([q_h, k_h, v_h] for each head h); ours stacks all queries,
 then all keys, then all values, so the rows are regrouped.
@@ -50,6 +51,24 @@ def gptj_fields(f: Fields) -> dict:
     }
 
 
+def phi_fields(f: Fields) -> dict:
+    f.no_moe_or_alibi()
+    if f.hf.get("model_type") == "phi-msft":
+        raise f.bad("model_type 'phi-msft' is the older remote-code layout of Phi-1.5/Phi-2, whose weights are named "
+                    "otherwise; save the model again with a recent transformers (model_type 'phi')")
+    n_head = f.int("num_attention_heads")
+    return {
+        "vocab_size": f.int("vocab_size"), "n_embd": f.int("hidden_size"), "n_layer": f.int("num_hidden_layers"),
+        "n_head": n_head, "n_kv_head": f.int("num_key_value_heads", n_head), "n_mlp": f.int("intermediate_size"),
+        "block_size": f.int("max_position_embeddings", 2048), **f.rope(default_partial=0.5),
+        "norm": "layernorm", "layer_norm_eps": f.num("layer_norm_eps", 1e-5), "bias": True,
+        "qk_norm": "head" if f.flag("qk_layernorm", False) else "none",
+        "activation": f.activation("hidden_act", default="gelu_new"),
+        "block": "parallel_shared_norm", "tie_embeddings": f.flag("tie_word_embeddings", False),
+        "extra": {"head_bias": True},
+    }
+
+
 def neox_weights(t: Tensors, c: GPTConfig) -> None:
     t.drop(*_BUFFERS)
     nh, hs = c.n_head, c.head_size
@@ -88,9 +107,28 @@ def gptj_weights(t: Tensors, c: GPTConfig) -> None:
             t.put(f"{o}{ours}.bias", f"{a}{theirs}.bias")
 
 
+def phi_weights(t: Tensors, c: GPTConfig) -> None:
+    t.drop(".rotary_emb.inv_freq")
+    t.put("wte.weight", "embed_tokens.weight")
+    t.put("ln_f.weight", "final_layernorm.weight")
+    t.put("ln_f.bias", "final_layernorm.bias")
+    for i in range(c.n_layer):
+        a, o = f"layers.{i}.", f"blocks.{i}."
+        for part in ("weight", "bias"):
+            t.put(f"{o}ln_1.{part}", f"{a}input_layernorm.{part}")
+            t.put(f"{o}attn.c_attn.{part}", *(f"{a}self_attn.{p}_proj.{part}" for p in "qkv"))
+            t.put(f"{o}attn.c_proj.{part}", f"{a}self_attn.dense.{part}")
+            t.put(f"{o}mlp.c_fc.{part}", f"{a}mlp.fc1.{part}")
+            t.put(f"{o}mlp.c_proj.{part}", f"{a}mlp.fc2.{part}")
+            if c.qk_norm != "none":
+                t.put(f"{o}attn.q_norm.{part}", f"{a}self_attn.q_layernorm.{part}")
+                t.put(f"{o}attn.k_norm.{part}", f"{a}self_attn.k_layernorm.{part}")
+
+
 FAMILIES = {
     "GPTNeoXForCausalLM": Family("GPT-NeoX", neox_fields, neox_weights, "gpt_neox.",
                                      ("embed_out.weight", "lm_head.weight")),
     "GPTJForCausalLM": Family("GPT-J", gptj_fields, gptj_weights, "transformer."),
+    "PhiForCausalLM": Family("Phi", phi_fields, phi_weights),
 }
-MODEL_TYPES = {"gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM"}
+MODEL_TYPES = {"gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "phi": "PhiForCausalLM"}
