@@ -27,7 +27,8 @@ def switches(config: GPTConfig, relative_to: str | None = None) -> list[str]:
     if c.positional == "rotary":
         scaled = "" if c.rope_scaling == "none" else f", {c.rope_scaling} x{c.rope_factor:g}"
         part = "" if c.rotary_pct == 1.0 else f" on {c.rotary_pct:.0%} of each head"
-        local = f", sliding layers base {c.rope_local_base:g}" if c.rope_local_base else ""
+        local = "" if not c.rope_local_base else ", sliding layers unscaled" if c.rope_local_base == c.rope_base \
+            else f", sliding layers base {c.rope_local_base:g}"
         if (c.rotary_style, c.rotary_pct, c.rope_scaling, c.rope_local_base) != ("neox", 1.0, "none", 0.0) \
                 or base.positional != "rotary" or c.rope_base != 10000.0:
             out.append(f"rotary ({c.rotary_style}, base {c.rope_base:g}{scaled}{part}{local})")

@@ -93,6 +93,9 @@ FOLDERS = {
                                   use_bidirectional_attention=True), "use_bidirectional_attention"),
     "gptj_no_rotary_dim": (_set(model_type="gptj", architectures=["GPTJForCausalLM"], n_embd=32, n_head=4, n_layer=3,
                                 rotary_dim=None), "rotary_dim null"),
+    "olmo3_scaled_sliding": (_set(model_type="olmo3", architectures=["Olmo3ForCausalLM"], rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 1e4},
+        "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}), "rope scaling on its sliding layers"),
     "phi_msft": (_set(model_type="phi-msft", architectures=["PhiForCausalLM"]), "older remote-code layout of Phi"),
     "layer_types_short": (_set(model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=True,
                                layer_types=["full_attention"]), "layer_types must list"),

@@ -41,6 +41,9 @@ FAMILIES = {
                       "model.layers.{}.self_attn.o_proj"),
     "olmo": ("OlmoConfig", "OlmoForCausalLM", dict(COMMON, attention_bias=True), "model.layers.{}.self_attn.o_proj"),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(COMMON), "model.layers.{}.self_attn.o_proj"),
+    "olmo3": ("Olmo3Config", "Olmo3ForCausalLM", dict(COMMON, num_hidden_layers=4, sliding_window=5, rope_parameters={
+        "full_attention": dict(YARN, rope_theta=5e5), "sliding_attention": {"rope_type": "default", "rope_theta": 5e5}}),
+              "model.layers.{}.self_attn.o_proj"),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(COMMON, head_dim=12), "model.layers.{}.self_attn.o_proj"),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(COMMON, head_dim=8, sliding_window=6, query_pre_attn_scalar=
                                                          20, attn_logit_softcapping=3.0, final_logit_softcapping=4.0),
@@ -86,7 +89,7 @@ def build(name: str, seed: int = 0, **overrides):
 # The family `info` names for each architecture (independent of the loader's own table).
 FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen2ForCausalLM": "Qwen2",
              "Qwen3ForCausalLM": "Qwen3", "Phi3ForCausalLM": "Phi-3", "OlmoForCausalLM": "OLMo",
-             "Olmo2ForCausalLM": "OLMo 2", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
+             "Olmo2ForCausalLM": "OLMo 2", "Olmo3ForCausalLM": "OLMo 3", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
              "Gemma3ForCausalLM": "Gemma 3", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
              "GPT2LMHeadModel": "GPT-2"}
 SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "phi3_longrope", "gemma", "gemma2", "gemma3")
@@ -130,6 +133,8 @@ def published_form(folder: str) -> None:
         cfg["rope_local_base_freq"] = local["rope_theta"]
         cfg["sliding_window_pattern"] = cfg.pop("_sliding_window_pattern", 6)
         cfg.pop("layer_types")
+    if model_type == "olmo3":  # one rope_theta; rope_scaling for the full layers alone
+        rope = rope["full_attention"]
     if model_type == "gemma2":
         cfg.pop("layer_types")
     if model_type == "gemma":

@@ -2,7 +2,8 @@
 MLP (gate/up/down), RMSNorm (OLMo: LayerNorm without parameters), rotary positions.
 
 Covers LlamaForCausalLM (Llama 2/3.x, SmolLM/SmolLM2, TinyLlama), MistralForCausalLM,
-Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, OlmoForCausalLM and Olmo2ForCausalLM.
+Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM and
+Olmo3ForCausalLM.
 """
 
 from __future__ import annotations
@@ -82,6 +83,20 @@ def olmo2_fields(f: Fields) -> dict:
     return fields
 
 
+def olmo3_fields(f: Fields) -> dict:
+    """OLMo 2 with sliding-window layers (three in four by default) whose rotary is unscaled;
+    a scaling (YaRN in the long-context models) applies to the full layers only."""
+    fields = olmo2_fields(f)
+    fields.update(f.rope(default_theta=500_000.0))
+    n_layer = fields["n_layer"]
+    types = f.layer_types(n_layer) or tuple("sliding" if (i + 1) % 4 else "full" for i in range(n_layer))
+    local = f.rope(default_theta=500_000.0, layer_type="sliding_attention")
+    if local.get("rope_scaling", "none") != "none" or local["rotary_pct"] != fields["rotary_pct"]:
+        raise f.refuse("rope scaling on its sliding layers")
+    fields.update(sliding_window=f.int("sliding_window", 4096), layer_types=types, rope_local_base=local["rope_base"])
+    return fields
+
+
 def layers(t: Tensors, c: GPTConfig, norms: dict[str, str], fused: bool = False) -> None:
     """Per-layer tensors; `norms` maps our norm names (ln_1, ...) to the file's."""
     t.drop(".rotary_emb.inv_freq")  # older saves carry the rotary table; we compute it
@@ -143,7 +158,8 @@ FAMILIES = {
     "Phi3ForCausalLM": Family("Phi-3", phi3_fields, phi3_weights),
     "OlmoForCausalLM": Family("OLMo", olmo_fields, olmo_weights),
     "Olmo2ForCausalLM": Family("OLMo 2", olmo2_fields, olmo2_weights),
+    "Olmo3ForCausalLM": Family("OLMo 3", olmo3_fields, olmo2_weights),
 }
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
-               "olmo2": "Olmo2ForCausalLM"}
+               "olmo2": "Olmo2ForCausalLM", "olmo3": "Olmo3ForCausalLM"}
