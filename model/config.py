@@ -88,6 +88,7 @@ class GPTConfig:
     # rope_original_context tokens and one for longer prompts
     rope_short_factor: tuple = ()
     rope_long_factor: tuple = ()
+    nope_layers: tuple = ()  # layers whose queries and keys are not rotated at all (SmolLM3's NoPE layers)
     # MLP, block, embeddings and head
     mlp: str = "plain"
     mlp_bias: bool | None = None  # None: as `bias`
@@ -99,7 +100,7 @@ class GPTConfig:
     def __post_init__(self):
         if self.n_mlp == 0:
             object.__setattr__(self, "n_mlp", 4 * self.n_embd)
-        for name in ("layer_types", "rope_short_factor", "rope_long_factor"):  # JSON gives lists
+        for name in ("layer_types", "rope_short_factor", "rope_long_factor", "nope_layers"):  # JSON gives lists
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         self.validate()
@@ -215,6 +216,10 @@ class GPTConfig:
             bad = [t for t in self.layer_types if t not in LAYER_TYPES]
             if bad:
                 raise ValueError(f"layer_types entries must be one of {', '.join(LAYER_TYPES)}, got {bad[0]!r}")
+        if not isinstance(self.nope_layers, tuple) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.n_layer for i in self.nope_layers):
+            raise ValueError(f"config field nope_layers must list layer indices below {self.n_layer}, got "
+                             f"{self.nope_layers!r:.80}")
         if self.norm_placement == "post" and self.block != "sequential":
             raise ValueError("norm_placement 'post' needs block 'sequential'")
 
@@ -233,7 +238,7 @@ class GPTConfig:
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        for name in ("layer_types", "rope_short_factor", "rope_long_factor"):
+        for name in ("layer_types", "rope_short_factor", "rope_long_factor", "nope_layers"):
             d[name] = list(getattr(self, name))
         if not d["extra"]:
             d.pop("extra")

@@ -32,6 +32,8 @@ def switches(config: GPTConfig, relative_to: str | None = None) -> list[str]:
         if (c.rotary_style, c.rotary_pct, c.rope_scaling, c.rope_local_base) != ("neox", 1.0, "none", 0.0) \
                 or base.positional != "rotary" or c.rope_base != 10000.0:
             out.append(f"rotary ({c.rotary_style}, base {c.rope_base:g}{scaled}{part}{local})")
+        if c.nope_layers:
+            out.append(f"no positions on {len(c.nope_layers)} of {c.n_layer} layers (NoPE)")
     elif c.positional != base.positional:
         out.append(f"{c.positional} positions")
     if c.norm != base.norm or c.norm_offset:

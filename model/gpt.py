@@ -80,8 +80,9 @@ def qk_norm(config: GPTConfig, heads: int) -> nn.Module:
 
 
 def rotary_for(config: GPTConfig, layer: int) -> nn.Module:
-    """This layer's rotary embedding; sliding layers may have their own unscaled base (Gemma 3)."""
-    if config.positional != "rotary":
+    """This layer's rotary embedding; sliding layers may have their own unscaled base (Gemma 3),
+    and some layers none at all (SmolLM3's NoPE layers)."""
+    if config.positional != "rotary" or layer in config.nope_layers:
         return nn.Identity()
     if config.rope_local_base and config.layer_is_sliding(layer):
         return Rotary(config, config.rope_local_base, "none")

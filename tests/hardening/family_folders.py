@@ -96,6 +96,10 @@ FOLDERS = {
     "olmo3_scaled_sliding": (_set(model_type="olmo3", architectures=["Olmo3ForCausalLM"], rope_parameters={
         "full_attention": {"rope_type": "default", "rope_theta": 1e4},
         "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}), "rope scaling on its sliding layers"),
+    "smollm3_nope_string": (_set(model_type="smollm3", architectures=["SmolLM3ForCausalLM"], no_rope_layers="1,1,0"),
+                            "no_rope_layers must list 1 (rotary) or 0 (none) for each of the 3 layers"),
+    "smollm3_nope_short": (_set(model_type="smollm3", architectures=["SmolLM3ForCausalLM"], no_rope_layers=[1, 0]),
+                           "no_rope_layers must list 1 (rotary) or 0 (none)"),
     "phi_msft": (_set(model_type="phi-msft", architectures=["PhiForCausalLM"]), "older remote-code layout of Phi"),
     "layer_types_short": (_set(model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=True,
                                layer_types=["full_attention"]), "layer_types must list"),

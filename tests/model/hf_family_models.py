@@ -39,6 +39,9 @@ FAMILIES = {
     "phi3_longrope": ("Phi3Config", "Phi3ForCausalLM", dict(COMMON, rope_parameters=LONGROPE,
                                                             original_max_position_embeddings=LONGROPE_ORIGINAL),
                       "model.layers.{}.self_attn.o_proj"),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(COMMON, num_hidden_layers=4, no_rope_layer_interval=2,
+                                                           use_sliding_window=True, sliding_window=5),
+                "model.layers.{}.self_attn.o_proj"),
     "olmo": ("OlmoConfig", "OlmoForCausalLM", dict(COMMON, attention_bias=True), "model.layers.{}.self_attn.o_proj"),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(COMMON), "model.layers.{}.self_attn.o_proj"),
     "olmo3": ("Olmo3Config", "Olmo3ForCausalLM", dict(COMMON, num_hidden_layers=4, sliding_window=5, rope_parameters={
@@ -89,7 +92,7 @@ def build(name: str, seed: int = 0, **overrides):
 # The family `info` names for each architecture (independent of the loader's own table).
 FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen2ForCausalLM": "Qwen2",
              "Qwen3ForCausalLM": "Qwen3", "Phi3ForCausalLM": "Phi-3", "OlmoForCausalLM": "OLMo",
-             "Olmo2ForCausalLM": "OLMo 2", "Olmo3ForCausalLM": "OLMo 3", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
+             "Olmo2ForCausalLM": "OLMo 2", "Olmo3ForCausalLM": "OLMo 3", "SmolLM3ForCausalLM": "SmolLM3", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
              "Gemma3ForCausalLM": "Gemma 3", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
              "GPT2LMHeadModel": "GPT-2"}
 SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "phi3_longrope", "gemma", "gemma2", "gemma3")

@@ -26,6 +26,9 @@ VARIANTS = {
     "olmo2_post": dict(positional="rotary", norm="rmsnorm", norm_placement="post", qk_norm="all", bias=False),
     "qwen3_headnorm": dict(positional="rotary", norm="rmsnorm", qk_norm="head", head_dim=16, n_kv_head=2,
                            rope_scaling="llama3", rope_factor=8.0, rope_original_context=64),
+    "nope_longrope": dict(positional="rotary", nope_layers=(1,), rotary_pct=0.5, rope_scaling="longrope",
+                          rope_original_context=QUERY_BLOCK, rope_short_factor=(1.0, 3.0), rope_long_factor=(2.0, 9.0),
+                          rope_attention_factor=1.2),
 }
 
 
@@ -103,13 +106,26 @@ def test_rotary_rotates_pairs_by_position_and_keeps_norms():
         torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1))
 
 
+def test_nope_layers_leave_queries_and_keys_unrotated():
+    model = _model("nope_longrope")
+    got = {}
+    named = [(f"blocks.{i}.attn.{h}", lambda _m, _i, out, key=(i, h): got.__setitem__(key, out.detach().clone()))
+             for i in range(2) for h in ("hook_q", "hook_rot_q", "hook_k", "hook_rot_k")]
+    with torch.no_grad(), hooks(model, named):
+        model(torch.randint(0, 300, (1, 9)))
+    for h in ("q", "k"):
+        assert not torch.equal(got[0, f"hook_{h}"], got[0, f"hook_rot_{h}"])  # layer 0 rotates
+        assert torch.equal(got[1, f"hook_{h}"], got[1, f"hook_rot_{h}"])  # layer 1 is a NoPE layer
+
+
 def test_defaults_are_gpt2_and_old_configs_load():
     c = GPTConfig.from_dict({"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 4, "vocab_size": 10})
     assert (c.norm, c.positional, c.mlp, c.block, c.kv_heads, c.head_size) == ("layernorm", "learned", "plain",
                                                                                "sequential", 2, 4)
     assert GPTConfig.from_dict(c.to_dict()) == c
-    v = GPTConfig(**BASE, **VARIANTS["window_softcap"])
-    assert GPTConfig.from_dict(v.to_dict()) == v
+    for name in ("window_softcap", "nope_longrope"):
+        v = GPTConfig(**BASE, **VARIANTS[name])
+        assert GPTConfig.from_dict(v.to_dict()) == v
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -129,6 +145,8 @@ def test_defaults_are_gpt2_and_old_configs_load():
     ({"layer_types": ("full", "local")}, "layer_types entries"),
     ({"block_size": 1 << 17}, "block_size"),
     ({"norm_placement": "post", "block": "parallel"}, "norm_placement"),
+    ({"positional": "rotary", "nope_layers": (2,)}, "nope_layers must list layer indices below 2"),
+    ({"positional": "rotary", "nope_layers": ("0",)}, "nope_layers must list layer indices"),
 ])
 def test_bad_values_are_one_line_value_errors(changes, message):
     with pytest.raises(ValueError, match=message):

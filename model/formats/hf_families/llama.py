@@ -2,14 +2,15 @@
 MLP (gate/up/down), RMSNorm (OLMo: LayerNorm without parameters), rotary positions.
 
 Covers LlamaForCausalLM (Llama 2/3.x, SmolLM/SmolLM2, TinyLlama), MistralForCausalLM,
-Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM and
-Olmo3ForCausalLM.
+Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, OlmoForCausalLM, Olmo2ForCausalLM,
+Olmo3ForCausalLM and SmolLM3ForCausalLM.
 """
 
 from __future__ import annotations
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.formats.hf_families.common import Family, Fields, Tensors
+from transformer_viewer.model.formats.schema import describe_value
 
 
 def sizes(f: Fields) -> dict:
@@ -97,6 +98,34 @@ def olmo3_fields(f: Fields) -> dict:
     return fields
 
 
+def smollm3_fields(f: Fields) -> dict:
+    """Llama with NoPE layers: `no_rope_layers` says per layer whether it rotates (1) or not
+    (0), by default every fourth layer not; sliding windows on the layers `layer_types` names
+    (by default the NoPE layers, with use_sliding_window)."""
+    fields = llama_fields(f)
+    n_layer = fields["n_layer"]
+    fields.update(f.rope(default_theta=2_000_000.0), tie_embeddings=f.flag("tie_word_embeddings", True),
+                  block_size=f.int("max_position_embeddings", 32768))
+    flags = f.hf.get("no_rope_layers")
+    if flags is None:
+        interval = f.int("no_rope_layer_interval", 4)
+        if interval < 1:
+            raise f.bad(f"no_rope_layer_interval must be at least 1, got {interval}")
+        flags = [int((i + 1) % interval != 0) for i in range(n_layer)]
+    if not isinstance(flags, list) or len(flags) < n_layer or any(x not in (0, 1) or isinstance(x, float)
+                                                                  for x in flags[:n_layer]):
+        raise f.bad(f"no_rope_layers must list 1 (rotary) or 0 (none) for each of the {n_layer} layers, got "
+                    f"{describe_value(flags)}")
+    nope = tuple(i for i in range(n_layer) if not flags[i])
+    types = f.layer_types(n_layer)
+    if types is None:
+        slides = f.flag("use_sliding_window", False) and f.hf.get("sliding_window") is not None
+        types = tuple("sliding" if slides and i in nope else "full" for i in range(n_layer))
+    if "sliding" in types:
+        fields.update(sliding_window=f.int("sliding_window"), layer_types=types)
+    return {**fields, "nope_layers": nope}
+
+
 def layers(t: Tensors, c: GPTConfig, norms: dict[str, str], fused: bool = False) -> None:
     """Per-layer tensors; `norms` maps our norm names (ln_1, ...) to the file's."""
     t.drop(".rotary_emb.inv_freq")  # older saves carry the rotary table; we compute it
@@ -159,7 +188,9 @@ FAMILIES = {
     "OlmoForCausalLM": Family("OLMo", olmo_fields, olmo_weights),
     "Olmo2ForCausalLM": Family("OLMo 2", olmo2_fields, olmo2_weights),
     "Olmo3ForCausalLM": Family("OLMo 3", olmo3_fields, olmo2_weights),
+    "SmolLM3ForCausalLM": Family("SmolLM3", smollm3_fields, llama_weights),
 }
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
-               "olmo2": "Olmo2ForCausalLM", "olmo3": "Olmo3ForCausalLM"}
+               "olmo2": "Olmo2ForCausalLM", "olmo3": "Olmo3ForCausalLM",
+               "smollm3": "SmolLM3ForCausalLM"}
