@@ -62,6 +62,8 @@ def _bad_k_shape(s):
 
 FOLDERS = {
     "mixtral": (_set(model_type="mixtral", architectures=["MixtralForCausalLM"]), "mixture-of-experts"),
+    "qwen3_next": (_set(model_type="qwen3_next", architectures=["Qwen3NextForCausalLM"]), "linear-attention"),
+    "gemma4": (_set(model_type="gemma4_text", architectures=["Gemma4ForCausalLM"]), "Gemma 4's per-layer inputs"),
     "bert": (_set(model_type="bert", architectures=["BertForMaskedLM"]), "supported: GPT2, Llama, Mistral"),
     "moe_field": (_set(num_local_experts=8), "mixture-of-experts layers (num_local_experts=8"),
     "alibi": (_set(alibi=True), "ALiBi"),

@@ -20,9 +20,16 @@ FAMILIES: dict[str, Family] = {**llama.FAMILIES, **gemma.FAMILIES, **neox.FAMILI
 MODEL_TYPES: dict[str, str] = {**llama.MODEL_TYPES, **gemma.MODEL_TYPES, **neox.MODEL_TYPES}
 SUPPORTED = ", ".join(["GPT2", *(arch.removesuffix("ForCausalLM") for arch in FAMILIES)]) + " (...ForCausalLM)"
 # Architectures people try that we know we cannot compute, and why.
+MOE, HYBRID = "mixture-of-experts layers", "state-space (Mamba) layers beside or instead of attention"
 KNOWN_REFUSALS = {
-    "mixtral": "mixture-of-experts layers", "qwen2_moe": "mixture-of-experts layers",
-    "qwen3_moe": "mixture-of-experts layers", "olmoe": "mixture-of-experts layers",
+    "mixtral": MOE, "qwen2_moe": MOE, "qwen3_moe": MOE, "olmoe": MOE, "phimoe": MOE, "llama4": MOE, "llama4_text": MOE,
+    "gpt_oss": MOE, "deepseek_v3": MOE,
+    "qwen3_next": "linear-attention (Gated DeltaNet) layers", "qwen3_5": "linear-attention (Gated DeltaNet) layers",
+    "qwen3_5_text": "linear-attention (Gated DeltaNet) layers",
+    "mamba": HYBRID, "mamba2": HYBRID, "jamba": HYBRID, "falcon_h1": HYBRID,
+    "gemma3n": "Gemma 3n's per-layer embeddings and AltUp", "gemma3n_text": "Gemma 3n's per-layer embeddings and AltUp",
+    "gemma4": "Gemma 4's per-layer inputs and shared keys and values",
+    "gemma4_text": "Gemma 4's per-layer inputs and shared keys and values",
     "bloom": "ALiBi attention biases", "mpt": "ALiBi attention biases", "gemma3": "image inputs (multimodal)",
 }
 
