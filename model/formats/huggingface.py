@@ -12,6 +12,7 @@ computation.
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -58,7 +59,7 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
     if weights is None:
         raise CheckpointError(f"{folder}: has config.json but no weights (neither model.safetensors nor "
                               "pytorch_model.bin); copy or download the weights into the folder")
-    raw = load_weights(weights) if raw is None else raw
+    raw = load_weights(weights, skip=found[1].skip if found else ()) if raw is None else raw
     if found is None:
         state, names = gpt2_layout.to_ours(raw, conv1d=True)
         if not config.tie_embeddings and "lm_head.weight" not in state:
@@ -125,34 +126,33 @@ def config_from_hf(hf: dict, folder: str) -> GPTConfig:
         raise CheckpointError(f"{folder}: bad config.json: {e}") from None
 
 
-def load_weights(path: str) -> dict[str, torch.Tensor]:
+def load_weights(path: str, skip: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """The file's tensors by name, less those whose names start with a `skip` prefix (parts of
+    the checkpoint the decoder does not run, such as a vision tower), never read from a
+    safetensors file."""
     if path.endswith(".index.json"):
-        return _load_sharded(path)
+        return shard_index.load_shards(path, partial(load_safetensors, skip=skip), partial(_load_pickled, skip=skip))
     if path.endswith(".safetensors"):
-        return load_safetensors(path)
-    return _load_pickled(path)
+        return load_safetensors(path, skip)
+    return _load_pickled(path, skip)
 
 
-def _load_pickled(path: str) -> dict[str, torch.Tensor]:
+def _load_pickled(path: str, skip: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
     obj = pickle_safe.load(path)
     if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
         obj = obj["state_dict"]
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state dict of tensors")
     schema.check_state_names(path, obj)
-    return obj
+    return {k: v for k, v in obj.items() if not k.startswith(skip)} if skip else obj
 
 
-def load_safetensors(path: str) -> dict[str, torch.Tensor]:
+def load_safetensors(path: str, skip: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
     try:
         with safe_open(path, framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}
+            return {k: f.get_tensor(k) for k in f.keys() if not k.startswith(skip)}
     except PermissionError:
         raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         line = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({line}); re-save or re-download it") from None
-
-
-def _load_sharded(index_path: str) -> dict[str, torch.Tensor]:
-    return shard_index.load_shards(index_path, load_safetensors, _load_pickled)

@@ -102,6 +102,8 @@ FOLDERS = {
                             "no_rope_layers must list 1 (rotary) or 0 (none) for each of the 3 layers"),
     "smollm3_nope_short": (_set(model_type="smollm3", architectures=["SmolLM3ForCausalLM"], no_rope_layers=[1, 0]),
                            "no_rope_layers must list 1 (rotary) or 0 (none)"),
+    "gemma3_multimodal_text_list": (_set(model_type="gemma3", architectures=["Gemma3ForConditionalGeneration"],
+                                         text_config=[1]), "text_config must be an object"),
     "phi_msft": (_set(model_type="phi-msft", architectures=["PhiForCausalLM"]), "older remote-code layout of Phi"),
     "layer_types_short": (_set(model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=True,
                                layer_types=["full_attention"]), "layer_types must list"),

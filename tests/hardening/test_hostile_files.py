@@ -121,7 +121,8 @@ def test_each_shard_file_is_read_once(hostile, monkeypatch):
         json.dump(data, f)
     reads = []
     real = huggingface.load_safetensors
-    monkeypatch.setattr(huggingface, "load_safetensors", lambda p: reads.append(os.path.basename(p)) or real(p))
+    monkeypatch.setattr(huggingface, "load_safetensors",
+                        lambda p, **kw: reads.append(os.path.basename(p)) or real(p, **kw))
     loaded = load_checkpoint(folder)
     assert loaded.config.n_layer == 2
     assert len(reads) == 2 and len(set(reads)) == 2, reads  # five names, two files, two reads

@@ -58,6 +58,12 @@ FAMILIES = {
                                                                  "sliding_attention": {"rope_type": "default",
                                                                                        "rope_theta": 1e4}}),
                "model.layers.{}.self_attn.o_proj"),
+    "gemma3_multimodal": ("Gemma3Config", "Gemma3ForConditionalGeneration", dict(
+        text_config=dict(COMMON, head_dim=8, sliding_window=5, num_hidden_layers=4, sliding_window_pattern=2,
+                         rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                           patch_size=14), mm_tokens_per_image=4), "model.language_model.layers.{}.self_attn.o_proj"),
     "pythia": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(NO_KV, hidden_act="gelu"), "gpt_neox.layers.{}.attention.dense"),
     "neox_sequential": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(NO_KV, use_parallel_residual=False,
                                                                     rope_parameters={"rope_type": "default",
@@ -79,6 +85,9 @@ def build(name: str, seed: int = 0, **overrides):
 
     config_cls, model_cls, kwargs, _ = FAMILIES[name]
     torch.manual_seed(seed)
+    if "text_config" in kwargs:  # a multimodal model: the overrides are its text decoder's
+        kwargs = dict(kwargs, text_config={**kwargs["text_config"], **overrides})
+        overrides = {}
     config = getattr(transformers, config_cls)(**{**kwargs, **overrides})
     config._attn_implementation = "eager"
     model = getattr(transformers, model_cls)(config).eval()
@@ -89,13 +98,25 @@ def build(name: str, seed: int = 0, **overrides):
     return model
 
 
+def vocab(hf) -> int:
+    """The vocabulary of a family's HF model (a multimodal one's is its text decoder's)."""
+    return hf.config.get_text_config().vocab_size
+
+
+def text_params(hf) -> int:
+    """Parameters of what our decoder runs: all of them, less a multimodal model's vision part."""
+    return sum(p.numel() for n, p in hf.named_parameters() if ".vision_tower." not in f".{n}"
+               and ".multi_modal_projector." not in f".{n}")
+
+
 # The family `info` names for each architecture (independent of the loader's own table).
 FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen2ForCausalLM": "Qwen2",
              "Qwen3ForCausalLM": "Qwen3", "Phi3ForCausalLM": "Phi-3", "OlmoForCausalLM": "OLMo",
              "Olmo2ForCausalLM": "OLMo 2", "Olmo3ForCausalLM": "OLMo 3", "SmolLM3ForCausalLM": "SmolLM3", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
-             "Gemma3ForCausalLM": "Gemma 3", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
+             "Gemma3ForCausalLM": "Gemma 3", "Gemma3ForConditionalGeneration": "Gemma 3 (text of a multimodal model)", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
              "GPT2LMHeadModel": "GPT-2"}
-SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "phi3_longrope", "gemma", "gemma2", "gemma3")
+SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "phi3_longrope", "gemma", "gemma2", "gemma3",
+                       "gemma3_multimodal")
 WITH_GPT2 = sorted(FAMILIES) + ["gpt2"]
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.helpers.hf_hub import cache_entry
-from tests.model.hf_family_models import FAMILY_OF, WITH_GPT2, save_with_tokenizer
+from tests.model.hf_family_models import FAMILY_OF, WITH_GPT2, save_with_tokenizer, vocab
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.viewer.cli.main import main
 
@@ -32,7 +32,7 @@ def published(tmp_path_factory):
 
 
 def _logits_match(loaded, hf) -> None:
-    ids = torch.randint(3, hf.config.vocab_size, (1, 10), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(3, vocab(hf), (1, 10), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert (loaded.model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
 

@@ -12,7 +12,7 @@ import torch
 from tests.model.hf_family_models import build, save
 from tests.model.test_parity_families import load
 from transformer_viewer.model.checkpoint import build_model
-from transformer_viewer.model.formats import detect, huggingface
+from transformer_viewer.model.formats import detect, hf_families, huggingface
 
 T = 12
 
@@ -88,3 +88,78 @@ def test_saved_rotary_tables_are_ignored(tmp_path):
     ids = _ids(hf)
     with torch.no_grad():
         assert (load(tmp_path).model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
+
+
+def _gemma3_published(folder) -> None:
+    """Rewrite a saved multimodal Gemma 3's text_config as Google's files have it: rope_theta,
+    rope_scaling and rope_local_base_freq instead of rope_parameters, no layer_types, and no
+    value that equals Gemma3TextConfig's default."""
+    import json
+
+    import transformers
+
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    text = cfg["text_config"]
+    rope = text.pop("rope_parameters")
+    full = dict(rope["full_attention"])
+    text.update(rope_theta=full.pop("rope_theta"), rope_local_base_freq=rope["sliding_attention"]["rope_theta"],
+                rope_scaling=None if full["rope_type"] == "default" else full,
+                sliding_window_pattern=text.pop("_sliding_window_pattern"))
+    text.pop("layer_types")
+    defaults = transformers.Gemma3TextConfig().to_dict()
+    defaults.update(rope_theta=1e6, rope_local_base_freq=1e4, sliding_window_pattern=6)
+    cfg["text_config"] = {k: v for k, v in text.items() if k == "model_type" or defaults.get(k, object()) != v}
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+
+
+def _rename_keys(weights: str, old: str, new: str) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(weights)
+    save_file({(new + k[len(old):] if k.startswith(old) else k): v for k, v in state.items()}, weights,
+              metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("layout", ["published", "model.language_model"])
+def test_a_multimodal_gemma3_opens_as_its_text_decoder(tmp_path, layout):
+    """Gemma 3 4B and up are saved as Gemma3ForConditionalGeneration: the text decoder opens and
+    gives the multimodal model's logits for a text prompt; the vision tower is never read."""
+    hf = build("gemma3_multimodal")
+    save(hf, str(tmp_path))
+    weights = str(tmp_path / "model.safetensors")
+    if layout == "published":
+        _gemma3_published(str(tmp_path))
+    else:  # the names transformers keeps in memory, as a checkpoint saved without its conversion has them
+        _rename_keys(weights, "language_model.model.", "model.language_model.")
+        _rename_keys(weights, "vision_tower.", "model.vision_tower.")
+        _rename_keys(weights, "multi_modal_projector.", "model.multi_modal_projector.")
+    family = hf_families.FAMILIES["Gemma3ForConditionalGeneration"]
+    kept = huggingface.load_weights(weights, skip=family.skip)
+    assert kept and not any("vision_tower" in k or "multi_modal_projector" in k for k in kept)
+    loaded = load(tmp_path)
+    assert loaded.training["family"] == "Gemma 3 (text of a multimodal model)"
+    assert loaded.config.rope_scaling == "linear" and loaded.config.rope_local_base == 1e4
+    assert loaded.config.layer_types == ("sliding", "full", "sliding", "full")
+    ids = torch.randint(3, hf.config.get_text_config().vocab_size, (1, T), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert (loaded.model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
+
+
+def test_gemma3_text_config_defaults_are_transformers_own():
+    """A text_config that leaves everything to the defaults reads as Gemma3TextConfig() does."""
+    import transformers
+
+    ref = transformers.Gemma3TextConfig()
+    c = hf_families.config_for({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}}, "folder",
+                               "Gemma3ForConditionalGeneration", hf_families.FAMILIES["Gemma3ForConditionalGeneration"])
+    assert (c.vocab_size, c.n_embd, c.n_mlp, c.n_layer, c.n_head, c.kv_heads, c.head_size, c.block_size) == (
+        ref.vocab_size, ref.hidden_size, ref.intermediate_size, ref.num_hidden_layers, ref.num_attention_heads,
+        ref.num_key_value_heads, ref.head_dim, ref.max_position_embeddings)
+    assert c.layer_types == tuple("sliding" if t == "sliding_attention" else "full" for t in ref.layer_types)
+    assert (c.sliding_window, c.rope_base, c.rope_local_base, c.layer_norm_eps) == (
+        ref.sliding_window, ref.rope_parameters["full_attention"]["rope_theta"],
+        ref.rope_parameters["sliding_attention"]["rope_theta"], ref.rms_norm_eps)
+    assert c.attn_scale == ref.query_pre_attn_scalar ** -0.5 and c.tie_embeddings == ref.tie_word_embeddings

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.hf_family_models import FAMILIES, build, save
+from tests.model.hf_family_models import FAMILIES, build, save, vocab
 from tests.model.test_parity_families import load, session
 from tests.model.tolerances import assert_float32_close, model_reduction
 from transformer_viewer.model.generate import generate
@@ -23,7 +23,7 @@ T = 16
 def pair(request, tmp_path_factory):
     hf = build(request.param, seed=3)
     loaded = load(save(hf, str(tmp_path_factory.mktemp(request.param))))
-    ids = torch.randint(3, hf.config.vocab_size, (1, T), generator=torch.Generator().manual_seed(4))
+    ids = torch.randint(3, vocab(hf), (1, T), generator=torch.Generator().manual_seed(4))
     return request.param, hf, loaded, ids
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.hf_family_models import FAMILIES, build, published_form, save
+from tests.model.hf_family_models import FAMILIES, build, published_form, save, text_params, vocab
 from tests.model.tolerances import assert_float32_close, float32_atol, model_reduction
 from transformer_viewer.model.checkpoint import LoadedModel, build_model
 from transformer_viewer.model.formats import huggingface
@@ -40,7 +40,7 @@ def session(loaded: LoadedModel, ids: torch.Tensor) -> Session:
 def pair(request, tmp_path_factory):
     hf = build(request.param)
     folder = save(hf, str(tmp_path_factory.mktemp(request.param)))
-    ids = torch.randint(3, hf.config.vocab_size, (1, T), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(3, vocab(hf), (1, T), generator=torch.Generator().manual_seed(1))
     return request.param, hf, load(folder), ids, folder
 
 
@@ -51,7 +51,7 @@ def test_logits_patterns_and_residual_stream(pair):
         out = hf(ids, output_attentions=True, output_hidden_states=True)
         ours = loaded.model(ids)[0]
     K, L = model_reduction(c), c.n_layer
-    assert loaded.n_params == sum(p.numel() for p in hf.parameters())
+    assert loaded.n_params == text_params(hf)
     assert (ours - out.logits).abs().max().item() <= 1e-4
     assert_float32_close(ours, out.logits, reduction=K, depth=L + 1, what=f"{name} logits")
     s = session(loaded, ids)
@@ -129,7 +129,7 @@ def test_published_config_form_loads_the_same_model(name, tmp_path):
     published_form(folder)
     loaded = load(folder)
     assert loaded.config == native
-    ids = torch.randint(3, hf.config.vocab_size, (1, T), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(3, vocab(hf), (1, T), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert (loaded.model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
 
@@ -139,5 +139,5 @@ def test_family_and_switches_are_recorded(pair):
     family = loaded.training["family"]
     expected = {"llama": "Llama", "smollm_tied": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3",
                 "phi3": "Phi-3", "phi3_longrope": "Phi-3", "olmo": "OLMo", "olmo2": "OLMo 2", "olmo3": "OLMo 3", "smollm3": "SmolLM3", "gemma": "Gemma", "gemma2": "Gemma 2",
-                "gemma3": "Gemma 3", "phi": "Phi", "pythia": "GPT-NeoX", "neox_sequential": "GPT-NeoX", "gptj": "GPT-J"}
+                "gemma3": "Gemma 3", "gemma3_multimodal": "Gemma 3 (text of a multimodal model)", "phi": "Phi", "pythia": "GPT-NeoX", "neox_sequential": "GPT-NeoX", "gptj": "GPT-J"}
     assert family == expected[name]

@@ -30,7 +30,7 @@ KNOWN_REFUSALS = {
     "gemma3n": "Gemma 3n's per-layer embeddings and AltUp", "gemma3n_text": "Gemma 3n's per-layer embeddings and AltUp",
     "gemma4": "Gemma 4's per-layer inputs and shared keys and values",
     "gemma4_text": "Gemma 4's per-layer inputs and shared keys and values",
-    "bloom": "ALiBi attention biases", "mpt": "ALiBi attention biases", "gemma3": "image inputs (multimodal)",
+    "bloom": "ALiBi attention biases", "mpt": "ALiBi attention biases",
 }
 
 
@@ -62,7 +62,7 @@ def config_for(hf: dict, folder: str, arch: str, family: Family) -> GPTConfig:
 
 def state_for(raw: dict, config: GPTConfig, folder: str, family: Family) -> tuple[dict[str, torch.Tensor], dict]:
     """Our state dict from the file's (emptied as it goes), and ours -> the file's names."""
-    prefix = family.prefix if any(k.startswith(family.prefix) for k in raw) else ""
+    prefix = next((p for p in family.prefixes if any(k.startswith(p) for k in raw)), "")
     t = Tensors(raw, prefix)
     family.weights(t, config)
     t.prefix = ""

@@ -33,8 +33,9 @@ class Family:
     name: str
     config: Callable[[Fields], dict]  # GPTConfig fields
     weights: Callable[[Tensors, GPTConfig], None]  # fills Tensors.out
-    prefix: str = "model."  # of the body's tensors in a *ForCausalLM file
+    prefixes: tuple[str, ...] = ("model.",)  # of the body's tensors in a *ForCausalLM file; the first found is used
     heads: tuple[str, ...] = ("lm_head.weight",)  # the untied head's possible names
+    skip: tuple[str, ...] = ()  # prefixes of tensors the decoder does not run (a vision tower): never read
 
 
 class Fields:

@@ -1,8 +1,9 @@
-"""Gemma, Gemma 2 and Gemma 3 (text-only): the Llama layout with RMSNorm weights applied as
-(1 + w), the embedding scaled by sqrt(n_embd), GeGLU (tanh GELU) MLPs and tied heads. Gemma 2
-adds norms after each sublayer, a softmax scale from `query_pre_attn_scalar`, attention and
-final-logit soft-capping and alternating sliding-window layers; Gemma 3 adds per-head QK-norm
-and a separate rotary base for its sliding layers.
+"""Gemma, Gemma 2 and Gemma 3: the Llama layout with RMSNorm weights applied as (1 + w), the
+embedding scaled by sqrt(n_embd), GeGLU (tanh GELU) MLPs and tied heads. Gemma 2 adds norms
+after each sublayer, a softmax scale from `query_pre_attn_scalar`, attention and final-logit
+soft-capping and alternating sliding-window layers; Gemma 3 adds per-head QK-norm and a
+separate rotary base for its sliding layers. Gemma 3's multimodal checkpoints (4B and up) open
+as their text decoder.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.formats.hf_families.common import Family, Fields, Tensors
 from transformer_viewer.model.formats.hf_families.llama import embeddings, layers, sizes
+from transformer_viewer.model.formats.schema import describe_value
 
 
 def gemma_fields(f: Fields) -> dict:
@@ -49,7 +51,14 @@ def gemma2_fields(f: Fields, pattern_default: int = 2) -> dict:
     return fields
 
 
+# Gemma3TextConfig's defaults for what the Llama-layout readers need: the text_config of the
+# published multimodal checkpoints leaves out every value equal to them.
+GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                        "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 131_072}
+
+
 def gemma3_fields(f: Fields) -> dict:
+    f = Fields({**GEMMA3_TEXT_DEFAULTS, **f.hf}, f.folder, f.arch)
     if f.hf.get("use_bidirectional_attention"):
         raise f.refuse("use_bidirectional_attention (attention that sees later tokens)")
     fields = gemma2_fields(f, pattern_default=6)
@@ -61,6 +70,15 @@ def gemma3_fields(f: Fields) -> dict:
                   attn_softcap=softcap(f, "attn_logit_softcapping", None),
                   logit_softcap=softcap(f, "final_logit_softcapping", None))
     return fields
+
+
+def gemma3_multimodal_fields(f: Fields) -> dict:
+    """Gemma 3's multimodal checkpoints (4B and up) run as their text decoder, which is all a
+    text prompt goes through; the decoder's config is `text_config`."""
+    text = f.hf.get("text_config")
+    if not isinstance(text, dict):
+        raise f.bad(f"text_config must be an object, got {describe_value(text)}")
+    return gemma3_fields(Fields(text, f.folder, f.arch))
 
 
 def gemma_weights(t: Tensors, c: GPTConfig) -> None:
@@ -78,5 +96,12 @@ FAMILIES = {
     "GemmaForCausalLM": Family("Gemma", gemma_fields, gemma_weights),
     "Gemma2ForCausalLM": Family("Gemma 2", gemma2_fields, gemma2_weights),
     "Gemma3ForCausalLM": Family("Gemma 3", gemma3_fields, gemma2_weights),
+    # The published layout first, then the one recent transformers keeps in memory; the vision
+    # tower and its projector are never read.
+    "Gemma3ForConditionalGeneration": Family(
+        "Gemma 3 (text of a multimodal model)", gemma3_multimodal_fields, gemma2_weights,
+        prefixes=("language_model.model.", "model.language_model."), heads=("lm_head.weight", "language_model.lm_head.weight"),
+        skip=("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")),
 }
-MODEL_TYPES = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+MODEL_TYPES = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+               "gemma3": "Gemma3ForConditionalGeneration"}

@@ -126,9 +126,9 @@ def phi_weights(t: Tensors, c: GPTConfig) -> None:
 
 
 FAMILIES = {
-    "GPTNeoXForCausalLM": Family("GPT-NeoX", neox_fields, neox_weights, "gpt_neox.",
+    "GPTNeoXForCausalLM": Family("GPT-NeoX", neox_fields, neox_weights, ("gpt_neox.",),
                                      ("embed_out.weight", "lm_head.weight")),
-    "GPTJForCausalLM": Family("GPT-J", gptj_fields, gptj_weights, "transformer."),
+    "GPTJForCausalLM": Family("GPT-J", gptj_fields, gptj_weights, ("transformer.",)),
     "PhiForCausalLM": Family("Phi", phi_fields, phi_weights),
 }
 MODEL_TYPES = {"gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "phi": "PhiForCausalLM"}
