@@ -113,7 +113,7 @@ def text_params(hf) -> int:
 FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen2ForCausalLM": "Qwen2",
              "Qwen3ForCausalLM": "Qwen3", "Phi3ForCausalLM": "Phi-3", "OlmoForCausalLM": "OLMo",
              "Olmo2ForCausalLM": "OLMo 2", "Olmo3ForCausalLM": "OLMo 3", "SmolLM3ForCausalLM": "SmolLM3", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
-             "Gemma3ForCausalLM": "Gemma 3", "Gemma3ForConditionalGeneration": "Gemma 3 (text of a multimodal model)", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
+             "Gemma3ForCausalLM": "Gemma 3", "Gemma3ForConditionalGeneration": "Gemma 3 text decoder", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
              "GPT2LMHeadModel": "GPT-2"}
 SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "phi3_longrope", "gemma", "gemma2", "gemma3",
                        "gemma3_multimodal")

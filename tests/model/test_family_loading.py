@@ -140,7 +140,7 @@ def test_a_multimodal_gemma3_opens_as_its_text_decoder(tmp_path, layout):
     kept = huggingface.load_weights(weights, skip=family.skip)
     assert kept and not any("vision_tower" in k or "multi_modal_projector" in k for k in kept)
     loaded = load(tmp_path)
-    assert loaded.training["family"] == "Gemma 3 (text of a multimodal model)"
+    assert loaded.training["family"] == "Gemma 3 text decoder"
     assert loaded.config.rope_scaling == "linear" and loaded.config.rope_local_base == 1e4
     assert loaded.config.layer_types == ("sliding", "full", "sliding", "full")
     ids = torch.randint(3, hf.config.get_text_config().vocab_size, (1, T), generator=torch.Generator().manual_seed(5))

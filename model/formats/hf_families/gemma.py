@@ -99,7 +99,7 @@ FAMILIES = {
     # The published layout first, then the one recent transformers keeps in memory; the vision
     # tower and its projector are never read.
     "Gemma3ForConditionalGeneration": Family(
-        "Gemma 3 (text of a multimodal model)", gemma3_multimodal_fields, gemma2_weights,
+        "Gemma 3 text decoder", gemma3_multimodal_fields, gemma2_weights,
         prefixes=("language_model.model.", "model.language_model."), heads=("lm_head.weight", "language_model.lm_head.weight"),
         skip=("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")),
 }

@@ -43,7 +43,8 @@ def test_every_family_opens_from_its_folder_and_by_name(qtbot, tmp_path, hub):
                 assert window.state.model_info.family == family
                 assert window.status.model_label.text() == f"{shown} ({family}, huggingface)"
                 info = window.state.model_info
-                assert (info.n_layer, info.n_head) == (hf.config.num_hidden_layers, hf.config.num_attention_heads)
+                text = hf.config.get_text_config()  # a multimodal model's decoder
+                assert (info.n_layer, info.n_head) == (text.num_hidden_layers, text.num_attention_heads)
     finally:
         window.close()
 
