@@ -100,7 +100,8 @@ FAMILIES = {
     # tower and its projector are never read.
     "Gemma3ForConditionalGeneration": Family(
         "Gemma 3 text decoder", gemma3_multimodal_fields, gemma2_weights,
-        prefixes=("language_model.model.", "model.language_model."), heads=("lm_head.weight", "language_model.lm_head.weight"),
+        prefixes=("language_model.model.", "model.language_model."),
+        heads=("lm_head.weight", "language_model.lm_head.weight"),
         skip=("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")),
 }
 MODEL_TYPES = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
