@@ -166,7 +166,7 @@ def pattern_rows(qh: torch.Tensor, kh: torch.Tensor, a: int, b: int, window: int
     else:
         torch.matmul(qh[:, :, a:b], key_t, out=scores)  # the same kernel, no allocation
     softcap_(scores, cap)
-    if window:
+    if window and b > window:  # else no key of these rows is window or more back (Phi-3.5's 262,144 never is)
         scores.masked_fill_(window_blocked_keys(a, b, window, qh.device), float("-inf"))
     else:  # only the diagonal square holds future keys; the columns before a are all visible
         # The square is the same for every block of b - a rows: one cached mask, whatever a is.

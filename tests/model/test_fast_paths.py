@@ -233,6 +233,23 @@ def test_pattern_rows_with_a_window_equal_the_masked_full_product():
         assert torch.all(rows[..., : max(0, a - window + 1)] == 0)  # keys out of every row's window
 
 
+@pytest.mark.parametrize("window", [QUERY_BLOCK, 2 * QUERY_BLOCK - 1, 10 ** 6])  # b == window, b == window + 1
+def test_a_window_wider_than_the_rows_changes_no_bit(window):
+    """Blocks of rows whose keys all lie inside the window skip its mask (Phi-3.5 declares a
+    262,144-token window): the same bits as no window at all, and as the masked full product."""
+    from transformer_viewer.model.attention_kernels import attention_pattern, pattern_rows, query_blocks
+
+    g = torch.Generator().manual_seed(1)
+    T = 3 * QUERY_BLOCK + 16
+    qh, kh = torch.randn(1, 2, T, 8, generator=g), torch.randn(1, 2, T, 8, generator=g)
+    full = attention_pattern(qh, kh, window, 0.0)  # (1, 2, T, T)
+    for a, b in query_blocks(T):
+        rows = pattern_rows(qh, kh, a, b, window, 0.0)
+        torch.testing.assert_close(rows, full[:, :, a:b, :b], rtol=0, atol=1e-6)
+        if b <= window:
+            assert torch.equal(rows, pattern_rows(qh, kh, a, b, 0, 0.0))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
 def test_hiding_the_future_equals_masked_fill(dtype):
     from transformer_viewer.model.attention_kernels import future_mask, hide_future_
