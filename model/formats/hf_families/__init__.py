@@ -18,7 +18,8 @@ from transformer_viewer.model.formats.hf_families.common import Family, Fields, 
 
 FAMILIES: dict[str, Family] = {**llama.FAMILIES, **gemma.FAMILIES, **neox.FAMILIES}
 MODEL_TYPES: dict[str, str] = {**llama.MODEL_TYPES, **gemma.MODEL_TYPES, **neox.MODEL_TYPES}
-SUPPORTED = ", ".join(["GPT2", *(arch.removesuffix("ForCausalLM") for arch in FAMILIES)]) + " (...ForCausalLM)"
+SUPPORTED = ", ".join(["GPT2", *(a.removesuffix("ForCausalLM") for a in FAMILIES if a.endswith("ForCausalLM"))]) \
+    + " (...ForCausalLM)" + "".join(f", {a}" for a in FAMILIES if not a.endswith("ForCausalLM"))
 # Architectures people try that we know we cannot compute, and why.
 MOE, HYBRID = "mixture-of-experts layers", "state-space (Mamba) layers beside or instead of attention"
 KNOWN_REFUSALS = {
