@@ -112,9 +112,8 @@ def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,
     a bias to the LM head, which GPT itself never has.
     """
     name = key_name or (lambda k: k)
-    expected = _skeleton(config).state_dict()
+    expected = _expected(config)
     if config.tie_embeddings:
-        expected.pop("lm_head.weight", None)
         state = {k: v for k, v in state.items() if k != "lm_head.weight"} if "wte.weight" in state else state
     tensor_bounds.check_param_count(source, sum(ref.numel() for ref in expected.values()))
     missing = [name(k) for k in expected if k not in state]
@@ -184,6 +183,19 @@ class _SkipInit(torch.overrides.TorchFunctionMode):
             if isinstance(target, torch.Tensor) and target.is_meta:
                 return target
         return func(*args, **kwargs)
+
+
+def check_size(config: GPTConfig, source: str) -> None:
+    """Refuse a config whose weights would not fit this machine, before any weight is read."""
+    tensor_bounds.check_param_count(source, sum(ref.numel() for ref in _expected(config).values()))
+
+
+def _expected(config: GPTConfig) -> dict[str, torch.Tensor]:
+    """The model's parameters by name, on the meta device; a tied head counted once."""
+    expected = _skeleton(config).state_dict()
+    if config.tie_embeddings:
+        expected.pop("lm_head.weight", None)
+    return expected
 
 
 def _skeleton(config: GPTConfig) -> GPT:

@@ -11,11 +11,10 @@ only if it fits with them.
 
 from __future__ import annotations
 
-import os
-
 from torch import nn
 
 from transformer_viewer.model.linear import Linear
+from transformer_viewer.model.memory_budget import physical_memory
 from transformer_viewer.model.unembedding import VOCAB_BLOCK
 
 # Packed copies a model may keep: at most 1 GiB, and at most 1/16 of the machine's memory. The
@@ -56,10 +55,3 @@ def unpack_all(model: nn.Module) -> None:
 
 def _bytes(m: Linear) -> int:
     return m.weight.numel() * m.weight.element_size()
-
-
-def physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return 8 << 30  # a system that does not say (Windows): count a small laptop's

@@ -55,6 +55,9 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
     hf = read_config_json(folder)
     found = hf_families.family_of(hf, folder)  # None: GPT-2
     config = config_from_hf(hf, folder) if found is None else hf_families.config_for(hf, folder, *found)
+    from transformer_viewer.model.checkpoint import check_size  # checkpoint reads formats: imported here
+
+    check_size(config, folder)  # a model too large for this machine is refused before its weights are read
     weights = weights or weights_file(folder)
     if weights is None:
         raise CheckpointError(f"{folder}: has config.json but no weights (neither model.safetensors nor "

@@ -47,6 +47,9 @@ def read_native(path: str) -> tuple[GPTConfig, dict[str, torch.Tensor], dict]:
         config = GPTConfig.from_dict(config_dict)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: bad config: {e}") from None
+    from transformer_viewer.model.checkpoint import check_size  # checkpoint reads formats: imported here
+
+    check_size(config, path)  # before any weight is read
     info = {"tokenizer": meta.get("tokenizer", "gpt2"), "training": read_training(path, meta)}
     try:
         with safe_open(path, framework="pt") as f:

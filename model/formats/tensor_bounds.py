@@ -9,7 +9,8 @@ and before anything is materialised:
 - no tensor may hold more elements than its storage (stride 0, or strides that overlap);
 - all tensors together may hold at most twice what the storages do, plus a little (a tied
   head shares the embedding's storage, so one sharing is normal; hundreds are not);
-- a model may have at most MAX_PARAMS parameters, whatever the file.
+- a model's float32 weights may take at most three quarters of this machine's memory (and
+  never more than MAX_PARAMS parameters), checked from the config before any weight is read.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from __future__ import annotations
 import torch
 
 from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.memory_budget import physical_memory
 
-MAX_PARAMS = 2_000_000_000  # 8 GB as float32: past GPT-2 XL (1.5B), within a workstation's memory
+MAX_PARAMS = 100_000_000_000  # whatever the machine: 400 GB as float32
+MEMORY_SHARE = 0.75  # of the machine's memory the float32 weights may take; the capture needs the rest
 SHARING_FACTOR = 2  # the tied head: two names, one storage
 SHARING_SLACK = 1 << 20  # bytes: small buffers saved as views of each other
 MAX_OBJECTS = 1_000_000  # containers and values walked in one checkpoint
@@ -45,10 +48,17 @@ def check_stored(path: str, obj: object) -> None:
                               "state_dict()")
 
 
+def max_params() -> int:
+    """The most parameters a model may have on this machine (weights are float32 on the CPU)."""
+    return min(MAX_PARAMS, int(physical_memory() * MEMORY_SHARE) // 4)
+
+
 def check_param_count(source: str, n_params: int) -> None:
-    if n_params > MAX_PARAMS:
-        raise CheckpointError(f"{source}: the model has {n_params:,} parameters, more than transformer-viewer loads "
-                              f"({MAX_PARAMS:,}, {MAX_PARAMS * 4 >> 30} GiB as float32); use a smaller model")
+    limit = max_params()
+    if n_params > limit:
+        raise CheckpointError(f"{source}: the model has {n_params:,} parameters, {n_params * 4 / (1 << 30):.1f} GiB "
+                              f"as float32, more than fits in this machine's memory ({physical_memory() / (1 << 30):.0f}"
+                              f" GiB: up to {limit:,} parameters); use a smaller model")
 
 
 def _tensors(path: str, obj: object):

@@ -191,7 +191,7 @@ CASES = [
         "_orig_mod.transformer.wte.weight", torch.zeros(1).expand(512, 16))),
         "tensor model._orig_mod.transformer.wte.weight repeats its stored values (shape (512, 16), strides (0, 0)"),
     Case("forty names for one storage", shared_storage, "its tensors share storage: they describe 10,485,760 bytes"),
-    Case("too many parameters", too_many_parameters, "more than transformer-viewer loads (2,000,000,000, 7 GiB"),
+    Case("too many parameters", too_many_parameters, "as float32, more than fits in this machine's memory"),
     Case("a deflated torch zip", deflated_zip, "torch never compresses a checkpoint"),
     Case("a pickle of 10,001 views", many_views, "its pickle builds more than 20,000 objects"),
     Case("a pickle of a million objects", million_objects,

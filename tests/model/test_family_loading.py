@@ -163,3 +163,30 @@ def test_gemma3_text_config_defaults_are_transformers_own():
         ref.sliding_window, ref.rope_parameters["full_attention"]["rope_theta"],
         ref.rope_parameters["sliding_attention"]["rope_theta"], ref.rms_norm_eps)
     assert c.attn_scale == ref.query_pre_attn_scalar ** -0.5 and c.tie_embeddings == ref.tie_word_embeddings
+
+
+def test_the_parameter_bound_follows_the_machines_memory(monkeypatch):
+    """Weights are float32 on the CPU and may take three quarters of the machine's memory:
+    Gemma 2 2B (2.6 billion parameters) opens on a 24 GiB machine, not on an 8 GiB one."""
+    from transformer_viewer.model.errors import CheckpointError
+    from transformer_viewer.model.formats import tensor_bounds
+
+    monkeypatch.setattr(tensor_bounds, "physical_memory", lambda: 24 << 30)
+    tensor_bounds.check_param_count("gemma-2-2b", 2_614_341_888)
+    assert tensor_bounds.max_params() == (24 << 30) * 3 // 16
+    monkeypatch.setattr(tensor_bounds, "physical_memory", lambda: 8 << 30)
+    with pytest.raises(CheckpointError, match=r"2,614,341,888 parameters, 9.7 GiB as float32, more than fits in this "
+                                              r"machine's memory \(8 GiB: up to 1,610,612,736 parameters\)"):
+        tensor_bounds.check_param_count("gemma-2-2b", 2_614_341_888)
+
+
+def test_a_model_too_large_for_the_machine_is_refused_before_its_weights_are_read(tmp_path, monkeypatch):
+    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.errors import CheckpointError
+    from transformer_viewer.model.formats import tensor_bounds
+
+    save(build("qwen2"), str(tmp_path))
+    monkeypatch.setattr(tensor_bounds, "physical_memory", lambda: 64 << 10)  # 64 KiB: the tiny model does not fit
+    monkeypatch.setattr(huggingface, "load_weights", lambda *a, **k: pytest.fail("the weights were read"))
+    with pytest.raises(CheckpointError, match="more than fits in this machine's memory"):
+        load_checkpoint(str(tmp_path))
