@@ -40,6 +40,8 @@ MAX_BLOCK_SIZE = 1 << 20
 MAX_LEARNED_POSITIONS = 1 << 16  # learned/sinusoidal tables are allocated; rotary needs no table
 MAX_VOCAB_SIZE = 1 << 20
 MAX_WIDTH = 1 << 15
+# Fields held as tuples (a frozen config stays hashable) that JSON carries as lists.
+TUPLE_FIELDS = ("layer_types", "rope_short_factor", "rope_long_factor", "nope_layers")
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class GPTConfig:
     def __post_init__(self):
         if self.n_mlp == 0:
             object.__setattr__(self, "n_mlp", 4 * self.n_embd)
-        for name in ("layer_types", "rope_short_factor", "rope_long_factor", "nope_layers"):  # JSON gives lists
+        for name in TUPLE_FIELDS:
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         self.validate()
@@ -238,7 +240,7 @@ class GPTConfig:
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        for name in ("layer_types", "rope_short_factor", "rope_long_factor", "nope_layers"):
+        for name in TUPLE_FIELDS:
             d[name] = list(getattr(self, name))
         if not d["extra"]:
             d.pop("extra")
