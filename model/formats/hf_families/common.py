@@ -150,6 +150,14 @@ class Fields:
             out.update(self._yarn(params, original))
         return out
 
+    def sliding_rope_base(self, rotary_pct: float, default_theta: float, theta_key: str = "rope_theta") -> float:
+        """The rotary base of the sliding layers (Gemma 3, OLMo 3), which must rotate unscaled and
+        as much of each head as the full layers do: our sliding layers have only a base of their own."""
+        local = self.rope(default_theta=default_theta, layer_type="sliding_attention", theta_key=theta_key)
+        if local.get("rope_scaling", "none") != "none" or local["rotary_pct"] != rotary_pct:
+            raise self.refuse("rope scaling on its sliding layers")
+        return local["rope_base"]
+
     def _longrope(self, params: dict, original) -> dict:
         """Phi-3's: a factor per frequency (short and long sets); cos and sin scaled by
         sqrt(1 + ln(factor) / ln(original)), the factor being max_position_embeddings / original

@@ -63,10 +63,8 @@ def gemma3_fields(f: Fields) -> dict:
         raise f.refuse("use_bidirectional_attention (attention that sees later tokens)")
     fields = gemma2_fields(f, pattern_default=6)
     fields.update(f.rope(default_theta=1_000_000.0))
-    local = f.rope(default_theta=10_000.0, layer_type="sliding_attention", theta_key="rope_local_base_freq")
-    if local.get("rope_scaling", "none") != "none" or local["rotary_pct"] != fields["rotary_pct"]:
-        raise f.refuse("rope scaling on its sliding layers")
-    fields.update(qk_norm="head", rope_local_base=local["rope_base"],
+    local_base = f.sliding_rope_base(fields["rotary_pct"], 10_000.0, theta_key="rope_local_base_freq")
+    fields.update(qk_norm="head", rope_local_base=local_base,
                   attn_softcap=softcap(f, "attn_logit_softcapping", None),
                   logit_softcap=softcap(f, "final_logit_softcapping", None))
     return fields

@@ -91,10 +91,8 @@ def olmo3_fields(f: Fields) -> dict:
     fields.update(f.rope(default_theta=500_000.0))
     n_layer = fields["n_layer"]
     types = f.layer_types(n_layer) or tuple("sliding" if (i + 1) % 4 else "full" for i in range(n_layer))
-    local = f.rope(default_theta=500_000.0, layer_type="sliding_attention")
-    if local.get("rope_scaling", "none") != "none" or local["rotary_pct"] != fields["rotary_pct"]:
-        raise f.refuse("rope scaling on its sliding layers")
-    fields.update(sliding_window=f.int("sliding_window", 4096), layer_types=types, rope_local_base=local["rope_base"])
+    fields.update(sliding_window=f.int("sliding_window", 4096), layer_types=types,
+                  rope_local_base=f.sliding_rope_base(fields["rotary_pct"], 500_000.0))
     return fields
 
 
