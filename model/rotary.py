@@ -21,16 +21,17 @@ def inverse_frequencies(config: GPTConfig, base: float, scaling: str, long: bool
     `long`: for a prompt longer than longrope's original context (see `uses_long_factors`)."""
     dim = config.rotary_dim
     exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float) / dim  # (dim/2,)
-    inv_freq = 1.0 / (base ** exponents)
+    pos_freqs = base ** exponents  # (dim/2,) base^(2i/dim): one over each pair's unscaled frequency
+    inv_freq = 1.0 / pos_freqs
     if scaling == "longrope":
         factors = torch.tensor(config.rope_long_factor if long else config.rope_short_factor, dtype=torch.float32)
-        return 1.0 / (factors * base ** exponents), config.rope_attention_factor
+        return 1.0 / (factors * pos_freqs), config.rope_attention_factor
     if scaling == "linear":
         return inv_freq / config.rope_factor, 1.0
     if scaling == "llama3":
         return _llama3(inv_freq, config), 1.0
     if scaling == "yarn":
-        return _yarn(base ** exponents, dim, base, config), config.rope_attention_factor
+        return _yarn(pos_freqs, dim, base, config), config.rope_attention_factor
     return inv_freq, 1.0
 
 
