@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from tests.model.hf_family_models import build, save
+from tests.model.hf_family_models import build, save, vocab
 from tests.model.test_parity_families import load
 from transformer_viewer.model.checkpoint import build_model
 from transformer_viewer.model.formats import detect, hf_families, huggingface
@@ -18,7 +18,7 @@ T = 12
 
 
 def _ids(hf):
-    return torch.randint(3, hf.config.vocab_size, (1, T), generator=torch.Generator().manual_seed(5))
+    return torch.randint(3, vocab(hf), (1, T), generator=torch.Generator().manual_seed(5))
 
 
 def test_sharded_safetensors_with_index(tmp_path):
@@ -143,7 +143,7 @@ def test_a_multimodal_gemma3_opens_as_its_text_decoder(tmp_path, layout):
     assert loaded.training["family"] == "Gemma 3 text decoder"
     assert loaded.config.rope_scaling == "linear" and loaded.config.rope_local_base == 1e4
     assert loaded.config.layer_types == ("sliding", "full", "sliding", "full")
-    ids = torch.randint(3, hf.config.get_text_config().vocab_size, (1, T), generator=torch.Generator().manual_seed(5))
+    ids = _ids(hf)
     with torch.no_grad():
         assert (loaded.model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
 
