@@ -220,12 +220,13 @@ def attend_by_blocks(qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, windo
     z = vh.new_empty(B, nh, T, hs)
     blocks = query_blocks(T)
     flat = vh.new_empty(B * nh * max((b - a) * b for a, b in blocks))  # the largest block of rows
+    values = _BlockValues(z, blocks)
     for a, b in blocks:
         rows = flat[: B * nh * (b - a) * b].view(B, nh, b - a, b)  # contiguous, so the softmax and product stream
         pattern_rows(qh, kh, a, b, window, cap, out=rows, scores=rows)
         if observe is not None:
             observe(a, rows)
-        torch.matmul(rows, vh[:, :, :b], out=z[:, :, a:b])  # (B, nh, b - a, hs)
+        values.write(a, b, rows, vh)
     return z
 
 
@@ -245,9 +246,29 @@ def values_by_blocks(pattern: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
     the whole pattern. A causal pattern's future entries are never read."""
     B, nh, T, hs = vh.shape
     z = vh.new_empty(B, nh, T, hs)
-    for a, b in query_blocks(T):
-        torch.matmul(pattern[:, :, a:b, :b], vh[:, :, :b], out=z[:, :, a:b])  # (B, nh, b - a, hs)
+    blocks = query_blocks(T)
+    values = _BlockValues(z, blocks)
+    for a, b in blocks:
+        values.write(a, b, pattern[:, :, a:b, :b], vh)
     return z
+
+
+class _BlockValues:
+    """Writes each block's rows @ v into rows a..b-1 of z (B, nh, T, hs) by way of one
+    contiguous (B, nh, b - a, hs) buffer: the same kernel and bits as a product into z's strided
+    rows, which torch's batched product runs 1.2-1.8x slower (one 128 x 256 block of 9 heads:
+    0.66 ms against 0.42 with the copy, on a 2-core AMD machine)."""
+
+    def __init__(self, z: torch.Tensor, blocks: list[tuple[int, int]]):
+        B, nh, _, hs = z.shape
+        self.z = z
+        self.flat = z.new_empty(B * nh * max(b - a for a, b in blocks) * hs)
+
+    def write(self, a: int, b: int, rows: torch.Tensor, vh: torch.Tensor) -> None:
+        B, nh, _, hs = self.z.shape
+        out = self.flat[: B * nh * (b - a) * hs].view(B, nh, b - a, hs)
+        torch.matmul(rows, vh[:, :, :b], out=out)  # (B, nh, b - a, hs)
+        self.z[:, :, a:b] = out
 
 
 @contextlib.contextmanager
