@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -204,7 +205,29 @@ def machine() -> dict:
         load = os.getloadavg()
     except OSError:
         load = (float("nan"),) * 3
-    return {"cpu": cpu, "cores": os.cpu_count(), "load_avg": [round(x, 2) for x in load], "python": platform.python_version()}
+    return {"cpu": cpu, "cores": os.cpu_count(), "load_avg": [round(x, 2) for x in load], "python": platform.python_version(),
+            "mkl_path": mkl_code_path()}
+
+
+def mkl_code_path() -> str:
+    """The code path MKL's GEMM takes on this CPU, as its verbose mode names it: "Intel(R)
+    Architecture processors" is its generic path (what it gives an AMD CPU), an instruction set
+    (e.g. "Intel(R) Advanced Vector Extensions 512 ...") its own kernels, as on an Intel CPU.
+    Hugging Face's products run on MKL, ours on oneDNN, so this decides much of the ratio.
+    Asked of a child process, whose output MKL's verbose mode may print to."""
+    import subprocess
+
+    code = "import torch; torch.mm(torch.ones(64, 64), torch.ones(64, 64))"
+    env = dict(os.environ, MKL_VERBOSE="1")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    marker = "for Intel(R) 64 architecture "
+    for line in out.splitlines():
+        if marker in line:
+            return line.split(marker, 1)[1].split(", Lnx")[0].strip()
+    return "unknown (MKL printed no version line)"
 
 
 def versions() -> dict:

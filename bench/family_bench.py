@@ -5,7 +5,7 @@ toggle against a full Hugging Face forward. float32, CPU, timed round-robin in o
 is the capture the window keeps (overviews, patterns on demand), with and without the per-token
 log-probabilities (the views first; they follow in a second pass). For reference, the decoder
 alone: the same forward and log-probabilities with nothing captured (no hooks, no readers), the
-floor a capture stands on. Prints the CPU model.
+floor a capture stands on. Prints the CPU model and the code path MKL takes on it.
 
     python bench/family_bench.py [--threads 2] [--lengths 256,1024] [--reps N] [--out bench/results/family.json]
 """
@@ -77,7 +77,8 @@ def main() -> int:
     L, nh = loaded.config.n_layer, loaded.config.n_head
     rows = []
     result = {"machine": machine(), "versions": versions(), "threads": args.threads, "shape": SHAPE, "rows": rows}
-    print(f"{result['machine']['cpu']}, {result['machine']['cores']} cores, torch threads {args.threads}", flush=True)
+    print(f"{result['machine']['cpu']}, {result['machine']['cores']} cores, torch threads {args.threads}; MKL's "
+          f"path (Hugging Face's products): {result['machine']['mkl_path']}", flush=True)
     for T in lengths:
         reps = args.reps or REPS.get(T, 3)
         tok = tokens(T)
