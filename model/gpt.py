@@ -34,7 +34,7 @@ from transformer_viewer.model.attention_kernels import (  # noqa: F401 (re-expor
     values_by_blocks,
 )
 from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.hooks import HookPoint, hooked
+from transformer_viewer.model.hooks import HookPoint, unread
 from transformer_viewer.model.linear import Linear
 from transformer_viewer.model.mlp_kernels import activated_product, gated_product
 from transformer_viewer.model.norms import FlatRMSNorm, RMSNorm, make_norm
@@ -123,7 +123,7 @@ class CausalSelfAttention(nn.Module):
         elif torch.is_grad_enabled():
             pattern = self.hook_pattern(attention_pattern(qh, kh, self.window, self.softcap))  # (B, nh, T, T)
             z = self.attn_dropout(pattern) @ vh  # (B, nh, T, hs)
-        elif hooked(self.hook_pattern):
+        elif not unread(self.hook_pattern):
             # Someone reads (or edits) the whole pattern: build it, the same numbers row for row.
             pattern = blocked_pattern(qh, kh, self.window, self.softcap, self.workspace)
             z = values_by_blocks(self.hook_pattern(pattern), vh)  # (B, nh, T, hs)

@@ -76,6 +76,35 @@ def test_run_with_cache_keeps_the_selected_activations_of_a_plain_forward():
     assert count_hooks(model) == 0
 
 
+def test_a_global_module_hook_sees_every_pattern_of_an_inference_forward():
+    """torch's global module hooks expect every module called: under inference, where nobody
+    hooks hook_pattern itself, the attention still builds the whole pattern for them, the same
+    one a hook of the point's own reads."""
+    model = GPT(CONFIG).eval()
+    ids = torch.randint(0, 100, (1, 9), generator=torch.Generator().manual_seed(1))
+    patterns = {id(point): name for name, point in hook_points(model).items() if name.endswith("hook_pattern")}
+    seen = {}
+
+    def keep(module, _inputs, output):
+        if id(module) in patterns:
+            seen[patterns[id(module)]] = output.clone()
+
+    handle = torch.nn.modules.module.register_module_forward_hook(keep)
+    try:
+        with torch.inference_mode():
+            logits, _ = model(ids)
+    finally:
+        handle.remove()
+    with torch.inference_mode():
+        plain, cache = run_with_cache(model, ids, lambda name: name.endswith("hook_pattern"))
+    assert sorted(seen) == sorted(cache) == ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"]
+    # Layer 0 the same bits; later layers within rounding, as a global hook also sends the MLP
+    # step by step instead of through its fused product (model/mlp_kernels.py).
+    assert torch.equal(seen["blocks.0.attn.hook_pattern"], cache["blocks.0.attn.hook_pattern"])
+    torch.testing.assert_close(seen["blocks.1.attn.hook_pattern"], cache["blocks.1.attn.hook_pattern"])
+    torch.testing.assert_close(logits, plain)
+
+
 def test_reading_sees_what_an_earlier_hook_returned():
     """Readers run after the hooks of an enclosing block: a norm read under a head mask is the
     masked one."""
