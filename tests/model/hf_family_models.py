@@ -64,6 +64,22 @@ FAMILIES = {
                                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
         vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
                            patch_size=14), mm_tokens_per_image=4), "model.language_model.layers.{}.self_attn.o_proj"),
+    # Multimodal Qwen: text only, the multimodal rotary's three positions are the token's own.
+    "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration", dict(
+        text_config=dict(COMMON, rope_parameters={"rope_type": "mrope", "mrope_section": [2, 1, 1], "rope_theta": 1e4}),
+        vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=2)),
+                 "model.language_model.layers.{}.self_attn.o_proj"),
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", dict(
+        text_config=dict(COMMON, use_sliding_window=True, sliding_window=6, max_window_layers=1,
+                         rope_parameters={"rope_type": "mrope", "mrope_section": [2, 1, 1], "rope_theta": 1e4}),
+        vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
+                           fullatt_block_indexes=[0]), tie_word_embeddings=True),
+                   "model.language_model.layers.{}.self_attn.o_proj"),
+    "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", dict(
+        text_config=dict(COMMON, head_dim=8, rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1],
+                                                              "mrope_interleaved": True, "rope_theta": 1e4}),
+        vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
+                           deepstack_visual_indexes=[0])), "model.language_model.layers.{}.self_attn.o_proj"),
     "pythia": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(NO_KV, hidden_act="gelu"), "gpt_neox.layers.{}.attention.dense"),
     "neox_sequential": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(NO_KV, use_parallel_residual=False,
                                                                     rope_parameters={"rope_type": "default",
@@ -106,14 +122,17 @@ def vocab(hf) -> int:
 def text_params(hf) -> int:
     """Parameters of what our decoder runs: all of them, less a multimodal model's vision part."""
     return sum(p.numel() for n, p in hf.named_parameters() if ".vision_tower." not in f".{n}"
-               and ".multi_modal_projector." not in f".{n}")
+               and ".multi_modal_projector." not in f".{n}" and ".visual." not in f".{n}")
 
 
 # The family `info` names for each architecture (independent of the loader's own table).
 FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen2ForCausalLM": "Qwen2",
              "Qwen3ForCausalLM": "Qwen3", "Phi3ForCausalLM": "Phi-3", "OlmoForCausalLM": "OLMo",
              "Olmo2ForCausalLM": "OLMo 2", "Olmo3ForCausalLM": "OLMo 3", "SmolLM3ForCausalLM": "SmolLM3", "GemmaForCausalLM": "Gemma", "Gemma2ForCausalLM": "Gemma 2",
-             "Gemma3ForCausalLM": "Gemma 3", "Gemma3ForConditionalGeneration": "Gemma 3 text decoder", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
+             "Gemma3ForCausalLM": "Gemma 3", "Gemma3ForConditionalGeneration": "Gemma 3 text decoder",
+             "Qwen2VLForConditionalGeneration": "Qwen2-VL text decoder",
+             "Qwen2_5_VLForConditionalGeneration": "Qwen2.5-VL text decoder",
+             "Qwen3VLForConditionalGeneration": "Qwen3-VL text decoder", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
              "GPT2LMHeadModel": "GPT-2"}
 SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "phi3_longrope", "gemma", "gemma2", "gemma3",
                        "gemma3_multimodal")

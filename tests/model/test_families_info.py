@@ -46,3 +46,15 @@ def test_info_prints_family_and_switches(tmp_path, capsys):
     assert main(["info", path, "--json"]) == 0
     facts = json.loads(capsys.readouterr().out)
     assert facts["family"] == "custom" and "RMSNorm" in facts["switches"]
+
+
+def test_the_refusal_names_every_supported_architecture():
+    """The list an unsupported architecture's line gives: every family, by its short name under
+    its suffix (the line must stay short enough for a dialog)."""
+    from transformer_viewer.model.formats import hf_families
+
+    said = hf_families.SUPPORTED
+    for arch in hf_families.FAMILIES:
+        short = arch.removesuffix("ForCausalLM").removesuffix("ForConditionalGeneration")
+        assert short != arch and f" {short}," in f" {said.replace(' (', ',')}", arch
+    assert said.startswith("GPT2, Llama,") and len(said) < 250

@@ -148,6 +148,48 @@ def test_a_multimodal_gemma3_opens_as_its_text_decoder(tmp_path, layout):
         assert (loaded.model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
 
 
+def _qwen_vl_published(folder) -> None:
+    """Rewrite a saved Qwen2.5-VL's config.json as Qwen's files have it: the text decoder's
+    values at the top level, its rotary as rope_theta and an mrope rope_scaling."""
+    import json
+
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    text = cfg.pop("text_config")
+    rope = dict(text.pop("rope_parameters"))
+    text.update(rope_theta=rope.pop("rope_theta"), rope_scaling={"type": "mrope", "mrope_section": rope["mrope_section"]})
+    text.pop("model_type")
+    flat = {**{k: v for k, v in text.items() if v is not None}, **cfg}
+    with open(path, "w") as f:
+        json.dump(flat, f)
+
+
+@pytest.mark.parametrize("layout", ["published", "model.language_model"])
+def test_a_qwen2_5_vl_opens_as_its_text_decoder(tmp_path, layout):
+    """Qwen2.5-VL's published files (flat config, mrope, "model.layers" and "visual." tensors)
+    and the names transformers keeps in memory both open as the text decoder of the nested
+    config, with the multimodal model's logits for a text prompt; the vision tower is never read."""
+    hf = build("qwen2_5_vl")
+    save(hf, str(tmp_path))
+    nested = load(tmp_path).config
+    weights = str(tmp_path / "model.safetensors")
+    if layout == "published":
+        _qwen_vl_published(str(tmp_path))
+    else:
+        _rename_keys(weights, "model.", "model.language_model.")
+        _rename_keys(weights, "visual.", "model.visual.")
+    family = hf_families.FAMILIES["Qwen2_5_VLForConditionalGeneration"]
+    kept = huggingface.load_weights(weights, skip=family.skip)
+    assert kept and not any("visual" in k for k in kept)
+    loaded = load(tmp_path)
+    assert loaded.training["family"] == "Qwen2.5-VL text decoder"
+    assert loaded.config == nested and loaded.config.tie_embeddings and loaded.config.sliding_window == 6
+    ids = _ids(hf)
+    with torch.no_grad():
+        assert (loaded.model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
+
+
 def test_gemma3_text_config_defaults_are_transformers_own():
     """A text_config that leaves everything to the defaults reads as Gemma3TextConfig() does."""
     import transformers

@@ -13,18 +13,20 @@ import torch
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats.hf_families import gemma, llama, neox
+from transformer_viewer.model.formats.hf_families import gemma, llama, neox, qwen_vl
 from transformer_viewer.model.formats.hf_families.common import Family, Fields, Tensors
 
-FAMILIES: dict[str, Family] = {**llama.FAMILIES, **gemma.FAMILIES, **neox.FAMILIES}
-MODEL_TYPES: dict[str, str] = {**llama.MODEL_TYPES, **gemma.MODEL_TYPES, **neox.MODEL_TYPES}
+FAMILIES: dict[str, Family] = {**llama.FAMILIES, **gemma.FAMILIES, **neox.FAMILIES, **qwen_vl.FAMILIES}
+MODEL_TYPES: dict[str, str] = {**llama.MODEL_TYPES, **gemma.MODEL_TYPES, **neox.MODEL_TYPES, **qwen_vl.MODEL_TYPES}
+_MULTIMODAL = "ForConditionalGeneration"  # run as their text decoder
 SUPPORTED = ", ".join(["GPT2", *(a.removesuffix("ForCausalLM") for a in FAMILIES if a.endswith("ForCausalLM"))]) \
-    + " (...ForCausalLM)" + "".join(f", {a}" for a in FAMILIES if not a.endswith("ForCausalLM"))
+    + " (...ForCausalLM); " + ", ".join(a.removesuffix(_MULTIMODAL) for a in FAMILIES if a.endswith(_MULTIMODAL)) \
+    + f" (...{_MULTIMODAL})"
 # Architectures people try that we know we cannot compute, and why.
 MOE, HYBRID = "mixture-of-experts layers", "state-space (Mamba) layers beside or instead of attention"
 KNOWN_REFUSALS = {
     "mixtral": MOE, "qwen2_moe": MOE, "qwen3_moe": MOE, "olmoe": MOE, "phimoe": MOE, "llama4": MOE, "llama4_text": MOE,
-    "gpt_oss": MOE, "deepseek_v3": MOE,
+    "gpt_oss": MOE, "deepseek_v3": MOE, "qwen3_vl_moe": MOE,
     "qwen3_next": "linear-attention (Gated DeltaNet) layers", "qwen3_5": "linear-attention (Gated DeltaNet) layers",
     "qwen3_5_text": "linear-attention (Gated DeltaNet) layers",
     "mamba": HYBRID, "mamba2": HYBRID, "jamba": HYBRID, "falcon_h1": HYBRID,

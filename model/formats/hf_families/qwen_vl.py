@@ -1,0 +1,59 @@
+"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL open as their text decoder (Qwen2's and Qwen3's), which is
+all a text prompt goes through; the vision tower is never read.
+
+Their multimodal rotary (`mrope`, interleaved in Qwen3-VL) gives each section of the rotary
+frequencies a position of its own: time, height and width. A text token's three positions are
+all its index in the prompt, so every section turns by the same angle as in the plain rotary of
+the text model; that is what the decoder computes (the parity tests compare with the multimodal
+model's own forward). Qwen3-VL's "deepstack" adds visual features to early layers, and only
+when there is an image.
+
+Published Qwen2/2.5-VL configs keep the decoder's values at the top level (with
+`rope_scaling: {"type": "mrope"}`); transformers writes them as `text_config`, as Qwen3-VL's
+files do.
+"""
+
+from __future__ import annotations
+
+from transformer_viewer.model.formats.hf_families.common import Family, Fields
+from transformer_viewer.model.formats.hf_families.llama import llama_weights, qwen2_fields, qwen3_fields
+from transformer_viewer.model.formats.schema import describe_value
+
+
+def text_fields(f: Fields) -> Fields:
+    """The text decoder's config, its multimodal rotary read as the plain one."""
+    text = f.hf.get("text_config")
+    if text is None:  # the published Qwen2/2.5-VL form: one flat object
+        text = {k: v for k, v in f.hf.items() if k != "vision_config"}
+    elif not isinstance(text, dict):
+        raise f.bad(f"text_config must be an object, got {describe_value(text)}")
+    else:
+        text = dict(text)
+        if text.get("tie_word_embeddings") is None and "tie_word_embeddings" in f.hf:
+            text["tie_word_embeddings"] = f.hf["tie_word_embeddings"]  # kept at the top level
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = text.get(key)
+        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "mrope":
+            text[key] = {**{k: v for k, v in rope.items() if k != "type"}, "rope_type": "default"}
+    return Fields(text, f.folder, f.arch)
+
+
+def qwen2_vl_fields(f: Fields) -> dict:
+    return qwen2_fields(text_fields(f))
+
+
+def qwen3_vl_fields(f: Fields) -> dict:
+    return qwen3_fields(text_fields(f))
+
+
+# The published layout ("model.layers", "visual."), then the one recent transformers keeps in
+# memory and Qwen3-VL publishes ("model.language_model.layers", "model.visual.").
+LAYOUT = dict(prefixes=("model.language_model.", "model."), heads=("lm_head.weight",),
+              skip=("visual.", "model.visual."))
+FAMILIES = {
+    "Qwen2VLForConditionalGeneration": Family("Qwen2-VL text decoder", qwen2_vl_fields, llama_weights, **LAYOUT),
+    "Qwen2_5_VLForConditionalGeneration": Family("Qwen2.5-VL text decoder", qwen2_vl_fields, llama_weights, **LAYOUT),
+    "Qwen3VLForConditionalGeneration": Family("Qwen3-VL text decoder", qwen3_vl_fields, llama_weights, **LAYOUT),
+}
+MODEL_TYPES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+               "qwen3_vl": "Qwen3VLForConditionalGeneration"}
