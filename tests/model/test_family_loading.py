@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from tests.model.hf_family_models import build, save, vocab
+from tests.model.hf_family_models import COMMON, build, save, vocab
 from tests.model.test_parity_families import load
 from transformer_viewer.model.checkpoint import build_model
 from transformer_viewer.model.formats import detect, hf_families, huggingface
@@ -188,6 +188,23 @@ def test_a_qwen2_5_vl_opens_as_its_text_decoder(tmp_path, layout):
     ids = _ids(hf)
     with torch.no_grad():
         assert (loaded.model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("arch", ["Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration"])
+@pytest.mark.parametrize("top, text", [(None, None), (True, None), (False, True), (True, False), (None, True)])
+def test_a_multimodal_qwen_ties_its_head_as_transformers_does(arch, top, text):
+    """The head is tied where transformers' own config class says so, whichever of the top
+    level and text_config holds the flag."""
+    import transformers
+
+    config_cls = {"Qwen2_5_VLForConditionalGeneration": transformers.Qwen2_5_VLConfig,
+                  "Qwen3VLForConditionalGeneration": transformers.Qwen3VLConfig}[arch]
+    text_config = dict(COMMON, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+                       **({} if text is None else {"tie_word_embeddings": text}))
+    hf = {"architectures": [arch], "text_config": text_config, **({} if top is None else {"tie_word_embeddings": top})}
+    ref = config_cls(**{k: v for k, v in hf.items() if k != "architectures"})
+    ours = hf_families.config_for(hf, "folder", arch, hf_families.FAMILIES[arch])
+    assert ours.tie_embeddings == ref.tie_word_embeddings
 
 
 def test_gemma3_text_config_defaults_are_transformers_own():

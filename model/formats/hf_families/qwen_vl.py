@@ -20,8 +20,11 @@ from transformer_viewer.model.formats.hf_families.llama import llama_weights, qw
 from transformer_viewer.model.formats.schema import describe_value
 
 
-def text_fields(f: Fields) -> Fields:
-    """The text decoder's config, its multimodal rotary read as the plain one."""
+def text_fields(f: Fields, text_may_tie: bool) -> Fields:
+    """The text decoder's config, its multimodal rotary read as the plain one. Whether the head
+    is the embedding is the top-level `tie_word_embeddings`, where transformers looks; for
+    Qwen2/2.5-VL (`text_may_tie`) a text_config that says true ties it too, as transformers
+    reads the files saved before it moved the flag."""
     text = f.hf.get("text_config")
     if text is None:  # the published Qwen2/2.5-VL form: one flat object
         text = {k: v for k, v in f.hf.items() if k != "vision_config"}
@@ -29,8 +32,10 @@ def text_fields(f: Fields) -> Fields:
         raise f.bad(f"text_config must be an object, got {describe_value(text)}")
     else:
         text = dict(text)
-        if text.get("tie_word_embeddings") is None and "tie_word_embeddings" in f.hf:
-            text["tie_word_embeddings"] = f.hf["tie_word_embeddings"]  # kept at the top level
+    tie = f.flag("tie_word_embeddings", False)
+    if text_may_tie and not tie:
+        tie = Fields(text, f.folder, f.arch).flag("tie_word_embeddings", False)
+    text["tie_word_embeddings"] = tie
     for key in ("rope_scaling", "rope_parameters"):
         rope = text.get(key)
         if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "mrope":
@@ -39,11 +44,11 @@ def text_fields(f: Fields) -> Fields:
 
 
 def qwen2_vl_fields(f: Fields) -> dict:
-    return qwen2_fields(text_fields(f))
+    return qwen2_fields(text_fields(f, text_may_tie=True))
 
 
 def qwen3_vl_fields(f: Fields) -> dict:
-    return qwen3_fields(text_fields(f))
+    return qwen3_fields(text_fields(f, text_may_tie=False))
 
 
 # The published layout ("model.layers", "visual."), then the one recent transformers keeps in
