@@ -190,18 +190,27 @@ def test_a_qwen2_5_vl_opens_as_its_text_decoder(tmp_path, layout):
         assert (loaded.model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
 
 
-@pytest.mark.parametrize("arch", ["Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration"])
-@pytest.mark.parametrize("top, text", [(None, None), (True, None), (False, True), (True, False), (None, True)])
-def test_a_multimodal_qwen_ties_its_head_as_transformers_does(arch, top, text):
+MULTIMODAL = {"Qwen2_5_VLForConditionalGeneration": ("Qwen2_5_VLConfig", "qwen2_5_vl_text"),
+              "Qwen3VLForConditionalGeneration": ("Qwen3VLConfig", "qwen3_vl_text"),
+              "Gemma3ForConditionalGeneration": ("Gemma3Config", "gemma3_text")}
+
+
+@pytest.mark.parametrize("arch", sorted(MULTIMODAL))
+@pytest.mark.parametrize("top, text", [(None, None), (True, None), (False, None), (False, True), (True, False),
+                                       (None, True), (None, False)])
+def test_a_multimodal_model_ties_its_head_as_transformers_does(arch, top, text):
     """The head is tied where transformers' own config class says so, whichever of the top
     level and text_config holds the flag."""
     import transformers
 
-    config_cls = {"Qwen2_5_VLForConditionalGeneration": transformers.Qwen2_5_VLConfig,
-                  "Qwen3VLForConditionalGeneration": transformers.Qwen3VLConfig}[arch]
+    config_cls = getattr(transformers, MULTIMODAL[arch][0])
     text_config = dict(COMMON, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
                        **({} if text is None else {"tie_word_embeddings": text}))
-    hf = {"architectures": [arch], "text_config": text_config, **({} if top is None else {"tie_word_embeddings": top})}
+    if arch.startswith("Gemma3"):
+        text_config["rope_parameters"] = {t: {"rope_type": "default", "rope_theta": 1e4}
+                                          for t in ("full_attention", "sliding_attention")}
+    hf = {"architectures": [arch], "text_config": dict(text_config, model_type=MULTIMODAL[arch][1]),
+          **({} if top is None else {"tie_word_embeddings": top})}
     ref = config_cls(**{k: v for k, v in hf.items() if k != "architectures"})
     ours = hf_families.config_for(hf, "folder", arch, hf_families.FAMILIES[arch])
     assert ours.tie_embeddings == ref.tie_word_embeddings

@@ -72,11 +72,12 @@ def gemma3_fields(f: Fields) -> dict:
 
 def gemma3_multimodal_fields(f: Fields) -> dict:
     """Gemma 3's multimodal checkpoints (4B and up) run as their text decoder, which is all a
-    text prompt goes through; the decoder's config is `text_config`."""
+    text prompt goes through; the decoder's config is `text_config`, but whether the head is
+    the embedding is the top-level `tie_word_embeddings`, where transformers looks."""
     text = f.hf.get("text_config")
     if not isinstance(text, dict):
         raise f.bad(f"text_config must be an object, got {describe_value(text)}")
-    return gemma3_fields(Fields(text, f.folder, f.arch))
+    return gemma3_fields(Fields({**text, "tie_word_embeddings": f.flag("tie_word_embeddings", True)}, f.folder, f.arch))
 
 
 def gemma_weights(t: Tensors, c: GPTConfig) -> None:
