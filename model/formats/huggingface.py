@@ -11,6 +11,7 @@ computation.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from functools import partial
 
@@ -53,6 +54,7 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
     """`weights` names the file to use when the user gave one (else the folder's first of
     WEIGHT_FILES); `raw` is its state dict when the caller has loaded it already."""
     hf = read_config_json(folder)
+    hf_families.refuse_quantized(hf, folder)
     found = hf_families.family_of(hf, folder)  # None: GPT-2
     config = config_from_hf(hf, folder) if found is None else hf_families.config_for(hf, folder, *found)
     from transformer_viewer.model.checkpoint import check_size  # checkpoint reads formats: imported here
@@ -71,6 +73,8 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
         key_name = gpt2_layout.file_namer(names, raw.keys())
     else:
         state, names = hf_families.state_for(raw, config, folder, found[1])
+        if config.tie_embeddings and "lm_head.weight" in state:  # the file's own head, unlike the embedding
+            config = dataclasses.replace(config, tie_embeddings=False)
         key_name = lambda k: names.get(k, k)  # noqa: E731
     info = {
         "name": name or os.path.basename(os.path.normpath(folder)),

@@ -49,6 +49,8 @@ CASES = [
     Case("train --n-kv-head -1", lambda c: c.cli("train", "--data", "x.txt", "--out", "o.safetensors",
                                                  "--n-kv-head", "-1"), "--n-kv-head cannot be negative"),
     Case("HF folder: a switch we cannot compute", lambda c: folder_error(c, "olmo_clip"), "is not supported"),
+    Case("HF folder: quantized weights", lambda c: folder_error(c, "quantized_fp8"),
+         "the weights are quantized (fp8)"),
     Case("HF folder: a missing tensor", lambda c: folder_error(c, "missing_tensor"), "missing tensors"),
     Case("HF folder: a tensor left over", lambda c: folder_error(c, "extra_tensor"), "unexpected tensors"),
     Case("HF folder: q/k/v that do not stack", lambda c: folder_error(c, "unstackable"), "do not stack"),

@@ -21,6 +21,11 @@ LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_fact
             "short_factor": [1.0, 1.7, 2.9], "long_factor": [4.0, 9.0, 40.0]}
 LONGROPE_ORIGINAL = 16
 
+MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 32,
+                   "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}
+PIXTRAL = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+               patch_size=14, head_dim=8)
+
 # name: (config class, model class, config kwargs, HF path of layer l's output projection)
 FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", dict(COMMON, rope_parameters=LLAMA3, attention_bias=True,
@@ -64,6 +69,17 @@ FAMILIES = {
                                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
         vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
                            patch_size=14), mm_tokens_per_image=4), "model.language_model.layers.{}.self_attn.o_proj"),
+    # Ministral 3: YaRN and Llama 4's query scaling, which is 1 below the original context (32 here).
+    "ministral3": ("Ministral3Config", "Ministral3ForCausalLM", dict(COMMON, head_dim=8, rope_parameters=MINISTRAL3_ROPE),
+                   "model.layers.{}.self_attn.o_proj"),
+    "mistral3": ("Mistral3Config", "Mistral3ForConditionalGeneration", dict(
+        text_config=dict(COMMON, model_type="ministral3", head_dim=8, rope_parameters=MINISTRAL3_ROPE),
+        vision_config=PIXTRAL, spatial_merge_size=1, tie_word_embeddings=False),
+                 "model.language_model.layers.{}.self_attn.o_proj"),
+    "mistral3_small": ("Mistral3Config", "Mistral3ForConditionalGeneration", dict(
+        text_config=dict(COMMON, model_type="mistral", head_dim=12, sliding_window=None, rope_theta=1e6),
+        vision_config=PIXTRAL, spatial_merge_size=1, tie_word_embeddings=False),
+                       "model.language_model.layers.{}.self_attn.o_proj"),
     # Multimodal Qwen: text only, the multimodal rotary's three positions are the token's own.
     "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration", dict(
         text_config=dict(COMMON, rope_parameters={"rope_type": "mrope", "mrope_section": [2, 1, 1], "rope_theta": 1e4}),
@@ -132,7 +148,8 @@ FAMILY_OF = {"LlamaForCausalLM": "Llama", "MistralForCausalLM": "Mistral", "Qwen
              "Gemma3ForCausalLM": "Gemma 3", "Gemma3ForConditionalGeneration": "Gemma 3 text decoder",
              "Qwen2VLForConditionalGeneration": "Qwen2-VL text decoder",
              "Qwen2_5_VLForConditionalGeneration": "Qwen2.5-VL text decoder",
-             "Qwen3VLForConditionalGeneration": "Qwen3-VL text decoder", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
+             "Qwen3VLForConditionalGeneration": "Qwen3-VL text decoder", "Ministral3ForCausalLM": "Ministral 3",
+             "Mistral3ForConditionalGeneration": "Mistral 3 text decoder", "GPTNeoXForCausalLM": "GPT-NeoX", "GPTJForCausalLM": "GPT-J", "PhiForCausalLM": "Phi",
              "GPT2LMHeadModel": "GPT-2"}
 SENTENCEPIECE_STYLE = ("llama", "smollm_tied", "mistral", "phi3", "phi3_longrope", "gemma", "gemma2", "gemma3",
                        "gemma3_multimodal")

@@ -258,3 +258,60 @@ def test_a_model_too_large_for_the_machine_is_refused_before_its_weights_are_rea
     monkeypatch.setattr(huggingface, "load_weights", lambda *a, **k: pytest.fail("the weights were read"))
     with pytest.raises(CheckpointError, match="more than fits in this machine's memory"):
         load_checkpoint(str(tmp_path))
+
+
+def test_a_tied_config_keeps_a_head_of_its_own_as_transformers_does(tmp_path):
+    """Mistral 3's config ties by default, while Mistral Small's files hold a head of their own:
+    transformers then keeps the file's head (it ties only equal tensors), and so do we."""
+    import json
+
+    import transformers
+
+    hf = build("mistral3_small")
+    save(hf, str(tmp_path))
+    path = tmp_path / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.pop("tie_word_embeddings")  # Mistral3Config's default: true
+    path.write_text(json.dumps(cfg))
+    reference = transformers.Mistral3ForConditionalGeneration.from_pretrained(tmp_path).eval()
+    assert reference.config.tie_word_embeddings
+    loaded = load(tmp_path)
+    assert not loaded.config.tie_embeddings and "lm_head.weight" in dict(loaded.model.named_parameters())
+    ids = _ids(hf)
+    with torch.no_grad():
+        assert (loaded.model(ids)[0] - reference(ids).logits).abs().max().item() <= 1e-4
+
+
+def test_a_tied_file_with_an_equal_copy_of_its_head_stays_tied(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    hf = build("smollm_tied")
+    save(hf, str(tmp_path))
+    weights = str(tmp_path / "model.safetensors")
+    state = load_file(weights)
+    state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+    save_file(state, weights, metadata={"format": "pt"})
+    loaded = load(tmp_path)
+    assert loaded.config.tie_embeddings and loaded.model.lm_head.weight is loaded.model.wte.weight
+
+
+def test_ministral3_context_stops_where_its_query_scaling_starts():
+    """Llama 4's query scaling, 1 + beta * log(1 + floor(position / original)), is exactly 1
+    below the original context: the context is capped there (32 in the tiny config, 16,384 in
+    the published models), and a scaling with no original context is refused."""
+    from transformer_viewer.model.errors import CheckpointError
+    from transformer_viewer.model.formats.hf_families.mistral3 import MINISTRAL3_ROPE
+
+    family = hf_families.FAMILIES["Ministral3ForCausalLM"]
+    hf = {"architectures": ["Ministral3ForCausalLM"], **COMMON, "head_dim": 8}
+    tiny = hf_families.config_for({**hf, "rope_parameters": dict(MINISTRAL3_ROPE, original_max_position_embeddings=32)},
+                                  "folder", "Ministral3ForCausalLM", family)
+    assert tiny.block_size == 32 and tiny.rope_scaling == "yarn"
+    published = hf_families.config_for(dict(hf, max_position_embeddings=262144), "folder", "Ministral3ForCausalLM", family)
+    assert published.block_size == 16384 and published.rope_factor == 16.0 and published.rope_base == 1e6
+    unscaled = dict(MINISTRAL3_ROPE, llama_4_scaling_beta=0.0)
+    assert hf_families.config_for({**hf, "rope_parameters": unscaled}, "folder", "Ministral3ForCausalLM",
+                                  family).block_size == COMMON["max_position_embeddings"]
+    no_original = {"rope_type": "default", "rope_theta": 1e4, "llama_4_scaling_beta": 0.1}
+    with pytest.raises(CheckpointError, match="llama_4_scaling_beta needs an integer original_max_position_embeddings"):
+        hf_families.config_for({**hf, "rope_parameters": no_original}, "folder", "Ministral3ForCausalLM", family)

@@ -140,5 +140,6 @@ def test_family_and_switches_are_recorded(pair):
     expected = {"llama": "Llama", "smollm_tied": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3",
                 "phi3": "Phi-3", "phi3_longrope": "Phi-3", "olmo": "OLMo", "olmo2": "OLMo 2", "olmo3": "OLMo 3", "smollm3": "SmolLM3", "gemma": "Gemma", "gemma2": "Gemma 2",
                 "gemma3": "Gemma 3", "gemma3_multimodal": "Gemma 3 text decoder", "qwen2_vl": "Qwen2-VL text decoder",
-                "qwen2_5_vl": "Qwen2.5-VL text decoder", "qwen3_vl": "Qwen3-VL text decoder", "phi": "Phi", "pythia": "GPT-NeoX", "neox_sequential": "GPT-NeoX", "gptj": "GPT-J"}
+                "qwen2_5_vl": "Qwen2.5-VL text decoder", "qwen3_vl": "Qwen3-VL text decoder", "ministral3": "Ministral 3",
+                "mistral3": "Mistral 3 text decoder", "mistral3_small": "Mistral 3 text decoder", "phi": "Phi", "pythia": "GPT-NeoX", "neox_sequential": "GPT-NeoX", "gptj": "GPT-J"}
     assert family == expected[name]

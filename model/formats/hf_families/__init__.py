@@ -13,11 +13,13 @@ import torch
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats.hf_families import gemma, llama, neox, qwen_vl
+from transformer_viewer.model.formats.hf_families import gemma, llama, mistral3, neox, qwen_vl
 from transformer_viewer.model.formats.hf_families.common import Family, Fields, Tensors
 
-FAMILIES: dict[str, Family] = {**llama.FAMILIES, **gemma.FAMILIES, **neox.FAMILIES, **qwen_vl.FAMILIES}
-MODEL_TYPES: dict[str, str] = {**llama.MODEL_TYPES, **gemma.MODEL_TYPES, **neox.MODEL_TYPES, **qwen_vl.MODEL_TYPES}
+FAMILIES: dict[str, Family] = {**llama.FAMILIES, **mistral3.FAMILIES, **gemma.FAMILIES, **neox.FAMILIES,
+                               **qwen_vl.FAMILIES}
+MODEL_TYPES: dict[str, str] = {**llama.MODEL_TYPES, **mistral3.MODEL_TYPES, **gemma.MODEL_TYPES, **neox.MODEL_TYPES,
+                               **qwen_vl.MODEL_TYPES}
 _MULTIMODAL = "ForConditionalGeneration"  # run as their text decoder
 SUPPORTED = ", ".join(["GPT2", *(a.removesuffix("ForCausalLM") for a in FAMILIES if a.endswith("ForCausalLM"))]) \
     + " (...ForCausalLM); " + ", ".join(a.removesuffix(_MULTIMODAL) for a in FAMILIES if a.endswith(_MULTIMODAL)) \
@@ -55,6 +57,21 @@ def family_of(hf: dict, folder: str) -> tuple[str, Family] | None:
                           f"run; supported: {SUPPORTED}")
 
 
+def refuse_quantized(hf: dict, folder: str) -> None:
+    """Quantized weights (GPTQ, AWQ, bitsandbytes, FP8 with its scales) are integers or 8-bit
+    floats plus scales that only their own kernels turn back into the model: refused with one
+    line, before any tensor is read, naming the method."""
+    text = hf.get("text_config")
+    for config in (hf, text if isinstance(text, dict) else {}):
+        quant = config.get("quantization_config")
+        if quant is not None:
+            method = quant.get("quant_method") if isinstance(quant, dict) else None
+            said = f" ({method})" if isinstance(method, str) and method.isprintable() and len(method) <= 40 else ""
+            raise CheckpointError(f"{folder}: config.json says the weights are quantized{said}, which "
+                                  "transformer-viewer cannot run; open the model's bfloat16, float16 or float32 "
+                                  "release")
+
+
 def config_for(hf: dict, folder: str, arch: str, family: Family) -> GPTConfig:
     fields = family.config(Fields(hf, folder, arch))
     try:
@@ -70,9 +87,15 @@ def state_for(raw: dict, config: GPTConfig, folder: str, family: Family) -> tupl
     family.weights(t, config)
     t.prefix = ""
     heads = [h for h in family.heads if h in raw]
-    if config.tie_embeddings:
+    if config.tie_embeddings and heads and not _same_as_embedding(raw[heads[0]], t.out.get("wte.weight")):
+        # A tied config with a head of its own in the file: transformers keeps the file's head
+        # (it ties only equal tensors), and so do we; read_folder unties the config.
+        t.put("lm_head.weight", heads[0])
+        for h in heads[1:]:
+            raw.pop(h)
+    elif config.tie_embeddings:
         for h in heads:
-            raw.pop(h)  # the embedding is the head
+            raw.pop(h)  # the embedding is the head (a file may keep an equal copy)
     elif heads:
         t.put("lm_head.weight", heads[0])
         for h in heads[1:]:
@@ -89,6 +112,14 @@ def state_for(raw: dict, config: GPTConfig, folder: str, family: Family) -> tupl
         raise CheckpointError(f"{folder}: unexpected tensors {_few(sorted(raw))}; the weights are not a "
                               f"{family.name} model of this config.json")
     return t.out, t.names
+
+
+def _same_as_embedding(head: torch.Tensor, embedding: torch.Tensor | None, rows: int = 4096) -> bool:
+    """Whether a file's head equals the (float32) embedding, compared a block of rows at a
+    time so no float32 copy of a whole bfloat16 head is made."""
+    if embedding is None or tuple(head.shape) != tuple(embedding.shape):
+        return embedding is None
+    return all(torch.equal(head[i:i + rows].float(), embedding[i:i + rows]) for i in range(0, head.shape[0], rows))
 
 
 def _few(keys: list[str], n: int = 4) -> str:
