@@ -315,3 +315,26 @@ def test_ministral3_context_stops_where_its_query_scaling_starts():
     no_original = {"rope_type": "default", "rope_theta": 1e4, "llama_4_scaling_beta": 0.1}
     with pytest.raises(CheckpointError, match="llama_4_scaling_beta needs an integer original_max_position_embeddings"):
         hf_families.config_for({**hf, "rope_parameters": no_original}, "folder", "Ministral3ForCausalLM", family)
+
+
+@pytest.mark.parametrize("head", ["its own", "an equal copy"])
+def test_a_gpt2_file_with_a_head_ties_as_transformers_does(tmp_path, head):
+    """GPT-2's config ties the head; a file that also holds lm_head.weight keeps it where it
+    differs from the embedding (transformers then does not tie) and stays tied where it is equal."""
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    from tests.helpers.models import hf_config, hf_model
+
+    hf_model(hf_config(vocab_size=96)).save_pretrained(tmp_path)
+    weights = str(tmp_path / "model.safetensors")
+    state = load_file(weights)
+    wte = state["transformer.wte.weight"]
+    state["lm_head.weight"] = torch.randn_like(wte) if head == "its own" else wte.clone()
+    save_file(state, weights, metadata={"format": "pt"})
+    reference = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    loaded = load(tmp_path)
+    assert loaded.config.tie_embeddings == (head == "an equal copy")
+    ids = torch.randint(0, 96, (1, T), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert (loaded.model(ids)[0] - reference(ids).logits).abs().max().item() <= 1e-4
