@@ -182,10 +182,24 @@ def save(model, folder: str) -> str:
 def published_form(folder: str) -> None:
     """Rewrite config.json as published checkpoints spell it: rope_theta / rope_scaling (NeoX:
     rotary_pct / rotary_emb_base; Gemma 3: rope_local_base_freq and sliding_window_pattern
-    instead of layer_types; Gemma: the legacy hidden_act "gelu")."""
+    instead of layer_types; Gemma: the legacy hidden_act "gelu"). Multimodal Qwen and Mistral 3:
+    the same inside text_config, which Qwen2/2.5-VL's files spread over the top level."""
     path = os.path.join(folder, "config.json")
     with open(path) as f:
         cfg = json.load(f)
+    model_type = cfg["model_type"]
+    if model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mistral3"):
+        _published(cfg["text_config"])
+        if model_type in ("qwen2_vl", "qwen2_5_vl"):
+            text = cfg.pop("text_config")
+            cfg = {**{k: v for k, v in text.items() if v is not None and k != "model_type"}, **cfg}
+    elif model_type != "gemma3":  # multimodal Gemma 3: test_family_loading's own published form
+        _published(cfg)
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+
+
+def _published(cfg: dict) -> None:
     rope = cfg.pop("rope_parameters", None) or {}
     model_type = cfg["model_type"]
     if model_type == "gemma3_text":
@@ -208,6 +222,7 @@ def published_form(folder: str) -> None:
         cfg["rope_theta"] = theta
         if partial is not None:
             cfg["partial_rotary_factor"] = partial
-    cfg["rope_scaling"] = None if kind == "default" else {"type": kind, **rope}
-    with open(path, "w") as f:
-        json.dump(cfg, f)
+    if model_type in ("qwen2_vl_text", "qwen2_5_vl_text") and "mrope_section" in rope:
+        kind = "mrope"  # as Qwen2/2.5-VL's files name it
+    # Qwen3-VL keeps its default rotary's mrope keys in rope_scaling.
+    cfg["rope_scaling"] = None if kind == "default" and not rope else {"type": kind, **rope}
