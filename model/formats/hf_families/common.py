@@ -38,6 +38,15 @@ class Family:
     skip: tuple[str, ...] = ()  # prefixes of tensors the decoder does not run (a vision tower): never read
 
 
+# Multimodal checkpoints built as a `language_model` beside a `vision_tower` (Gemma 3, Mistral 3):
+# where the text decoder's tensors and head are, in the published layout first, then in the one
+# recent transformers keeps in memory; the vision tower and its projector are never read.
+LANGUAGE_MODEL_LAYOUT = dict(
+    prefixes=("language_model.model.", "model.language_model."),
+    heads=("lm_head.weight", "language_model.lm_head.weight"),
+    skip=("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."))
+
+
 class Fields:
     """config.json values, each checked for its type before use (the file is untrusted)."""
 

@@ -9,7 +9,7 @@ as their text decoder.
 from __future__ import annotations
 
 from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.formats.hf_families.common import Family, Fields, Tensors
+from transformer_viewer.model.formats.hf_families.common import LANGUAGE_MODEL_LAYOUT, Family, Fields, Tensors
 from transformer_viewer.model.formats.hf_families.llama import embeddings, layers, sizes
 from transformer_viewer.model.formats.schema import describe_value
 
@@ -95,13 +95,8 @@ FAMILIES = {
     "GemmaForCausalLM": Family("Gemma", gemma_fields, gemma_weights),
     "Gemma2ForCausalLM": Family("Gemma 2", gemma2_fields, gemma2_weights),
     "Gemma3ForCausalLM": Family("Gemma 3", gemma3_fields, gemma2_weights),
-    # The published layout first, then the one recent transformers keeps in memory; the vision
-    # tower and its projector are never read.
-    "Gemma3ForConditionalGeneration": Family(
-        "Gemma 3 text decoder", gemma3_multimodal_fields, gemma2_weights,
-        prefixes=("language_model.model.", "model.language_model."),
-        heads=("lm_head.weight", "language_model.lm_head.weight"),
-        skip=("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")),
+    "Gemma3ForConditionalGeneration": Family("Gemma 3 text decoder", gemma3_multimodal_fields, gemma2_weights,
+                                             **LANGUAGE_MODEL_LAYOUT),
 }
 MODEL_TYPES = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                "gemma3": "Gemma3ForConditionalGeneration"}

@@ -9,7 +9,7 @@ the decoder runs is computed exactly as transformers computes it.
 
 from __future__ import annotations
 
-from transformer_viewer.model.formats.hf_families.common import Family, Fields
+from transformer_viewer.model.formats.hf_families.common import LANGUAGE_MODEL_LAYOUT, Family, Fields
 from transformer_viewer.model.formats.hf_families.llama import llama_weights, mistral_fields
 from transformer_viewer.model.formats.schema import describe_value
 
@@ -52,11 +52,7 @@ def mistral3_fields(f: Fields) -> dict:
 
 FAMILIES = {
     "Ministral3ForCausalLM": Family("Ministral 3", ministral3_fields, llama_weights),
-    # The published layout first, then the one recent transformers keeps in memory.
-    "Mistral3ForConditionalGeneration": Family(
-        "Mistral 3 text decoder", mistral3_fields, llama_weights,
-        prefixes=("language_model.model.", "model.language_model."),
-        heads=("lm_head.weight", "language_model.lm_head.weight"),
-        skip=("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")),
+    "Mistral3ForConditionalGeneration": Family("Mistral 3 text decoder", mistral3_fields, llama_weights,
+                                               **LANGUAGE_MODEL_LAYOUT),
 }
 MODEL_TYPES = {"ministral3": "Ministral3ForCausalLM", "mistral3": "Mistral3ForConditionalGeneration"}
