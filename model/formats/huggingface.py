@@ -74,10 +74,13 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
     else:
         state, names = hf_families.state_for(raw, config, folder, found[1])
         key_name = lambda k: names.get(k, k)  # noqa: E731
-    if config.tie_embeddings and "lm_head.weight" in state and not gpt2_layout.tied(state):
-        # A tied config, but the file holds a head of its own: transformers ties only equal
-        # tensors and keeps the file's head, and so do we.
-        config = dataclasses.replace(config, tie_embeddings=False)
+    if config.tie_embeddings and "lm_head.weight" in state:
+        if gpt2_layout.tied(state):
+            del state["lm_head.weight"]  # an equal copy: the embedding is the head
+        else:
+            # A tied config, but the file holds a head of its own: transformers ties only equal
+            # tensors and keeps the file's head, and so do we.
+            config = dataclasses.replace(config, tie_embeddings=False)
     info = {
         "name": name or os.path.basename(os.path.normpath(folder)),
         # "gpt2" (GPT-2's built-in tokenizer), or this folder, whose tokenizer.json is loaded with the model.

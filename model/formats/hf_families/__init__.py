@@ -87,20 +87,11 @@ def state_for(raw: dict, config: GPTConfig, folder: str, family: Family) -> tupl
     family.weights(t, config)
     t.prefix = ""
     heads = [h for h in family.heads if h in raw]
-    if config.tie_embeddings and heads and not _same_as_embedding(raw[heads[0]], t.out.get("wte.weight")):
-        # A tied config with a head of its own in the file: transformers keeps the file's head
-        # (it ties only equal tensors), and so do we; read_folder unties the config.
+    if heads:  # kept even for a tied config: read_folder ties it only if it equals the embedding
         t.put("lm_head.weight", heads[0])
         for h in heads[1:]:
             raw.pop(h)
-    elif config.tie_embeddings:
-        for h in heads:
-            raw.pop(h)  # the embedding is the head (a file may keep an equal copy)
-    elif heads:
-        t.put("lm_head.weight", heads[0])
-        for h in heads[1:]:
-            raw.pop(h)
-    else:
+    elif not config.tie_embeddings:
         raise CheckpointError(f"{folder}: config.json says tie_word_embeddings=false but the weights have no "
                               f"{family.heads[0]}; the head is missing")
     if config.extra.get("head_bias"):
@@ -112,14 +103,6 @@ def state_for(raw: dict, config: GPTConfig, folder: str, family: Family) -> tupl
         raise CheckpointError(f"{folder}: unexpected tensors {_few(sorted(raw))}; the weights are not a "
                               f"{family.name} model of this config.json")
     return t.out, t.names
-
-
-def _same_as_embedding(head: torch.Tensor, embedding: torch.Tensor | None, rows: int = 4096) -> bool:
-    """Whether a file's head equals the (float32) embedding, compared a block of rows at a
-    time so no float32 copy of a whole bfloat16 head is made."""
-    if embedding is None or tuple(head.shape) != tuple(embedding.shape):
-        return embedding is None
-    return all(torch.equal(head[i:i + rows].float(), embedding[i:i + rows]) for i in range(0, head.shape[0], rows))
 
 
 def _few(keys: list[str], n: int = 4) -> str:
