@@ -95,6 +95,17 @@ class Fields:
             raise self.refuse(f"activation {describe_value(name)} (supported: {', '.join(ACTIVATIONS)})")
         return ACTIVATIONS[name]
 
+    def text_decoder(self, tie: bool, flat: bool = False) -> Fields:
+        """A multimodal config's text decoder: `text_config` (with `flat`, the top level itself
+        when there is none, as Qwen2/2.5-VL publish it), with `tie` as its tie_word_embeddings,
+        because transformers reads whether the head is tied at the top level."""
+        text = self.hf.get("text_config")
+        if text is None and flat:
+            text = {k: v for k, v in self.hf.items() if k != "vision_config"}
+        elif not isinstance(text, dict):
+            raise self.bad(f"text_config must be an object, got {describe_value(text)}")
+        return Fields({**text, "tie_word_embeddings": tie}, self.folder, self.arch)
+
     def layer_types(self, n_layer: int) -> tuple | None:
         """`layer_types` as ours ("full"/"sliding"), or None when the config has none."""
         types = self.hf.get("layer_types")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.formats.hf_families.common import LANGUAGE_MODEL_LAYOUT, Family, Fields, Tensors
 from transformer_viewer.model.formats.hf_families.llama import embeddings, layers, sizes
-from transformer_viewer.model.formats.schema import describe_value
 
 
 def gemma_fields(f: Fields) -> dict:
@@ -74,10 +73,7 @@ def gemma3_multimodal_fields(f: Fields) -> dict:
     """Gemma 3's multimodal checkpoints (4B and up) run as their text decoder, which is all a
     text prompt goes through; the decoder's config is `text_config`, but whether the head is
     the embedding is the top-level `tie_word_embeddings`, where transformers looks."""
-    text = f.hf.get("text_config")
-    if not isinstance(text, dict):
-        raise f.bad(f"text_config must be an object, got {describe_value(text)}")
-    return gemma3_fields(Fields({**text, "tie_word_embeddings": f.flag("tie_word_embeddings", True)}, f.folder, f.arch))
+    return gemma3_fields(f.text_decoder(tie=f.flag("tie_word_embeddings", True)))
 
 
 def gemma_weights(t: Tensors, c: GPTConfig) -> None:

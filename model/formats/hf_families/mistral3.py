@@ -38,10 +38,7 @@ def mistral3_fields(f: Fields) -> dict:
     """The text decoder of `text_config` (Mistral's or Ministral 3's); whether the head is the
     embedding is the top-level flag, where transformers looks (true unless it says otherwise:
     a file whose head differs from its embedding keeps its head, as in transformers)."""
-    text = f.hf.get("text_config")
-    if not isinstance(text, dict):
-        raise f.bad(f"text_config must be an object, got {describe_value(text)}")
-    text = Fields({**text, "tie_word_embeddings": f.flag("tie_word_embeddings", True)}, f.folder, f.arch)
+    text = f.text_decoder(tie=f.flag("tie_word_embeddings", True))
     kind = text.hf.get("model_type", "mistral")
     if kind == "ministral3":
         return ministral3_fields(text)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from transformer_viewer.model.formats.hf_families.common import Family, Fields
 from transformer_viewer.model.formats.hf_families.llama import llama_weights, qwen2_fields, qwen3_fields
-from transformer_viewer.model.formats.schema import describe_value
 
 
 def text_fields(f: Fields, text_may_tie: bool) -> Fields:
@@ -25,17 +24,11 @@ def text_fields(f: Fields, text_may_tie: bool) -> Fields:
     is the embedding is the top-level `tie_word_embeddings`, where transformers looks; for
     Qwen2/2.5-VL (`text_may_tie`) a text_config that says true ties it too, as transformers
     reads the files saved before it moved the flag."""
-    text = f.hf.get("text_config")
-    if text is None:  # the published Qwen2/2.5-VL form: one flat object
-        text = {k: v for k, v in f.hf.items() if k != "vision_config"}
-    elif not isinstance(text, dict):
-        raise f.bad(f"text_config must be an object, got {describe_value(text)}")
-    else:
-        text = dict(text)
     tie = f.flag("tie_word_embeddings", False)
-    if text_may_tie and not tie:
-        tie = Fields(text, f.folder, f.arch).flag("tie_word_embeddings", False)
-    text["tie_word_embeddings"] = tie
+    nested = f.hf.get("text_config")
+    if text_may_tie and not tie and isinstance(nested, dict):
+        tie = Fields(nested, f.folder, f.arch).flag("tie_word_embeddings", False)
+    text = f.text_decoder(tie, flat=True).hf  # a copy: the published Qwen2/2.5-VL form is one flat object
     for key in ("rope_scaling", "rope_parameters"):
         rope = text.get(key)
         if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "mrope":
