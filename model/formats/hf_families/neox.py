@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.formats.hf_families.common import Family, Fields, Tensors
+from transformer_viewer.model.formats.hf_families.llama import sizes
 
 _BUFFERS = (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
 
@@ -56,11 +57,9 @@ def phi_fields(f: Fields) -> dict:
     if f.hf.get("model_type") == "phi-msft":
         raise f.bad("model_type 'phi-msft' is the older remote-code layout of Phi-1.5/Phi-2, whose weights are named "
                     "otherwise; save the model again with a recent transformers (model_type 'phi')")
-    n_head = f.int("num_attention_heads")
     return {
-        "vocab_size": f.int("vocab_size"), "n_embd": f.int("hidden_size"), "n_layer": f.int("num_hidden_layers"),
-        "n_head": n_head, "n_kv_head": f.int("num_key_value_heads", n_head), "n_mlp": f.int("intermediate_size"),
-        "block_size": f.int("max_position_embeddings", 2048), **f.rope(default_partial=0.5),
+        **sizes(f), "head_dim": 0,  # PhiConfig has no head_dim: always width / heads
+        **f.rope(default_partial=0.5),
         "norm": "layernorm", "layer_norm_eps": f.num("layer_norm_eps", 1e-5), "bias": True,
         "qk_norm": "head" if f.flag("qk_layernorm", False) else "none",
         "activation": f.activation("hidden_act", default="gelu_new"),
