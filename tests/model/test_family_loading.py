@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from tests.model.hf_family_models import COMMON, build, save, vocab
+from tests.model.hf_family_models import COMMON, build, published_form, save, vocab
 from tests.model.test_parity_families import load
 from transformer_viewer.model.checkpoint import build_model
 from transformer_viewer.model.formats import detect, hf_families, huggingface
@@ -148,23 +148,6 @@ def test_a_multimodal_gemma3_opens_as_its_text_decoder(tmp_path, layout):
         assert (loaded.model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
 
 
-def _qwen_vl_published(folder) -> None:
-    """Rewrite a saved Qwen2.5-VL's config.json as Qwen's files have it: the text decoder's
-    values at the top level, its rotary as rope_theta and an mrope rope_scaling."""
-    import json
-
-    path = os.path.join(folder, "config.json")
-    with open(path) as f:
-        cfg = json.load(f)
-    text = cfg.pop("text_config")
-    rope = dict(text.pop("rope_parameters"))
-    text.update(rope_theta=rope.pop("rope_theta"), rope_scaling={"type": "mrope", "mrope_section": rope["mrope_section"]})
-    text.pop("model_type")
-    flat = {**{k: v for k, v in text.items() if v is not None}, **cfg}
-    with open(path, "w") as f:
-        json.dump(flat, f)
-
-
 @pytest.mark.parametrize("layout", ["published", "model.language_model"])
 def test_a_qwen2_5_vl_opens_as_its_text_decoder(tmp_path, layout):
     """Qwen2.5-VL's published files (flat config, mrope, "model.layers" and "visual." tensors)
@@ -175,7 +158,7 @@ def test_a_qwen2_5_vl_opens_as_its_text_decoder(tmp_path, layout):
     nested = load(tmp_path).config
     weights = str(tmp_path / "model.safetensors")
     if layout == "published":
-        _qwen_vl_published(str(tmp_path))
+        published_form(str(tmp_path))  # Qwen's flat file, mrope and all
     else:
         _rename_keys(weights, "model.", "model.language_model.")
         _rename_keys(weights, "visual.", "model.visual.")
