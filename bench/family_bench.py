@@ -5,7 +5,9 @@ toggle against a full Hugging Face forward. float32, CPU, timed round-robin in o
 is the capture the window keeps (overviews, patterns on demand), with and without the per-token
 log-probabilities (the views first; they follow in a second pass). For reference, the decoder
 alone: the same forward and log-probabilities with nothing captured (no hooks, no readers), the
-floor a capture stands on. Prints the CPU model and the code path MKL takes on it.
+floor a capture stands on. And the weight products alone on both sides (bench/weight_products.py),
+so each run shows what its ratio is made of: the products, and everything else. Prints the CPU
+model and the code path MKL takes on it.
 
     python bench/family_bench.py [--threads 2] [--lengths 256,1024] [--reps N] [--out bench/results/family.json]
 """
@@ -20,6 +22,7 @@ import tempfile
 
 import numpy as np
 import torch
+import weight_products
 from common import interleaved, machine, paired_ratios, quiet_transformers, set_threads, versions
 
 SHAPE = dict(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576,
@@ -120,7 +123,8 @@ def main() -> int:
             session.predict(mask)
 
         s = interleaved({"capture": capture, "views_first": views_first, "decoder_alone": decoder_alone,
-                         "hf_capture": hf_capture}, reps, warmup=1)
+                         "hf_capture": hf_capture, "products": weight_products.ours(loaded.model, T, SHAPE["vocab_size"]),
+                         "hf_products": weight_products.theirs(hf, T)}, reps, warmup=1)
         session.set_tokens(tok)
         session.run()
         t = interleaved({"toggle": toggle, "hf_forward": hf_forward}, reps, warmup=1)
@@ -131,7 +135,10 @@ def main() -> int:
                "views_first_ratio": s["views_first"].median / s["hf_capture"].median,
                "decoder_alone_ratio": s["decoder_alone"].median / s["hf_capture"].median,
                "toggle_ratio": t["toggle"].median / t["hf_forward"].median,
-               "capture_pair_ratios": paired_ratios(s["capture"], s["hf_capture"])}
+               "capture_pair_ratios": paired_ratios(s["capture"], s["hf_capture"]),
+               "products": s["products"].to_dict(), "hf_products": s["hf_products"].to_dict()}
+        ours_p, hf_p = s["products"].median, s["hf_products"].median
+        row["rest_ms"] = {"capture": (s["capture"].median - ours_p) * 1e3, "hf_capture": (s["hf_capture"].median - hf_p) * 1e3}
         pairs = sorted(row["capture_pair_ratios"])
         rows.append(row)
         print(f"T={T}: capture {row['capture']['median_s'] * 1e3:.0f} ms vs HF {row['hf_capture']['median_s'] * 1e3:.0f}"
@@ -142,6 +149,10 @@ def main() -> int:
               f"({row['toggle_ratio']:.3f}x, goal <= {GOAL_TOGGLE}x); CPU seconds: capture "
               f"{row['capture']['cpu_median_s']:.2f} vs HF {row['hf_capture']['cpu_median_s']:.2f}; capture / HF "
               f"run by run {pairs[0]:.2f}-{pairs[-1]:.2f}x, median {statistics.median(pairs):.2f}x", flush=True)
+        print(f"  of which the weight products alone: ours {ours_p * 1e3:.0f} ms, HF's {hf_p * 1e3:.0f} ms "
+              f"({ours_p / hf_p:.2f}x); everything else: ours {row['rest_ms']['capture']:.0f} ms, HF's "
+              f"{row['rest_ms']['hf_capture']:.0f} ms; were everything else free, the capture would be "
+              f"{ours_p / row['hf_capture']['median_s']:.2f}x", flush=True)
         if args.out:  # after every row, so a long run that is stopped keeps what it measured
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1)
