@@ -17,7 +17,7 @@ POSITIONALS = ("learned", "sinusoidal", "rotary", "none")
 NORMS = ("layernorm", "rmsnorm", "layernorm_plain")  # plain: no weight, no bias (OLMo)
 NORM_PLACEMENTS = ("pre", "sandwich", "post")  # sandwich: pre and post (Gemma 2/3); post only (OLMo 2)
 ROTARY_STYLES = ("neox", "gptj")  # half-split pairs (NeoX, Llama) or interleaved pairs (GPT-J)
-ROPE_SCALINGS = ("none", "linear", "llama3", "yarn", "longrope")
+ROPE_SCALINGS = ("none", "linear", "llama3", "yarn", "longrope", "dynamic")
 QK_NORMS = ("none", "head", "all")  # per head (Qwen3, Gemma 3) or over the whole projection (OLMo 2)
 MLPS = ("plain", "gated")
 BLOCKS = ("sequential", "parallel", "parallel_shared_norm")
@@ -81,7 +81,7 @@ class GPTConfig:
     rope_factor: float = 1.0
     rope_low_freq_factor: float = 1.0  # llama3
     rope_high_freq_factor: float = 4.0  # llama3
-    rope_original_context: int = 0  # llama3, yarn and longrope
+    rope_original_context: int = 0  # llama3, yarn, longrope; dynamic: the length past which the base grows
     rope_beta_fast: float = 32.0  # yarn
     rope_beta_slow: float = 1.0  # yarn
     rope_attention_factor: float = 1.0  # yarn and longrope: cos and sin are multiplied by it
@@ -205,8 +205,10 @@ class GPTConfig:
         if self.positional == "rotary" and (self.rotary_dim < 2 or self.rotary_dim % 2):
             raise ValueError(f"rotary_pct={self.rotary_pct} of head size {self.head_size} gives {self.rotary_dim} "
                              "rotating dimensions; it must be a positive even number")
-        if self.rope_scaling in ("llama3", "yarn", "longrope") and not self.rope_original_context:
+        if self.rope_scaling in ("llama3", "yarn", "longrope", "dynamic") and not self.rope_original_context:
             raise ValueError(f"rope_scaling {self.rope_scaling!r} needs rope_original_context")
+        if self.rope_scaling == "dynamic" and self.rotary_dim < 4:  # its exponent is dim / (dim - 2)
+            raise ValueError(f"dynamic rope scaling needs 4 or more rotating dimensions per head, got {self.rotary_dim}")
         self._validate_rope_factors()
         if self.rope_scaling == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
             raise ValueError("rope_high_freq_factor must be larger than rope_low_freq_factor")

@@ -26,6 +26,8 @@ def switches(config: GPTConfig, relative_to: str | None = None) -> list[str]:
     out = []
     if c.positional == "rotary":
         scaled = "" if c.rope_scaling == "none" else f", {c.rope_scaling} x{c.rope_factor:g}"
+        if c.rope_scaling == "dynamic":
+            scaled += f" past {c.rope_original_context:,} tokens"
         part = "" if c.rotary_pct == 1.0 else f" on {c.rotary_pct:.0%} of each head"
         local = "" if not c.rope_local_base else ", sliding layers unscaled" if c.rope_local_base == c.rope_base \
             else f", sliding layers base {c.rope_local_base:g}"

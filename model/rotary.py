@@ -16,10 +16,14 @@ from torch import nn
 from transformer_viewer.model.config import GPTConfig
 
 
-def inverse_frequencies(config: GPTConfig, base: float, scaling: str, long: bool = False) -> tuple[torch.Tensor, float]:
+def inverse_frequencies(config: GPTConfig, base: float, scaling: str, long: bool = False,
+                        T: int = 0) -> tuple[torch.Tensor, float]:
     """(rotary_dim / 2,) float32 inverse frequencies and the factor cos/sin are multiplied by;
-    `long`: for a prompt longer than longrope's original context (see `uses_long_factors`)."""
+    `long`: for a prompt longer than longrope's original context (see `uses_long_factors`);
+    `T`: the prompt's length, which dynamic scaling's frequencies depend on."""
     dim = config.rotary_dim
+    if scaling == "dynamic":
+        return _dynamic(config, base, T), 1.0
     exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float) / dim  # (dim/2,)
     pos_freqs = base ** exponents  # (dim/2,) base^(2i/dim): one over each pair's unscaled frequency
     inv_freq = 1.0 / pos_freqs
@@ -64,6 +68,27 @@ def _yarn(pos_freqs: torch.Tensor, dim: int, base: float, c: GPTConfig) -> torch
     return (1.0 / (c.rope_factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
 
 
+def _dynamic(c: GPTConfig, base: float, T: int) -> torch.Tensor:
+    """Dynamic NTK scaling: past the original context the base grows with the prompt's length,
+    base * (factor * T / original - (factor - 1)) ** (dim / (dim - 2)); within it, it is the
+    base itself. As Hugging Face computes it, bit for bit: in Python floats at the original
+    context (its frequencies at load), in float32 tensors for a longer prompt (its forward
+    passes the length as a tensor). Hugging Face keeps the grown frequencies for later, shorter
+    prompts that still exceed the original context; here every prompt has its own, as its first forward."""
+    dim, old, factor = c.rotary_dim, c.rope_original_context, c.rope_factor
+    length = torch.tensor(T) if T > old else old  # int64, as torch.max(position_ids) + 1
+    grown = base * ((factor * length / old) - (factor - 1)) ** (dim / (dim - 2))
+    return 1.0 / (grown ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float) / dim))  # (dim/2,)
+
+
+def frequencies_key(config: GPTConfig, scaling: str, T: int) -> str:
+    """Which frequencies a T-token prompt rotates by: "" for the usual ones, "long" for
+    longrope's long set, the length itself for a prompt past dynamic scaling's original context."""
+    if uses_long_factors(config, scaling, T):
+        return "long"
+    return f"length {T}" if scaling == "dynamic" and T > config.rope_original_context else ""
+
+
 def uses_long_factors(config: GPTConfig, scaling: str, T: int) -> bool:
     """longrope rotates a whole prompt by its long factors once it is longer than the original
     context, every position included (as Hugging Face does), so the angles depend on T."""
@@ -95,12 +120,14 @@ class Rotary(nn.Module):
 
     def table(self, T: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of a T-token prompt, each (T, rotary_dim), float32."""
-        long = uses_long_factors(self.config, self.scaling, T)
-        key = f"{device}, long" if long else str(device)
+        variant = frequencies_key(self.config, self.scaling, T)
+        key = f"{device}, {variant}"
         cached = self._tables.get(key)
         if cached is None or cached[0].shape[0] < T:
+            if len(self._tables) >= 8:  # dynamic scaling has a table per length: keep a few
+                self._tables.clear()
             with torch.inference_mode(False):  # usable by a later training step too
-                inv_freq, factor = inverse_frequencies(self.config, self.base, self.scaling, long)
+                inv_freq, factor = inverse_frequencies(self.config, self.base, self.scaling, variant == "long", T)
                 n = max(T, 256)
                 freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq  # (n, dim/2)
                 if self.config.rotary_style == "gptj":

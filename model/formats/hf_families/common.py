@@ -16,14 +16,14 @@ from dataclasses import dataclass
 import torch
 
 from transformer_viewer.model import load_watch
-from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.config import MAX_BLOCK_SIZE, GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats.schema import describe_value
 
 # HF activation names -> ours. "gelu_new" and "gelu_pytorch_tanh" are the same tanh curve.
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                "gelu": "gelu", "relu": "relu"}
-ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope", "dynamic")
 
 
 @dataclass(frozen=True)
@@ -161,6 +161,8 @@ class Fields:
         if kind == "longrope":  # transformers' default for longrope: the model's own context
             out.update(self._longrope(params, original or self.hf.get("max_position_embeddings")))
             return out
+        if kind == "dynamic":
+            return {**out, **self._dynamic(params)}
         out.update(rope_scaling=kind, rope_factor=self.num("factor", None if kind != "yarn" else 0.0, params))
         if kind == "llama3":
             out.update(rope_low_freq_factor=self.num("low_freq_factor", None, params),
@@ -200,6 +202,18 @@ class Fields:
         return {"rope_scaling": "longrope", "rope_factor": factor, "rope_original_context": original,
                 "rope_short_factor": lists["short_factor"], "rope_long_factor": lists["long_factor"],
                 "rope_attention_factor": self.num("attention_factor", attention, {"attention_factor": attention})}
+
+    def _dynamic(self, params: dict) -> dict:
+        """Dynamic NTK scaling: the base grows with a prompt past max_position_embeddings (which
+        transformers reads as the original context, whatever original_max_position_embeddings
+        says). Its point is longer prompts, so the context becomes factor times that: the block
+        size returned here replaces the family's own."""
+        original = self.int("max_position_embeddings")
+        factor = self.num("factor", None, params)
+        if not 1.0 <= factor <= 1024.0:
+            raise self.bad(f"dynamic rope scaling's factor must be between 1 and 1024, got {factor:g}")
+        return {"rope_scaling": "dynamic", "rope_factor": factor, "rope_original_context": original,
+                "block_size": max(original, min(int(original * factor), MAX_BLOCK_SIZE))}
 
     def _yarn(self, params: dict, original) -> dict:
         if original is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from transformer_viewer.model.formats.hf_families.common import Family, Fields
 from transformer_viewer.model.formats.hf_families.llama import llama_weights, qwen2_fields, qwen3_fields
+from transformer_viewer.model.formats.schema import describe_value
 
 
 def text_fields(f: Fields, text_may_tie: bool) -> Fields:
@@ -31,8 +32,11 @@ def text_fields(f: Fields, text_may_tie: bool) -> Fields:
     text = f.text_decoder(tie, flat=True).hf  # a copy: the published Qwen2/2.5-VL form is one flat object
     for key in ("rope_scaling", "rope_parameters"):
         rope = text.get(key)
-        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "mrope":
+        kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+        if kind == "mrope":
             text[key] = {**{k: v for k, v in rope.items() if k != "type"}, "rope_type": "default"}
+        elif kind not in (None, "default"):  # a scaled multimodal rotary: none published, none checked
+            raise f.refuse(f"rope scaling {describe_value(kind)} on its multimodal rotary")
     return Fields(text, f.folder, f.arch)
 
 
