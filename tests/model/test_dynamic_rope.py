@@ -17,6 +17,7 @@ from tests.model.hf_family_models import build, published_form, save
 from tests.model.test_parity_families import load, session
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.families import switches
+from transformer_viewer.model.rotary import inverse_frequencies
 
 ORIGINAL, FACTOR = 16, 2.5
 SHARPEN = 8.0
@@ -70,6 +71,21 @@ def test_logits_and_patterns_match_on_both_sides_of_the_original_context(pair, T
     trace = session(loaded, ids).run()
     for layer in range(loaded.config.n_layer):
         assert np.abs(trace.attention[layer] - out.attentions[layer][0].numpy()).max() <= 1e-5
+
+
+# 25 and 32: lengths where the Llama model's frequencies computed in Python floats would differ
+# from transformers' float32 ones in the last bit.
+@pytest.mark.parametrize("T", [ORIGINAL, ORIGINAL + 1, 25, 2 * ORIGINAL, int(ORIGINAL * FACTOR)])
+def test_frequencies_are_hugging_faces_bit_for_bit(pair, T):
+    """The inverse frequencies a T-token prompt rotates by equal those Hugging Face's rotary holds
+    after its forward of that prompt (Python floats at the original context, float32 past it)."""
+    name, loaded = pair
+    hf = fresh(name)
+    with torch.no_grad():
+        hf(_ids(T))
+    rotary = (hf.model if name == "llama" else hf.gpt_neox).rotary_emb
+    c = loaded.config
+    assert torch.equal(inverse_frequencies(c, c.rope_base, "dynamic", T=T)[0], rotary.inv_freq)
 
 
 def test_a_longer_prompt_rotates_every_position_by_its_own_base(pair):
