@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.model.hf_family_models import build, published_form, save
-from tests.model.test_parity_families import load, session
+from tests.model.test_parity_families import assert_logits_and_patterns_match, load, session
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.families import switches
 from transformer_viewer.model.rotary import inverse_frequencies
@@ -63,14 +63,7 @@ def test_config_and_context(pair):
 @pytest.mark.parametrize("T", [ORIGINAL - 4, ORIGINAL, ORIGINAL + 1, int(ORIGINAL * FACTOR)])
 def test_logits_and_patterns_match_on_both_sides_of_the_original_context(pair, T):
     name, loaded = pair
-    hf, ids = fresh(name), _ids(T)
-    with torch.no_grad():
-        out = hf(ids, output_attentions=True)
-        ours = loaded.model(ids)[0]
-    assert (ours - out.logits).abs().max().item() <= 1e-4
-    trace = session(loaded, ids).run()
-    for layer in range(loaded.config.n_layer):
-        assert np.abs(trace.attention[layer] - out.attentions[layer][0].numpy()).max() <= 1e-5
+    assert_logits_and_patterns_match(fresh(name), loaded, _ids(T))
 
 
 # 25 and 32: lengths where the Llama model's frequencies computed in Python floats would differ

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.model.hf_family_models import LONGROPE, LONGROPE_ORIGINAL, build, published_form, save
-from tests.model.test_parity_families import load, session
+from tests.model.test_parity_families import assert_logits_and_patterns_match, load
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.families import switches
 
@@ -42,14 +42,7 @@ def test_config_takes_both_factor_sets_and_the_attention_factor(pair):
 @pytest.mark.parametrize("T", [LONGROPE_ORIGINAL - 4, LONGROPE_ORIGINAL, LONGROPE_ORIGINAL + 1, 2 * LONGROPE_ORIGINAL])
 def test_logits_and_patterns_match_on_both_sides_of_the_original_context(pair, T):
     hf, loaded = pair
-    ids = _ids(hf, T)
-    with torch.no_grad():
-        out = hf(ids, output_attentions=True)
-        ours = loaded.model(ids)[0]
-    assert (ours - out.logits).abs().max().item() <= 1e-4
-    trace = session(loaded, ids).run()
-    for layer in range(loaded.config.n_layer):
-        assert abs(trace.attention[layer] - out.attentions[layer][0].numpy()).max() <= 1e-5
+    assert_logits_and_patterns_match(hf, loaded, _ids(hf, T))
 
 
 def test_a_longer_prompt_rotates_every_position_by_the_long_factors(pair):

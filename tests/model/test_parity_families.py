@@ -36,6 +36,17 @@ def session(loaded: LoadedModel, ids: torch.Tensor) -> Session:
     return s
 
 
+def assert_logits_and_patterns_match(hf, loaded: LoadedModel, ids: torch.Tensor) -> None:
+    """Our logits within 1e-4 of Hugging Face's and every captured pattern within 1e-5 of its eager one."""
+    with torch.no_grad():
+        out = hf(ids, output_attentions=True)
+        ours = loaded.model(ids)[0]
+    assert (ours - out.logits).abs().max().item() <= 1e-4
+    trace = session(loaded, ids).run()
+    for layer in range(loaded.config.n_layer):
+        assert np.abs(trace.attention[layer] - out.attentions[layer][0].numpy()).max() <= 1e-5, layer
+
+
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def pair(request, tmp_path_factory):
     hf = build(request.param)
