@@ -133,3 +133,14 @@ def test_bad_dynamic_fields_are_one_line_value_errors(pair, changes, message):
     _, loaded = pair
     with pytest.raises(ValueError, match=message):
         loaded.config.replace(**changes)
+
+
+@pytest.mark.parametrize("name", ["mistral", "qwen3", "olmo2", "gemma2", "smollm3", "phi"])
+def test_every_family_reading_the_shared_rope_settings_extends_its_context(name, tmp_path):
+    """Each family's reader takes dynamic scaling with the longer context, and the model agrees
+    with Hugging Face's past the original one."""
+    over = dict(DYNAMIC, partial_rotary_factor=0.5) if name == "phi" else DYNAMIC
+    hf = build(name, rope_parameters=over, max_position_embeddings=ORIGINAL)
+    loaded = load(save(hf, str(tmp_path)))
+    assert (loaded.config.rope_scaling, loaded.config.block_size) == ("dynamic", int(ORIGINAL * FACTOR))
+    assert_logits_and_patterns_match(hf, loaded, _ids(int(ORIGINAL * FACTOR)))
