@@ -67,6 +67,8 @@ def phi3_fields(f: Fields) -> dict:
     # transformers reads Phi-3's older scaling names "su" and "yarn" as longrope.
     fields = llama_fields(f, eps_default=1e-5, rope_aliases={"su": "longrope", "yarn": "longrope"})
     fields.update(qkv_bias=False, proj_bias=False, mlp_bias=False, sliding_window=f.int("sliding_window", 0))
+    if fields.get("rope_scaling", "none") not in ("none", "longrope"):  # as transformers' Phi3Config checks
+        raise f.refuse(f"rope scaling {fields['rope_scaling']!r} (Phi-3 takes longrope alone)")
     return fields
 
 
