@@ -16,18 +16,17 @@ from torch import nn
 from transformer_viewer.model.config import GPTConfig
 
 
-def inverse_frequencies(config: GPTConfig, base: float, scaling: str, long: bool = False,
-                        T: int = 0) -> tuple[torch.Tensor, float]:
-    """(rotary_dim / 2,) float32 inverse frequencies and the factor cos/sin are multiplied by;
-    `long`: for a prompt longer than longrope's original context (see `uses_long_factors`);
-    `T`: the prompt's length, which dynamic scaling's frequencies depend on."""
+def inverse_frequencies(config: GPTConfig, base: float, scaling: str, T: int = 0) -> tuple[torch.Tensor, float]:
+    """(rotary_dim / 2,) float32 inverse frequencies and the factor cos/sin are multiplied by,
+    for a T-token prompt (longrope's and dynamic scaling's depend on its length)."""
     dim = config.rotary_dim
     if scaling == "dynamic":
-        return _dynamic(config, base, T), 1.0
+        base = _dynamic_base(config, base, T)
     exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float) / dim  # (dim/2,)
     pos_freqs = base ** exponents  # (dim/2,) base^(2i/dim): one over each pair's unscaled frequency
     inv_freq = 1.0 / pos_freqs
     if scaling == "longrope":
+        long = uses_long_factors(config, scaling, T)
         factors = torch.tensor(config.rope_long_factor if long else config.rope_short_factor, dtype=torch.float32)
         return 1.0 / (factors * pos_freqs), config.rope_attention_factor
     if scaling == "linear":
@@ -68,17 +67,16 @@ def _yarn(pos_freqs: torch.Tensor, dim: int, base: float, c: GPTConfig) -> torch
     return (1.0 / (c.rope_factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
 
 
-def _dynamic(c: GPTConfig, base: float, T: int) -> torch.Tensor:
-    """Dynamic NTK scaling: past the original context the base grows with the prompt's length,
+def _dynamic_base(c: GPTConfig, base: float, T: int) -> float | torch.Tensor:
+    """Dynamic NTK scaling's base: past the original context it grows with the prompt's length,
     base * (factor * T / original - (factor - 1)) ** (dim / (dim - 2)); within it, it is the
-    base itself. As Hugging Face computes it, bit for bit: in Python floats at the original
-    context (its frequencies at load), in float32 tensors for a longer prompt (its forward
-    passes the length as a tensor). Hugging Face keeps the grown frequencies for later, shorter
-    prompts that still exceed the original context; here every prompt has its own, as its first forward."""
+    base itself. As Hugging Face computes it, bit for bit: a Python float at the original
+    context (its frequencies at load), a float32 tensor for a longer prompt (its forward passes
+    the length as a tensor). Hugging Face keeps the grown frequencies for later, shorter prompts
+    that still exceed the original context; here every prompt has its own, as its first forward."""
     dim, old, factor = c.rotary_dim, c.rope_original_context, c.rope_factor
     length = torch.tensor(T) if T > old else old  # int64, as torch.max(position_ids) + 1
-    grown = base * ((factor * length / old) - (factor - 1)) ** (dim / (dim - 2))
-    return 1.0 / (grown ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float) / dim))  # (dim/2,)
+    return base * ((factor * length / old) - (factor - 1)) ** (dim / (dim - 2))
 
 
 def frequencies_key(config: GPTConfig, scaling: str, T: int) -> str:
@@ -127,7 +125,7 @@ class Rotary(nn.Module):
             if len(self._tables) >= 8:  # dynamic scaling has a table per length: keep a few
                 self._tables.clear()
             with torch.inference_mode(False):  # usable by a later training step too
-                inv_freq, factor = inverse_frequencies(self.config, self.base, self.scaling, variant == "long", T)
+                inv_freq, factor = inverse_frequencies(self.config, self.base, self.scaling, T)
                 n = max(T, 256)
                 freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq  # (n, dim/2)
                 if self.config.rotary_style == "gptj":
