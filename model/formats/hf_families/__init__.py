@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.config import MAX_BLOCK_SIZE, GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats.hf_families import gemma, llama, mistral3, neox, qwen_vl
 from transformer_viewer.model.formats.hf_families.common import Family, Fields, Tensors
@@ -74,6 +74,9 @@ def refuse_quantized(hf: dict, folder: str) -> None:
 
 def config_for(hf: dict, folder: str, arch: str, family: Family) -> GPTConfig:
     fields = family.config(Fields(hf, folder, arch))
+    if fields.get("rope_scaling") == "dynamic":  # its point: prompts up to factor times the original context
+        longer = min(int(fields["rope_original_context"] * fields["rope_factor"]), MAX_BLOCK_SIZE)
+        fields["block_size"] = max(fields["block_size"], longer)
     try:
         return GPTConfig(**fields)
     except (TypeError, ValueError) as e:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer_viewer.model import load_watch
-from transformer_viewer.model.config import MAX_BLOCK_SIZE, GPTConfig
+from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats.schema import describe_value
 
@@ -206,14 +206,13 @@ class Fields:
     def _dynamic(self, params: dict) -> dict:
         """Dynamic NTK scaling: the base grows with a prompt past max_position_embeddings (which
         transformers reads as the original context, whatever original_max_position_embeddings
-        says). Its point is longer prompts, so the context becomes factor times that: the block
-        size returned here replaces the family's own."""
+        says). Its point is longer prompts: `hf_families.config_for` makes the context factor
+        times that."""
         original = self.int("max_position_embeddings")
         factor = self.num("factor", None, params)
         if not 1.0 <= factor <= 1024.0:
             raise self.bad(f"dynamic rope scaling's factor must be between 1 and 1024, got {factor:g}")
-        return {"rope_scaling": "dynamic", "rope_factor": factor, "rope_original_context": original,
-                "block_size": max(original, min(int(original * factor), MAX_BLOCK_SIZE))}
+        return {"rope_scaling": "dynamic", "rope_factor": factor, "rope_original_context": original}
 
     def _yarn(self, params: dict, original) -> dict:
         if original is None:

@@ -104,8 +104,8 @@ def smollm3_fields(f: Fields) -> dict:
     (by default the NoPE layers, with use_sliding_window)."""
     fields = llama_fields(f)
     n_layer = fields["n_layer"]
-    fields.update(block_size=f.int("max_position_embeddings", 32768), tie_embeddings=f.flag("tie_word_embeddings", True))
-    fields.update(f.rope(default_theta=2_000_000.0))  # after the context: a dynamic rope's longer one wins
+    fields.update(f.rope(default_theta=2_000_000.0), tie_embeddings=f.flag("tie_word_embeddings", True),
+                  block_size=f.int("max_position_embeddings", 32768))
     flags = f.hf.get("no_rope_layers")
     if flags is None:
         interval = f.int("no_rope_layer_interval", 4)
