@@ -13,7 +13,15 @@ from tests.helpers.models import tiny_loaded
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.gpt import GPT
-from transformer_viewer.model.hooks import caching, count_hooks, hook_points, hooks, reading, run_with_cache
+from transformer_viewer.model.hooks import (
+    caching,
+    count_hooks,
+    find_hook_point,
+    hook_points,
+    hooks,
+    reading,
+    run_with_cache,
+)
 from transformer_viewer.model.interventions import check_intervention
 from transformer_viewer.model.session import Session
 
@@ -54,6 +62,23 @@ def test_hook_points_walk_as_named_modules_does():
     llama = GPT(dataclasses.replace(CONFIG, positional="rotary", norm="rmsnorm", mlp="gated", activation="silu",
                                     n_kv_head=2))
     assert list(hook_points(llama)) == [n for n, m in llama.named_modules() if isinstance(m, HookPoint)]
+
+
+def test_a_point_found_by_name_is_the_walked_one_and_knows_its_name():
+    """Registering by name follows the name's path instead of walking the model: the same
+    point as the walk's, named when no walk has named it, and nothing but a HookPoint."""
+    model = GPT(CONFIG)
+    found = {name: find_hook_point(model, name) for name in TWO_LAYER_HOOKS}
+    assert [p.name for p in found.values()] == TWO_LAYER_HOOKS  # named on the way, no walk yet
+    assert found == hook_points(model)
+    for bad in ("blocks.2.hook_resid_pre", "blocks.0.attn", "blocks.0.attn.n_head", "blocks.0.hook_z", "",
+                "blocks.0.hook_resid_pre.x"):
+        with pytest.raises(KeyError, match="no hook point named"):
+            find_hook_point(model, bad)
+    with caching(model, ["blocks.1.attn.hook_z", "hook_embed"]) as cache, torch.no_grad():
+        model(torch.zeros(1, 3, dtype=torch.long))
+    assert set(cache) == {"blocks.1.attn.hook_z", "hook_embed"}
+    assert count_hooks(model) == 0
 
 
 def test_run_with_cache_keeps_the_selected_activations_of_a_plain_forward():
