@@ -87,7 +87,7 @@ def _cells(model, x: torch.Tensor, V: int, final_ids, reference, width: int, cou
         best_id = torch.where(better, arg + v0, best_id)
         best = torch.where(better, top, best)
         if "final" in asked:
-            rank += (block > threshold[:, None]).sum(dim=1)
+            rank += count_above(block, threshold)
         for k, ids in asked.items():
             pick(picked[k], block, ids, v0, v1)
         counted()
@@ -103,3 +103,12 @@ def _cells(model, x: torch.Tensor, V: int, final_ids, reference, width: int, cou
              - lse).exp().cpu().numpy()  # (3, N): one copy off the device
     ids = torch.stack([best_id, rank]).cpu().numpy()  # (2, N)
     return ids[0], probs[0], ids[1], probs[1], probs[2]
+
+
+def count_above(block: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """(N,) int32: how many of row n's logits in `block` (N, width) are above threshold[n].
+
+    Summed as bytes into int32: the sum of a bool tensor runs torch's generic reduction to
+    int64 (about 2 ns a logit on the CPU, as long as the product that made the block), the
+    bytes' sum a vectorized one (about 0.2 ns). A block is at most LOGITS_BLOCK wide: no overflow."""
+    return torch.gt(block, threshold[:, None]).view(torch.uint8).sum(dim=1, dtype=torch.int32)

@@ -174,3 +174,19 @@ def test_lens_cells_over_uneven_blocks_match_a_softmax_of_each_row(monkeypatch):
     own = lens_unembed.lens_cells(s.model, x, s.n_vocab)  # no final tokens asked: each row's own top
     assert (own.final_ranks == 0).all() and np.isnan(own.reference_probs).all()
     np.testing.assert_array_equal(own.final_probs, own.top_probs)
+
+
+def test_count_above_counts_as_a_comparison_does():
+    """The rank's count over a block, summed as bytes: ties, infinities and NaN as `>` treats them."""
+    from transformer_viewer.model.lens_unembed import count_above
+
+    g = torch.Generator().manual_seed(0)
+    block = torch.randint(-3, 4, (7, 300), generator=g).float()  # many ties with the thresholds
+    block[0, :5] = float("inf")
+    block[1, :5] = float("-inf")
+    block[2, :5] = float("nan")
+    threshold = torch.tensor([0.0, 1.0, -1.0, float("inf"), float("-inf"), float("nan"), 2.0])
+    want = (block > threshold[:, None]).sum(dim=1)
+    got = count_above(block, threshold)
+    assert torch.equal(got.long(), want)
+    assert int(count_above(torch.ones(1, 1000), torch.zeros(1))[0]) == 1000  # past a byte's 255
