@@ -158,7 +158,6 @@ def test_lens_cells_over_uneven_blocks_match_a_softmax_of_each_row(monkeypatch):
     ref = rng.integers(0, s.n_vocab, N)
     monkeypatch.setattr(lens_unembed, "ROW_BLOCK", 5)
     monkeypatch.setattr(lens_unembed, "VOCAB_BLOCK", 999)
-    monkeypatch.setattr(lens_unembed, "LOGITS_BLOCK", 0)  # blocks of VOCAB_BLOCK tokens, however few rows
     seen = []
     cells = lens_unembed.lens_cells(s.model, x, s.n_vocab, final, ref, step=lambda d, n: seen.append((d, n)))
     rows = torch.arange(N)
@@ -190,3 +189,21 @@ def test_count_above_counts_as_a_comparison_does():
     got = count_above(block, threshold)
     assert torch.equal(got.long(), want)
     assert int(count_above(torch.ones(1, 1000), torch.zeros(1))[0]) == 1000  # past a byte's 255
+
+
+def test_a_row_unembedded_again_among_other_rows_gets_the_same_cells():
+    """The vocabulary's blocks do not depend on how many rows ask, so a masked lens redoing some
+    positions of a clean row reports exactly what the clean lens did there (its diff is zero)."""
+    from transformer_viewer.model import lens_unembed
+
+    s = tiny_session()
+    s.run()
+    rows = torch.cat([r[0] for r in s.residuals()])  # (3 T, C)
+    x = rows[torch.arange(600) % rows.shape[0]] * torch.linspace(0.5, 2.0, 600)[:, None]  # more than ROW_BLOCK
+    assert s.n_vocab > 2 * lens_unembed.VOCAB_BLOCK  # several blocks of the vocabulary
+    final = np.random.default_rng(1).integers(0, s.n_vocab, x.shape[0])
+    every = lens_unembed.lens_cells(s.model, x, s.n_vocab, final, final)
+    some = np.array([1, 4, 5, 599])  # a few rows: another number of rows, the same blocks
+    again = lens_unembed.lens_cells(s.model, x[some], s.n_vocab, final[some], final[some])
+    for name in ("top_ids", "top_probs", "final_ranks", "final_probs", "reference_probs"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(every, name)[some], err_msg=name)

@@ -143,7 +143,6 @@ def test_a_lens_window_is_the_slice_of_the_lens_of_every_position(long_session, 
     full = logit_lens(session)
     monkeypatch.setattr(lens_unembed, "ROW_BLOCK", 7)  # windows that split into uneven blocks
     monkeypatch.setattr(lens_unembed, "VOCAB_BLOCK", 5000)
-    monkeypatch.setattr(lens_unembed, "LOGITS_BLOCK", 0)
     part = logit_lens(session, positions=(30, 75))
     for name in ("top_ids", "final_ranks"):
         np.testing.assert_array_equal(getattr(part, name), getattr(full, name)[:, 30:75])
