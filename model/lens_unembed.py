@@ -53,7 +53,10 @@ def lens_cells(model, x: torch.Tensor, n_vocab: int, final_ids: np.ndarray | Non
     N = x.shape[0]
     parts = []
     width = VOCAB_BLOCK
-    n_blocks = -(-n_vocab // width) * -(-N // ROW_BLOCK)
+    starts = list(range(0, N, ROW_BLOCK))
+    if len(starts) > 1 and N - starts[-1] == 1:
+        starts.pop()  # a lone last row would get a matrix-vector kernel, which rounds its own way
+    n_blocks = -(-n_vocab // width) * len(starts)
     done = 0
 
     def counted():
@@ -62,8 +65,7 @@ def lens_cells(model, x: torch.Tensor, n_vocab: int, final_ids: np.ndarray | Non
         if step is not None:
             step(done, n_blocks)
 
-    for n0 in range(0, N, ROW_BLOCK):
-        n1 = min(N, n0 + ROW_BLOCK)
+    for n0, n1 in zip(starts, starts[1:] + [N], strict=True):
         parts.append(_cells(model, x[n0:n1], n_vocab, None if final_ids is None else final_ids[n0:n1],
                             None if reference is None else reference[n0:n1], width, counted))
     return RowCells(*(np.concatenate(a) for a in zip(*parts, strict=True)))

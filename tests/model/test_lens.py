@@ -205,5 +205,7 @@ def test_a_row_unembedded_again_among_other_rows_gets_the_same_cells():
     every = lens_unembed.lens_cells(s.model, x, s.n_vocab, final, final)
     some = np.array([1, 4, 5, 599])  # a few rows: another number of rows, the same blocks
     again = lens_unembed.lens_cells(s.model, x[some], s.n_vocab, final[some], final[some])
+    one_over = lens_unembed.lens_cells(s.model, x[:513], s.n_vocab, final[:513], final[:513])  # no lone last row
     for name in ("top_ids", "top_probs", "final_ranks", "final_probs", "reference_probs"):
         np.testing.assert_array_equal(getattr(again, name), getattr(every, name)[some], err_msg=name)
+        np.testing.assert_array_equal(getattr(one_over, name), getattr(every, name)[:513], err_msg=name)
