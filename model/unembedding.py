@@ -15,36 +15,48 @@ from transformer_viewer.model.trace import NextToken
 from transformer_viewer.model.vocab_blocks import VocabBlocks, pick
 
 VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once
+# Positions unembedded together, at most: a (512, 2048) block of logits stays in a core's cache
+# through its reductions (at 4,096 tokens, 1.01 -> 0.77 s on a 2-core Intel Xeon), though each
+# block of positions reads the whole head again.
+ROW_BLOCK = 512
 
 
 def token_logprobs(model, final: torch.Tensor, ids: torch.Tensor, p: int, n_vocab: int, is_cancelled=None,
                    progress=None):
     """log p(token t | < t) for every t ((T,) numpy, NaN at t = 0), and the logits and
     log-probs at position p ((V,) each); three Nones when `is_cancelled()` turned true.
-    `progress(done, total)` hears of each block of the vocabulary done.
+    `progress(done, total)` hears of the logits done after each block.
 
     final (T, C) is the last residual stream, ids (T,). The (T, V) logits (200 MB at 1024
-    tokens) never exist at once, and a (T, 2048) block still in cache when it is reduced makes
-    the whole thing about a third faster than one GEMM.
+    tokens) never exist at once: blocks of positions by blocks of the vocabulary, each reduced
+    while it is still in cache, with a running log-sum-exp.
     """
     T = final.shape[0]
     h = model.hook_final(model.ln_f(final))  # (T, C)
     V = min(n_vocab, model.lm_head.weight.shape[0])  # padded rows never count
-    targets = ids[1:]  # (T-1,), the token each position predicts
-    picked = torch.zeros(T - 1, dtype=torch.float32, device=h.device)  # logit of each target
+    picked = torch.zeros(T - 1, dtype=torch.float32, device=h.device)  # logit of each position's next token
+    lse = torch.empty(T, dtype=torch.float32, device=h.device)
     logits_p = torch.empty(V, dtype=torch.float32, device=h.device)
-    blocks = VocabBlocks(model, h, V, VOCAB_BLOCK)
     cancelled = is_cancelled or (lambda: False)
     if cancelled():
         return None, None, None
-    for v0, v1, block in blocks:  # (T, v1 - v0) each
-        logits_p[v0:v1] = block[p]
-        pick(picked, block, targets, v0, v1)
-        if progress is not None:
-            progress(v1, V)
-        if cancelled():  # before the next block is computed
-            return None, None, None
-    lse = blocks.logsumexp()  # (T,)
+    starts = list(range(0, T, ROW_BLOCK))
+    if len(starts) > 1 and T - starts[-1] == 1:
+        starts.pop()  # a lone last position would get a matrix-vector kernel, which rounds its own way
+    done = 0
+    for n0, n1 in zip(starts, starts[1:] + [T], strict=True):
+        targets = ids[n0 + 1:n1 + 1]  # the token each of these positions predicts (the last has none)
+        blocks = VocabBlocks(model, h[n0:n1], V, VOCAB_BLOCK)
+        for v0, v1, block in blocks:  # (n1 - n0, v1 - v0) each
+            if n0 <= p < n1:
+                logits_p[v0:v1] = block[p - n0]
+            pick(picked[n0:n0 + len(targets)], block, targets, v0, v1)
+            done += (n1 - n0) * (v1 - v0)
+            if progress is not None:
+                progress(done, T * V)
+            if cancelled():  # before the next block is computed
+                return None, None, None
+        lse[n0:n1] = blocks.logsumexp()
     token_lp = torch.full((T,), float("nan"), dtype=torch.float32)
     token_lp[1:] = (picked - lse[:-1]).cpu()
     return token_lp.numpy(), logits_p, logits_p - lse[p]

@@ -114,6 +114,30 @@ def test_token_logprobs_and_next_distribution_match_a_plain_forward(loaded):
     assert trace.next.position == 5
 
 
+@pytest.mark.parametrize("blocks", ["several", "a lone last position"])
+def test_token_logprobs_by_blocks_of_positions_match_a_plain_forward(loaded, monkeypatch, blocks):
+    from transformer_viewer.model import unembedding
+
+    s = session(loaded)
+    whole = s.run(position=7)
+    T = whole.n_tokens
+    monkeypatch.setattr(unembedding, "ROW_BLOCK", 4 if blocks == "several" else T - 1)  # T - 1: joins the last
+    seen = []
+    final = s.residuals()[-1][0]
+    ids = torch.from_numpy(whole.token_ids)
+    with torch.inference_mode():
+        token_lp, _, logprobs_p = unembedding.token_logprobs(loaded.model, final, ids, 7, 50257,
+                                                             progress=lambda d, n: seen.append((d, n)))
+        stopped = unembedding.token_logprobs(loaded.model, final, ids, 7, 50257, is_cancelled=lambda: True)
+    np.testing.assert_allclose(token_lp[1:], whole.token_logprobs[1:], rtol=1e-5, atol=1e-5)
+    assert np.isnan(token_lp[0])
+    np.testing.assert_allclose(logprobs_p.exp().numpy(), whole.next.probs, rtol=1e-5, atol=1e-7)
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and seen[-1] == (T * 50257, T * 50257)
+    assert len(seen) == (-(-T // 4) if blocks == "several" else 1) * -(-50257 // unembedding.VOCAB_BLOCK)
+    assert stopped == (None, None, None)
+
+
 def _raw_activations(loaded, ids, mask=None):
     """Every activation the trace summarises, captured with plain hooks (no Session)."""
     from transformer_viewer.model.interventions import head_mask_hooks
