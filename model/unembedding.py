@@ -25,7 +25,7 @@ def token_logprobs(model, final: torch.Tensor, ids: torch.Tensor, p: int, n_voca
                    progress=None):
     """log p(token t | < t) for every t ((T,) numpy, NaN at t = 0), and the logits and
     log-probs at position p ((V,) each); three Nones when `is_cancelled()` turned true.
-    `progress(done, total)` hears of the logits done after each block.
+    `progress(done, total)` hears of the share done after each block, in tokens of the vocabulary.
 
     final (T, C) is the last residual stream, ids (T,). The (T, V) logits (200 MB at 1024
     tokens) never exist at once: blocks of positions by blocks of the vocabulary, each reduced
@@ -53,7 +53,7 @@ def token_logprobs(model, final: torch.Tensor, ids: torch.Tensor, p: int, n_voca
             pick(picked[n0:n0 + len(targets)], block, targets, v0, v1)
             done += (n1 - n0) * (v1 - v0)
             if progress is not None:
-                progress(done, T * V)
+                progress(done // T, V)  # in tokens of the vocabulary, as if all positions went at once
             if cancelled():  # before the next block is computed
                 return None, None, None
         lse[n0:n1] = blocks.logsumexp()
