@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from transformer_viewer.model.vocab_blocks import VocabBlocks, head_logits, pick
+from transformer_viewer.model.vocab_blocks import VocabBlocks, head_logits, pick, row_blocks
 
 # A block of logits is reduced in four passes after the product that makes it (log-softmax,
 # max, the rank's comparison and count), so it should stay in a core's cache: (512, 4096) blocks
@@ -52,11 +52,8 @@ def lens_cells(model, x: torch.Tensor, n_vocab: int, final_ids: np.ndarray | Non
     the head (it may raise to stop)."""
     N = x.shape[0]
     parts = []
-    width = VOCAB_BLOCK
-    starts = list(range(0, N, ROW_BLOCK))
-    if len(starts) > 1 and N - starts[-1] == 1:
-        starts.pop()  # a lone last row would get a matrix-vector kernel, which rounds its own way
-    n_blocks = -(-n_vocab // width) * len(starts)
+    blocks = row_blocks(N, ROW_BLOCK)
+    n_blocks = -(-n_vocab // VOCAB_BLOCK) * len(blocks)
     done = 0
 
     def counted():
@@ -65,9 +62,9 @@ def lens_cells(model, x: torch.Tensor, n_vocab: int, final_ids: np.ndarray | Non
         if step is not None:
             step(done, n_blocks)
 
-    for n0, n1 in zip(starts, starts[1:] + [N], strict=True):
+    for n0, n1 in blocks:
         parts.append(_cells(model, x[n0:n1], n_vocab, None if final_ids is None else final_ids[n0:n1],
-                            None if reference is None else reference[n0:n1], width, counted))
+                            None if reference is None else reference[n0:n1], VOCAB_BLOCK, counted))
     return RowCells(*(np.concatenate(a) for a in zip(*parts, strict=True)))
 
 

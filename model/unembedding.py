@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from transformer_viewer.model.trace import NextToken
-from transformer_viewer.model.vocab_blocks import VocabBlocks, pick
+from transformer_viewer.model.vocab_blocks import VocabBlocks, pick, row_blocks
 
 VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once
 # Positions unembedded together, at most: a (512, 2048) block of logits stays in a core's cache
@@ -40,11 +40,8 @@ def token_logprobs(model, final: torch.Tensor, ids: torch.Tensor, p: int, n_voca
     cancelled = is_cancelled or (lambda: False)
     if cancelled():
         return None, None, None
-    starts = list(range(0, T, ROW_BLOCK))
-    if len(starts) > 1 and T - starts[-1] == 1:
-        starts.pop()  # a lone last position would get a matrix-vector kernel, which rounds its own way
     done = 0
-    for n0, n1 in zip(starts, starts[1:] + [T], strict=True):
+    for n0, n1 in row_blocks(T, ROW_BLOCK):
         targets = ids[n0 + 1:n1 + 1]  # the token each of these positions predicts (the last has none)
         blocks = VocabBlocks(model, h[n0:n1], V, VOCAB_BLOCK)
         for v0, v1, block in blocks:  # (n1 - n0, v1 - v0) each

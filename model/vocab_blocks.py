@@ -16,6 +16,16 @@ import torch
 from transformer_viewer.model.linear import linear
 
 
+def row_blocks(n: int, size: int) -> list[tuple[int, int]]:
+    """(first, end) of the blocks of at most `size` rows that n residual rows are unembedded in.
+    A lone last row joins the block before it: alone it would get a matrix-vector kernel, which
+    rounds its own way, and a row must get the same numbers whichever rows it goes with."""
+    starts = list(range(0, n, size))
+    if len(starts) > 1 and n - starts[-1] == 1:
+        starts.pop()
+    return list(zip(starts, starts[1:] + [n], strict=True))
+
+
 def head_logits(model, h: torch.Tensor, rows: slice | torch.Tensor) -> torch.Tensor:
     """float32 logits of final-norm rows h (N, C) for the head rows `rows` (a slice of the
     vocabulary, or token ids): the head's own kernel, bias and soft-cap, (N, len(rows))."""
