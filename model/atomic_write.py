@@ -14,14 +14,36 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 
 CHUNK = 1 << 24  # bytes per os.write: large writes may be split by the kernel anyway
 
 
+def replaced_mode(path: str | os.PathLike) -> int | None:
+    """The permission bits a write over `path` keeps (None: no file there yet, a new file gets
+    0666 minus the umask). Raises PermissionError for a read-only file (no write bit for anyone:
+    `os.replace` would ignore the file's own mode, and so would root) and IsADirectoryError or
+    OSError for something that is not a regular file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "it is a folder", os.fspath(path))
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "it is not a regular file (a device, a pipe or a socket)", os.fspath(path))
+    if st.st_mode & 0o222 == 0:
+        raise PermissionError(errno.EACCES, "the file is read-only; make it writable (chmod u+w) or choose "
+                              "another name", os.fspath(path))
+    return stat.S_IMODE(st.st_mode)
+
+
 def write_bytes(path: str | os.PathLike, data: bytes | bytearray | memoryview) -> str:
-    """Atomically make `path` hold exactly `data`; returns the absolute path written."""
+    """Atomically make `path` hold exactly `data`; returns the absolute path written. A file
+    replaced keeps its own permission bits; a read-only one is refused (see `replaced_mode`)."""
     path = os.path.abspath(os.fspath(path))
+    mode = replaced_mode(path)
     folder, name = os.path.split(path)
     view = memoryview(data).cast("B")
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
@@ -38,7 +60,8 @@ def write_bytes(path: str | os.PathLike, data: bytes | bytearray | memoryview) -
             raise OSError(errno.EIO, f"{size} of {len(view)} bytes reached the disk")
         os.close(fd)
         fd = -1
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the file is an ordinary one
+        # mkstemp makes 0600; a new file is an ordinary one, a replaced one keeps its mode
+        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         if fd >= 0:

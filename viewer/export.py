@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from transformer_viewer.model.atomic_write import write_bytes
+from transformer_viewer.model.atomic_write import replaced_mode, write_bytes
 from transformer_viewer.model.errors import ModelError
 
 IMAGE_FORMATS = (".png", ".svg", ".pdf")
@@ -57,6 +57,10 @@ def check_writable(path) -> str:
         raise ExportError(f"cannot write {path}: the folder {folder} does not exist; create it or choose another")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ExportError(f"cannot write {path}: the folder {folder} is not writable; choose a folder you can write to")
+    try:
+        replaced_mode(path)
+    except OSError as e:
+        raise ExportError(f"cannot write {path}: {e.strerror}") from None
     return path
 
 

@@ -68,6 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run saved in --out (its model shape, its optimizer state when the .optim "
                         "file is there) up to --steps (default: off)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start a new run over an existing --out file, replacing it (default: an existing --out "
+                        "is refused unless --resume)")
     p.add_argument("--keep-optimizer", action="store_true",
                    help="keep the .optim file beside the finished checkpoint, to --resume with more --steps "
                         "later (default: off, it is removed)")
@@ -166,6 +169,10 @@ def _check_out(args) -> None:
     check_writable(args.out)
     if args.resume and not os.path.isfile(args.out):
         raise ModelError(f"{args.out}: no checkpoint to resume from; drop --resume to start a new run")
+    if os.path.lexists(args.out) and not (args.resume or args.overwrite):
+        # The first evaluation's snapshot would replace it: a model the user had, lost.
+        raise ModelError(f"{args.out} already exists: add --resume to continue its run, --overwrite to replace it "
+                         f"with a new one, or choose another --out")
 
 
 def _remove_optimizer_state(out: str) -> None:

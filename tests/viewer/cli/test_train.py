@@ -177,3 +177,14 @@ def test_missing_and_broken_data(tmp_path, capsys):
     assert "not a valid .xz" in capsys.readouterr().err
     resume = main(["train", "--data", str(tmp_path / "none.txt"), "--out", out, *TINY_FLAGS, "--resume"])
     assert resume == 2
+
+
+def test_an_existing_out_is_refused_without_resume_and_replaced_with_overwrite(texts, tmp_path, capsys):
+    out = tmp_path / "theirs.safetensors"
+    out.write_bytes(b"a checkpoint the user had")
+    assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already exists" in err and "--overwrite" in err and "training tokens" not in err
+    assert out.read_bytes() == b"a checkpoint the user had"
+    assert main(["train", "--data", texts[0], "--out", str(out), *TINY_FLAGS, "--overwrite"]) == 0
+    assert load_checkpoint(str(out)).training["steps"] == 4
