@@ -116,6 +116,17 @@ def head_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: st
     """What each head of `block` adds to the residual at position p, (nh, C) float32, from its
     resid_pre x (1, T, C): z_h W_O,h, through the frozen norm on the attention's output if the
     block has one; masked heads give their ablated output (zero, or their mean over positions)."""
+    writes = raw_head_writes(block, x, p, masked, ablation)
+    post = block.ln_post_attn
+    if isinstance(post, nn.Identity):
+        return writes
+    bias = block.attn.c_proj.bias.float() if block.attn.c_proj.bias is not None else 0.0
+    return frozen_norm(post, writes.sum(dim=0) + bias).linear(writes)  # the norm saw the heads' sum
+
+
+def raw_head_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: str) -> torch.Tensor:
+    """z_h W_O,h for each head of `block` at position p, (nh, C) float32, before any norm on the
+    attention's output; masked heads give their ablated output."""
     attn = block.attn
     nh, hs = attn.n_head, attn.head_size
     mean_ablated = ablation == "mean" and masked.any()
@@ -129,9 +140,4 @@ def head_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: st
         z = attend_rows(q, k, v, p, attn.window, attn.softcap)[0, :, 0]  # (nh, hs)
         z = torch.where(off, torch.zeros((), dtype=z.dtype, device=z.device), z)
     w_o = attn.c_proj.weight.float()  # (C, nh * hs): out = z_flat @ w_o.T
-    writes = torch.einsum("ni,nic->nc", z.float(), w_o.T.reshape(nh, hs, w_o.shape[0]))  # (nh, C)
-    post = block.ln_post_attn
-    if isinstance(post, nn.Identity):
-        return writes
-    bias = attn.c_proj.bias.float() if attn.c_proj.bias is not None else 0.0
-    return frozen_norm(post, writes.sum(dim=0) + bias).linear(writes)  # the norm saw the heads' sum
+    return torch.einsum("ni,nic->nc", z.float(), w_o.T.reshape(nh, hs, w_o.shape[0]))  # (nh, C)
