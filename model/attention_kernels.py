@@ -20,8 +20,7 @@ import torch
 
 # Query rows per block of the no-grad attention. 128 rows keep a block's (nh, 128, T) scores
 # small enough for the cache at long prompts and make the products tall enough to run near the
-# GEMM's speed: against 64 rows, an 8,192-token capture of a 30-layer model took 35 s instead
-# of 42-45 s (256 rows: no faster).
+# GEMM's speed: against 64 rows, long captures run faster; 256 rows are no faster.
 QUERY_BLOCK = 128
 LARGEST_BLOCK = QUERY_BLOCK + QUERY_BLOCK // 2  # rows a block may have: a short tail joins the one before
 
@@ -61,7 +60,7 @@ def hide_future_(square: torch.Tensor) -> torch.Tensor:
 
     In float32 by adding a cached (n, n) bias of -0.0 and -inf: a finite score plus -inf is
     -inf and plus -0.0 itself (a +0 too: +0 + -0 is +0), so the bits are masked_fill's, and
-    the add runs 7-13x faster than masked_fill's broadcast bool mask on the CPU. Other dtypes keep masked_fill, where a
+    the add runs several times faster than masked_fill's broadcast bool mask on the CPU. Other dtypes keep masked_fill, where a
     half-precision score that overflowed to +inf would turn into NaN when added to.
     """
     n = square.shape[-1]
@@ -256,8 +255,8 @@ def values_by_blocks(pattern: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
 class _BlockValues:
     """Writes each block's rows @ v into rows a..b-1 of z (B, nh, T, hs) by way of one
     contiguous (B, nh, b - a, hs) buffer: the same kernel and bits as a product into z's strided
-    rows, which torch's batched product runs 1.2-1.8x slower (one 128 x 256 block of 9 heads:
-    0.66 ms against 0.42 with the copy, on a 2-core AMD machine)."""
+    rows, which torch's batched product runs slower than a product into a contiguous buffer
+    and the copy together."""
 
     def __init__(self, z: torch.Tensor, blocks: list[tuple[int, int]]):
         B, nh, _, hs = z.shape

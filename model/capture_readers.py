@@ -130,10 +130,10 @@ def column_max(x: torch.Tensor, values: torch.Tensor | None = None,
     """`x.max(dim=0)` of a (T, n) tensor: (n,) values and (n,) first indices of the maximum,
     written into `values` and `indices` (CPU tensors, any float and integer dtype) when given.
 
-    torch's max with indices reduces about a nanosecond per number on the CPU, whatever the
-    layout: 20-30 ms for an (8192, 1536) MLP layer, every layer of a capture. The maximum alone
-    (`amax`) is vectorized; the first row reaching it is then the smallest of
-    sign(max - x) * T + row, a float minimum that is vectorized too (2-5x faster in all).
+    torch's max with indices is several times slower on the CPU than the two passes below,
+    whatever the layout, and a capture runs it over every layer. The maximum alone (`amax`) is
+    vectorized; the first row reaching it is then the smallest of
+    sign(max - x) * T + row, a float minimum that is vectorized too.
     max - x is exactly 0 only where x equals the maximum (IEEE subtraction), so ties name the
     first row as `max` does. A column whose maximum is not finite (NaN wins in `max`, and
     inf - inf is NaN) takes torch's own path, as do other devices and dtypes.
@@ -184,8 +184,8 @@ class HeadFactors:
     W_h W_h^T, cached while the weight is unchanged (`weight_fingerprint`).
 
     F_h is the Cholesky factor of the Gram matrix G_h = W_h W_h^T: one batched float32 product,
-    factored in float64, 20 ms a layer of a 3B model where a float64 QR of W_h^T took 150 (the
-    first capture of such a model waited 4 s for its 28 layers). A head whose slice has rank
+    factored in float64, several times cheaper than a float64 QR of W_h^T, which made the
+    first capture of a large model wait seconds. A head whose slice has rank
     below its size (pruned, or zeroed) has no Cholesky factor; QR gives it one (W_h^T = Q_h R_h,
     so W_h W_h^T = R_h^T R_h and F_h = R_h^T, exactly zero for a zeroed head). A norm of z_h F_h
     is never negative and needs no square root of a rounded quadratic form."""

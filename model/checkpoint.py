@@ -160,8 +160,8 @@ def _float32(t: torch.Tensor, what: str) -> torch.Tensor:
 
 def _all_finite(t: torch.Tensor) -> bool:
     """No NaN and no infinity in a float32 tensor: its minimum and maximum are finite (both
-    carry a NaN). One vectorized reduction, 20x faster than `isfinite(t).all()`, which writes a
-    boolean per weight first: loading a 0.5B model spent 2 of its 3.5 seconds there."""
+    carry a NaN). One vectorized reduction that reads each weight once, where
+    `isfinite(t).all()` writes a boolean per weight first and dominated a large model's load."""
     if t.numel() == 0:
         return True
     lo, hi = torch.aminmax(t)

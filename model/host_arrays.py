@@ -2,9 +2,9 @@
 
 numpy asks the kernel for transparent huge pages on every array over 4 MiB (madvise). Where
 the kernel's defrag setting is `madvise` (its default), the first write to such an array may
-stop to compact memory and clear 2 MiB pages: a fresh 35 MB overview array took 60 ms to fill
-that way, against 11 ms from torch's allocator, about a tenth of a 256-token capture of a
-30-layer model; after a long capture a head's 64 MiB pattern took 110-180 ms instead of 10-20.
+stop to compact memory and clear 2 MiB pages: filling a fresh overview array or a long
+prompt's head pattern that way takes several times longer than from torch's allocator, a
+sizeable share of a capture.
 The results are plain numpy arrays; the tensor that owns their memory is their base.
 
 Even from torch's allocator, a buffer over glibc's mmap threshold (32 MiB at most) comes fresh

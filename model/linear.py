@@ -1,12 +1,12 @@
 """Linear layers whose inference runs on oneDNN's GEMM on the CPU.
 
-torch's default CPU GEMM for `F.linear` reaches 50-120 GFLOP/s on this project's 2-core AMD
-machine; oneDNN's (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile's CPU
-backend uses) reaches 130-190 on the same float32 shapes, with the same dense weights and no
-copy of them. Measured on GPT-2-small shapes: 0.55-0.85x the time, and 0.4-0.6x for the
-768 x 50257 unembedding (bench/). One vector (the next-token logits of a prediction or a
-capture) goes through as a one-row matrix: torch's matrix-vector product reads the head at
-11-13 GB/s, oneDNN's at 21-23 (GPT-2's head 12.3 -> 6.6 ms; a 151,936 x 896 head 42 -> 23 ms).
+Where MKL takes its generic path (every non-Intel CPU), torch's default CPU GEMM for
+`F.linear` runs these models' float32 shapes slower than oneDNN's
+(`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile's CPU backend uses), most of
+all at tens of rows; oneDNN takes the same dense weights, and where MKL
+runs its own kernels the two are about as fast (BENCHMARKS.md, "The GEMM kernel"). One vector
+(the next-token logits of a prediction or a capture) goes through as a one-row matrix: oneDNN
+streams the head through it about twice as fast as torch's matrix-vector product.
 
 Only inference takes that path: while autograd records (training), `F.linear` runs, so its
 backward is torch's own. The two kernels sum in different orders (differences ~1e-6 relative);
@@ -15,8 +15,8 @@ with each other exactly. `plain_kernels()` switches the fast path off (tests com
 it); so does TV_ONEDNN=0 in the environment.
 
 Given the weight as torch stores it, oneDNN copies it into its own blocked layout on every
-call: a copy of the whole matrix for a product of a few rows (GPT-2's four block matrices at
-64 rows: 4.9 ms with the copy, 4.3 without; at 16 rows 1.7 and 1.2). `Linear.pack` makes that copy once and keeps it
+call: a copy of the whole matrix for a product of a few rows (a tenth of its time or more at
+tens of rows). `Linear.pack` makes that copy once and keeps it
 beside the weight (model/packing.py says which layers, within what memory). The packed
 product is the same kernel on the same numbers: from two rows up its results are the unpacked
 ones, bit for bit where measured (a single row rounds its own way, packed or not), and every

@@ -8,7 +8,7 @@ window tests. pyqtgraph's GarbageCollector turns automatic collection off and co
 GUI-thread timer instead; every window installs it once.
 
 torch, Qt, pyqtgraph and the window leave about 200,000 long-lived objects, and a collection
-over them took 130-140 ms on the GUI thread. The first model load freezes them out of the
+over them stalled the GUI thread visibly. The first model load freezes them out of the
 collector's sight just before it builds the model (`freeze_startup_objects`, on the worker
 thread: a freeze frees nothing, so no Qt object is deleted there). Everything made after that
 (models, sessions, traces) stays collectable: the timer's passes and the collection after each

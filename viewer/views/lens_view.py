@@ -39,10 +39,9 @@ from transformer_viewer.viewer.views.parts import (
 WINDOW = 256  # positions a long prompt's lens covers at most
 MIN_WINDOW = 32  # and at least, however large the model
 # What the reductions over one logit cost (log-sum-exp, top token, the final token's rank and
-# probability), in multiply-adds of the unembedding. Measured on 2 CPU cores: a logit costs 5.1
-# ns plus 0.0105 ns per unit of width on an AMD EPYC (500 units: at width 256 the reductions
-# were two thirds of a lens, at width 896 a third); 1.4 ns plus 0.0057 ns on an Intel Xeon once
-# the rank's count was summed as bytes (250 units). The larger keeps a window in budget on both.
+# probability), in multiply-adds of the unembedding. They weigh most at small widths, and what
+# they cost against a multiply-add differs between CPUs by about 2x (BENCHMARKS.md, "The lens
+# window's cost model"): the larger of the measured costs keeps a window in budget on each.
 LOGIT_WORK = 500
 # What one lens window may cost in those units: GPT-2-small's 13 rows x 256 positions x 50,257
 # tokens, about 2 s on 2 CPU cores (a new lens asks for this once, a head toggle for the rows

@@ -287,8 +287,8 @@ class Tensors:
 
 def _stacked_float32(parts: list[torch.Tensor], dim: int) -> torch.Tensor:
     """torch.cat(parts, dim) in float32, each part converted as it is copied into its slice:
-    cat itself converts element by element when the dtypes differ, 1.5x slower than a
-    converting copy (a 3B bfloat16 model loads about 10% faster). Parts that do not stack raise
+    cat itself converts element by element when the dtypes differ, slower than a converting
+    copy, which a large bfloat16 model's load feels. Parts that do not stack raise
     cat's RuntimeError."""
     shape = torch.cat([torch.empty(p.shape, device="meta") for p in parts], dim=dim).shape
     out = torch.empty(shape, dtype=torch.float32)
