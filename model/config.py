@@ -30,6 +30,17 @@ PRESETS = {
 }
 
 
+def float32_problem(value: float) -> str | None:
+    """Why a finite number cannot be used as float32 (None when it can): zero, or a magnitude
+    between float32's smallest normal value and its largest."""
+    magnitude = abs(value)
+    if magnitude == 0 or FLOAT32_TINY <= magnitude <= FLOAT32_MAX:
+        return None
+    if magnitude < FLOAT32_TINY:
+        return f"{value:g} underflows float32 (its smallest normal value is {FLOAT32_TINY:.8g})"
+    return f"{value:g} overflows float32 (its largest value is {FLOAT32_MAX:.8g})"
+
+
 def gated_mlp_width(n_embd: int) -> int:
     """Llama's hidden size for a gated MLP: 8/3 n_embd (the plain MLP's parameter count), up to a multiple of 32."""
     return -(-8 * n_embd // (3 * 32)) * 32
@@ -40,6 +51,11 @@ MAX_BLOCK_SIZE = 1 << 20
 MAX_LEARNED_POSITIONS = 1 << 16  # learned/sinusoidal tables are allocated; rotary needs no table
 MAX_VOCAB_SIZE = 1 << 20
 MAX_WIDTH = 1 << 15
+# The float32 range: every config number ends up in float32 arithmetic (the weights' dtype), where
+# a non-zero value below the smallest normal float32 becomes 0 or loses its precision (a
+# divisor of 1e-300 is a division by zero) and one above the largest becomes infinity.
+FLOAT32_TINY = 2.0 ** -126  # 1.1754944e-38
+FLOAT32_MAX = (2.0 - 2.0 ** -23) * 2.0 ** 127  # 3.4028235e38
 # Fields held as tuples (a frozen config stays hashable) that JSON carries as lists.
 TUPLE_FIELDS = ("layer_types", "rope_short_factor", "rope_long_factor", "nope_layers")
 
@@ -173,6 +189,9 @@ class GPTConfig:
             if not ((low <= value if low_ok else low < value) and value <= high):
                 left = "[" if low_ok else "("
                 raise ValueError(f"config field {name} must be in {left}{low:g}, {high:g}], got {value}")
+            problem = float32_problem(value)
+            if problem:
+                raise ValueError(f"config field {name}: {problem}")
         if self.dropout >= 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         for name in ("bias", "tie_embeddings", "norm_offset", "embed_scale", "rope_truncate"):
@@ -234,8 +253,9 @@ class GPTConfig:
             value = getattr(self, name)
             if not isinstance(value, tuple) or len(value) > 4096 or not all(
                     isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-                    for x in value):
-                raise ValueError(f"config field {name} must be a list of positive numbers, got {value!r:.80}")
+                    and float32_problem(x) is None for x in value):
+                raise ValueError(f"config field {name} must be a list of positive numbers within float32's range, "
+                                 f"got {value!r:.80}")
             if self.rope_scaling == "longrope" and len(value) != pairs:
                 raise ValueError(f"config field {name} has {len(value)} entries for the {pairs} rotating pairs of "
                                  "dimensions of each head")

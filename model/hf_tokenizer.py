@@ -104,7 +104,7 @@ class HFTokenizer:
         # Ids run from 0; added tokens may sit past the model's own (get_vocab would build a
         # dict of every token: a second for a 250k vocabulary).
         self.n_vocab = max(self._tk.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1)
-        self._setup_special(read_special_tokens(folder))
+        self._setup_special(read_special_tokens(folder, self.n_vocab))
 
     def _setup_special(self, st: SpecialTokens) -> None:
         self.bos_id = self._tk.token_to_id(st.bos) if st.bos is not None else st.bos_id

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from transformer_viewer.model.config import MAX_VOCAB_SIZE
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import folder_files, untrusted_json
 from transformer_viewer.model.tokenizer import GPT2_PADDED_VOCAB, GPT2_VOCAB
@@ -96,8 +97,9 @@ def tokenizer_json_path(folder: str, vocab_size: int | None = None) -> str:
                           "into the folder")
 
 
-def read_special_tokens(folder: str) -> SpecialTokens:
-    """BOS/EOS from tokenizer_config.json, then special_tokens_map.json, then generation_config.json."""
+def read_special_tokens(folder: str, n_vocab: int | None = None) -> SpecialTokens:
+    """BOS/EOS from tokenizer_config.json, then special_tokens_map.json, then generation_config.json
+    (whose ids must lie in the tokenizer's vocabulary of `n_vocab` tokens)."""
     found: dict = {}
     config_path = os.path.join(folder, TOKENIZER_CONFIG)
     for name in (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP):
@@ -119,12 +121,42 @@ def read_special_tokens(folder: str) -> SpecialTokens:
     if os.path.isfile(path):
         data = read_json_object(folder_files.check_inside(folder, path), GENERATION_CONFIG)
         for key in ("bos", "eos"):
-            value = data.get(f"{key}_token_id")
-            if isinstance(value, list):  # several EOS ids: the first is the one a text ends with
-                value = value[0] if value else None
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            value = token_id(data.get(f"{key}_token_id"), f"{path}: {key}_token_id", n_vocab)
+            if value is not None:
                 found[f"{key}_id"] = value
     return SpecialTokens(**found)
+
+
+def token_id(value, where: str, n_vocab: int | None) -> int | None:
+    """A special-token id as a config file gives it: null, an integer id in the vocabulary (below
+    `n_vocab`, when known), or a list of them (several EOS ids: the first is the one a text ends
+    with). Anything else is refused in one line: an id is used as an index, and an integer of 30
+    digits overflows every integer type the tokenizer and torch have."""
+    ids = value if isinstance(value, list) else [value]
+    if not ids or value is None:
+        return None
+    if len(ids) > 1024 or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise CheckpointError(f"{where} must be a token id (an integer) or a list of them, got "
+                              f"{_short_repr(value)}; restore the model's own file")
+    limit = MAX_VOCAB_SIZE if n_vocab is None else n_vocab
+    bad = next((i for i in ids if not 0 <= i < limit), None)
+    if bad is not None:
+        shown = str(bad) if abs(bad) < 10 ** 12 else f"an integer of about {int(abs(bad).bit_length() * 0.30103) + 1} digits"
+        vocab = (f"any vocabulary this decoder runs (ids 0 to {MAX_VOCAB_SIZE - 1:,})" if n_vocab is None else
+                 f"the tokenizer's vocabulary of {n_vocab:,} tokens (ids 0 to {n_vocab - 1:,})")
+        raise CheckpointError(f"{where} is {shown}, outside {vocab}; restore the model's own file")
+    return ids[0]
+
+
+def check_config_token_ids(hf: dict, folder: str) -> None:
+    """config.json's bos_token_id and eos_token_id (and its text_config's, for a multimodal
+    model): null, or ids. Not checked against the model's vocabulary: transformers writes GPT-2's
+    ids (50256) into the config of any GPT-2-shaped model whatever its vocabulary, and the decoder
+    never reads them; only what could be no id at all is refused."""
+    text = hf.get("text_config")
+    for where, config in (("config.json", hf), ("config.json text_config", text if isinstance(text, dict) else {})):
+        for key in ("bos_token_id", "eos_token_id"):
+            token_id(config.get(key), f"{os.path.join(folder, where)}: {key}", None)
 
 
 def _short_repr(value) -> str:

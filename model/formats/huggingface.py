@@ -31,7 +31,7 @@ from transformer_viewer.model.formats import (
 )
 from transformer_viewer.model.formats.hf_families.common import Fields
 from transformer_viewer.model.formats.schema import describe_value
-from transformer_viewer.model.tokenizer_files import folder_tokenizer
+from transformer_viewer.model.tokenizer_files import check_config_token_ids, folder_tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 # HF activation_function -> ours. "gelu_new" and "gelu_pytorch_tanh" are the same tanh curve.
@@ -60,6 +60,7 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
     from transformer_viewer.model.checkpoint import check_size  # checkpoint reads formats: imported here
 
     check_size(config, folder)  # a model too large for this machine is refused before its weights are read
+    check_config_token_ids(hf, folder)
     weights = weights or weights_file(folder)
     if weights is None:
         raise CheckpointError(f"{folder}: has config.json but no weights (neither model.safetensors nor "

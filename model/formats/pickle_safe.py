@@ -13,6 +13,7 @@ import os
 import pickle
 import pickletools
 import re
+import warnings
 import zipfile
 
 import torch
@@ -46,7 +47,11 @@ def load(path: str) -> object:
         _check_zip(path)
     _check_object_count(path, zipped=head.startswith(ZIP_MAGIC))
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        # Quiet: rebuilding a sparse CSR or a quantized tensor makes torch print a "beta" or
+        # deprecation warning, a stray paragraph before the one line that refuses such a tensor.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         message = str(e)
         if "GLOBAL" in message or "global" in message:

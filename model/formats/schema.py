@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.config import MAX_BLOCK_SIZE, GPTConfig, float32_problem
 from transformer_viewer.model.errors import CheckpointError
 
 MAX_NAME_CHARS = 256  # an activation or positional name; longer is not a name
@@ -46,6 +46,59 @@ def is_finite_number(value: object) -> bool:
         return math.isfinite(float(value))
     except OverflowError:  # an int past 1e308
         return False
+
+
+# The fields of a rotary parameters object (`rope_parameters`, one layer type's object in it, or
+# the published `rope_scaling`) and what each must be; null is absent, as transformers reads it.
+# Every family's rotary reader checks the whole object here before it computes anything from it:
+# a string where a number belongs, or a number float32 cannot hold, is one line, never a
+# TypeError or a division by zero halfway through the YaRN or longrope arithmetic.
+ROPE_FIELDS = {
+    "rope_type": "name", "type": "name",
+    "rope_theta": "positive", "partial_rotary_factor": "positive", "factor": "number",
+    "original_max_position_embeddings": "context",
+    "low_freq_factor": "positive", "high_freq_factor": "positive",  # llama3
+    "beta_fast": "positive", "beta_slow": "positive", "truncate": "flag",  # yarn
+    "mscale": "non-negative", "mscale_all_dim": "non-negative",  # yarn's attention factor: 1 + 0.1 m ln(factor)
+    "attention_factor": "positive",  # yarn, longrope
+    "short_factor": "list", "long_factor": "list",  # longrope: each entry checked by its reader
+    "llama_4_scaling_beta": "non-negative",  # Ministral 3
+    "mrope_section": "list", "mrope_interleaved": "flag",  # Qwen-VL's multimodal rotary
+}
+_ROPE_KINDS = {  # kind: (what it must be, test)
+    "name": ("a short string", lambda v: isinstance(v, str) and len(v) <= MAX_NAME_CHARS),
+    "flag": ("true or false", lambda v: isinstance(v, bool)),
+    "list": ("a list", lambda v: isinstance(v, list)),
+    "context": (f"a positive integer of at most {MAX_BLOCK_SIZE:,}",
+                lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_BLOCK_SIZE),
+    "number": ("a number within float32's range", lambda v: is_float32_number(v)),
+    "positive": ("a positive number within float32's range", lambda v: is_float32_number(v) and v > 0),
+    "non-negative": ("a number of 0 or more within float32's range", lambda v: is_float32_number(v) and v >= 0),
+}
+
+
+def check_rope_fields(params: dict, where: str) -> None:
+    """Each field of ROPE_FIELDS present in `params` is what it must be; ValueError otherwise,
+    naming the field in `where` (the object that holds it)."""
+    for key in ROPE_FIELDS:
+        problem = rope_field_problem(key, params.get(key))
+        if problem:
+            raise ValueError(f"{where}: {key} {problem}")
+
+
+def rope_field_problem(key: str, value: object) -> str | None:
+    """"must be ..., got ..." when `value` is not what rotary field `key` must be; None when it
+    is, or is null (absent)."""
+    if value is None:
+        return None
+    what, ok = _ROPE_KINDS[ROPE_FIELDS[key]]
+    return None if ok(value) else f"must be {what}, got {describe_value(value)}"
+
+
+def is_float32_number(value: object) -> bool:
+    """A finite number (never a bool or string) that float32 holds: zero, or a magnitude between
+    its smallest normal value and its largest."""
+    return is_finite_number(value) and float32_problem(float(value)) is None
 
 
 def check_config_fields(d: dict) -> None:

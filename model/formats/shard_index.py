@@ -5,7 +5,8 @@ resolved and checked: a name that leads out of the folder (`../x`, an absolute p
 elsewhere but a cache snapshot's own blobs/) is refused, not reported missing; names for the same file (`a/../x`, a hard or symbolic link to
 it) count once, so each file is read once however often the index repeats it; and an index
 naming more files than any model has is refused outright. A shard is read by what it holds
-(safetensors or a torch pickle), so a wrong file is called what it is.
+(safetensors or a torch pickle), so a wrong file is called what it is, and it may hold only the
+tensors the index puts in it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ FIX = "restore the index or download the model again"
 
 def shard_files(index_path: str) -> list[tuple[str, str]]:
     """(name as the index says it, path) of each distinct shard file, in name order."""
+    return _shards(index_path)[1]
+
+
+def _shards(index_path: str) -> tuple[dict[str, str], list[tuple[str, str]], dict[str, str]]:
+    """The weight map, `shard_files`, and each name the index uses -> the name its file is listed by."""
     weight_map = _weight_map(index_path)
     names = sorted(set(weight_map.values()))
     if len(names) > MAX_SHARDS:
@@ -33,6 +39,7 @@ def shard_files(index_path: str) -> list[tuple[str, str]]:
                               f"({MAX_SHARDS}); the index is damaged: {FIX}")
     folder = os.path.dirname(os.path.abspath(index_path))
     files: dict[tuple[int, int], tuple[str, str]] = {}
+    listed_as: dict[str, tuple[int, int]] = {}
     for name in names:
         if "\x00" in name:  # no file system has such a name; the path functions would raise on it
             raise CheckpointError(f"{index_path}: shard {name!r} refused: a file name with a NUL byte; {FIX}")
@@ -48,7 +55,8 @@ def shard_files(index_path: str) -> list[tuple[str, str]]:
         if st is None or not os.path.isfile(path):
             raise CheckpointError(f"{index_path}: shard {name} is missing; download every shard")
         files.setdefault((st.st_dev, st.st_ino), (name, path))  # one read per file, whatever its names
-    return sorted(files.values())
+        listed_as[name] = (st.st_dev, st.st_ino)
+    return weight_map, sorted(files.values()), {name: files[key][0] for name, key in listed_as.items()}
 
 
 def load_shards(index_path: str, load_safetensors: Callable[[str], dict],
@@ -57,19 +65,41 @@ def load_shards(index_path: str, load_safetensors: Callable[[str], dict],
     from transformer_viewer.model.formats import detect, pickle_safe  # detect imports the readers
 
     state: dict[str, torch.Tensor] = {}
-    for name, path in shard_files(index_path):
+    weight_map, files, listed_as = _shards(index_path)
+    for name, path in files:
         load_watch.check_cancelled()  # a pickled shard is read in one call: stop between them
         head = read_head(path, detect.HEAD_BYTES)
         size = os.path.getsize(path)
         if detect.safetensors_header(path, head, size) is not None:
-            state.update(load_safetensors(path))
+            part = load_safetensors(path)
         elif pickle_safe.looks_like_pickle(head):
-            state.update(load_pickled(path))
+            part = load_pickled(path)
         else:
             found = detect.describe(head, size) if size else "an empty file"
             raise CheckpointError(f"{index_path}: shard {name} is not a weights file (found {found}); the index "
                                   f"names the wrong file: {FIX}")
+        check_placement(index_path, name, part, weight_map, listed_as)
+        state.update(part)
     return state
+
+
+def check_placement(index_path: str, name: str, part: dict, weight_map: dict[str, str],
+                    listed_as: dict[str, str]) -> None:
+    """Every tensor shard `name` holds is one the index puts in that file. A tensor that two
+    shards hold would otherwise be taken from whichever is read last, whatever the index says
+    (a stale shard beside a fresh one gives a model of the wrong weights without a word)."""
+    for key in part:
+        where = weight_map.get(key)
+        if where is None:
+            raise CheckpointError(f"{index_path}: shard {name} holds {_short(key)}, which the index does not list; "
+                                  f"the shards and the index do not belong together: {FIX}")
+        if listed_as[where] != name:
+            raise CheckpointError(f"{index_path}: shard {name} holds {_short(key)}, which the index puts in {where}; "
+                                  f"a tensor is read only from the shard the index names: {FIX}")
+
+
+def _short(key: str) -> str:
+    return key if len(key) <= 120 else key[:120] + "…"
 
 
 def _weight_map(index_path: str) -> dict[str, str]:

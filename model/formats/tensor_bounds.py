@@ -1,4 +1,12 @@
-"""What a checkpoint can make us allocate, bounded by what it really stores.
+"""What a checkpoint can make us allocate, bounded by what it really stores; and what a tensor in
+it may be at all.
+
+Only dense tensors laid out in strides in CPU memory, of real-number or bool dtypes, pass: a
+torch pickle can also hold sparse (COO, CSR, ...), meta (shape without data), quantized, nested,
+complex or raw-bits tensors, which have no storage to bound, no values to check or no place in
+a state dict of weights; each is refused in one line before anything touches its data. (Which
+real dtypes a weight may have is the model builder's check: float8 converts to float32, float4
+does not.)
 
 A torch pickle stores storages and, separately, views of them (shape, stride, offset). A view
 with stride 0 repeats one stored value along a dimension, so a 4 KB file can describe a
@@ -32,6 +40,7 @@ def check_stored(path: str, obj: object) -> None:
     logical = stored = 0
     storages: set[tuple[int, int]] = set()
     for name, t in _tensors(path, obj):
+        check_plain(path, name, t)
         storage = t.untyped_storage()
         if t.numel() * t.element_size() > storage.nbytes():
             raise CheckpointError(f"{path}: tensor {name} repeats its stored values (shape {tuple(t.shape)}, strides "
@@ -46,6 +55,27 @@ def check_stored(path: str, obj: object) -> None:
         raise CheckpointError(f"{path}: its tensors share storage: they describe {logical:,} bytes but the file stores "
                               f"{stored:,}; a real checkpoint stores each weight once: re-save it from the model's "
                               "state_dict()")
+
+
+def check_plain(path: str, name: str, t: torch.Tensor) -> None:
+    """Refuse a tensor that is not dense, strided, on the CPU and of a real-number or bool dtype.
+    Read from its attributes only: a sparse or meta tensor raises on most operations."""
+    kind = None
+    if t.is_sparse or t.layout != torch.strided:
+        kind = f"a sparse tensor (layout {str(t.layout).removeprefix('torch.')})"
+    elif t.is_nested:
+        kind = "a nested tensor"
+    elif t.is_quantized:
+        kind = f"a quantized tensor ({str(t.dtype).removeprefix('torch.')})"
+    elif t.device.type == "meta":
+        kind = "a meta tensor (a shape without any values)"
+    elif t.device.type != "cpu":
+        kind = f"a tensor on device {t.device.type}"
+    elif t.dtype.is_complex or str(t.dtype).startswith("torch.bits"):
+        kind = f"a tensor of dtype {str(t.dtype).removeprefix('torch.')}"
+    if kind is not None:
+        raise CheckpointError(f"{path}: tensor {name} is {kind}; a checkpoint holds dense CPU tensors of real "
+                              "numbers: re-save it from the model's state_dict()")
 
 
 def max_params() -> int:

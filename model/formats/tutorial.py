@@ -81,10 +81,10 @@ def read_tutorial(path: str, obj, n_head: int | None = None) -> tuple[GPTConfig,
     names: dict[str, str] = {}
     state: dict[str, torch.Tensor] = {}
 
-    def take(ours: str, theirs: str) -> None:
+    def take(ours: str, theirs: str, shape: tuple[int, ...]) -> None:
         names[ours] = theirs
         if theirs in src:
-            state[ours] = src[theirs]
+            state[ours] = _shaped(path, src, theirs, shape)
             used.add(theirs)
 
     wte = src["tok_emb.weight"]
@@ -94,34 +94,38 @@ def read_tutorial(path: str, obj, n_head: int | None = None) -> tuple[GPTConfig,
     n_head = _n_head(path, n_head, hints, C)
     blocks = _blocks(path, src)  # one pass over the keys, the layer cap checked before any layer is read
     n_layer = max((layer for layer, keys in blocks.items() if any(_ATTN.match(k) for k in keys)), default=-1) + 1
-    take("wte.weight", "tok_emb.weight")
+    V, C = int(V), int(C)
+    take("wte.weight", "tok_emb.weight", (V, C))
     block_size, positional = _positions(path, src, used, state, names, C)
     n_mlp = None
+    # Every tensor is checked against the shape the config-to-be gives it (V, C, and the MLP
+    # width of the first layer) as it is taken, before anything stacks or indexes it.
     for layer in range(n_layer):
         b = ob = f"blocks.{layer}"  # the tutorial and we both say blocks.N
         for ours, theirs in (("ln_1", "ln1"), ("ln_2", "ln2")):
-            take(f"{ob}.{ours}.weight", f"{b}.{theirs}.weight")
-            take(f"{ob}.{ours}.bias", f"{b}.{theirs}.bias")
-        _attention(path, src, used, state, names, b)
-        take(f"{ob}.attn.c_proj.weight", f"{b}.attn.out_proj.weight")
-        take(f"{ob}.attn.c_proj.bias", f"{b}.attn.out_proj.bias")
+            take(f"{ob}.{ours}.weight", f"{b}.{theirs}.weight", (C,))
+            take(f"{ob}.{ours}.bias", f"{b}.{theirs}.bias", (C,))
+        _attention(path, src, used, state, names, b, C)
+        take(f"{ob}.attn.c_proj.weight", f"{b}.attn.out_proj.weight", (C, C))
+        take(f"{ob}.attn.c_proj.bias", f"{b}.attn.out_proj.bias", (C,))
         prefix = len(b) + 1
         linears = sorted(int(m.group(1)) for k in blocks.get(layer, ()) if (m := _FF.match(k[prefix:]))
                          and src[k].dim() == 2)
         if len(linears) != 2:
             raise CheckpointError(f"{path}: {b}.ff.net has {len(linears)} Linear layers; expected two "
                                   "(Linear, activation, Linear)")
-        for ours, index in (("c_fc", linears[0]), ("c_proj", linears[1])):
-            take(f"{ob}.mlp.{ours}.weight", f"{b}.ff.net.{index}.weight")
-            take(f"{ob}.mlp.{ours}.bias", f"{b}.ff.net.{index}.bias")
         if n_mlp is None:
             n_mlp = int(src[f"{b}.ff.net.{linears[0]}.weight"].shape[0])
-    take("ln_f.weight", "ln_f.weight")
-    take("ln_f.bias", "ln_f.bias")
-    take("lm_head.weight", "head.weight")
+        for ours, index, shape in (("c_fc", linears[0], (n_mlp, C)), ("c_proj", linears[1], (C, n_mlp))):
+            take(f"{ob}.mlp.{ours}.weight", f"{b}.ff.net.{index}.weight", shape)
+            take(f"{ob}.mlp.{ours}.bias", f"{b}.ff.net.{index}.bias", shape[:1])
+    take("ln_f.weight", "ln_f.weight", (C,))
+    take("ln_f.bias", "ln_f.bias", (C,))
+    take("lm_head.weight", "head.weight", (V, C))
     extra = {}
     head_bias = src.get("head.bias")
     if head_bias is not None:
+        head_bias = _shaped(path, src, "head.bias", (V,))
         used.add("head.bias")
         if bool(torch.any(head_bias != 0)):
             state["lm_head.bias"], names["lm_head.bias"] = head_bias, "head.bias"
@@ -189,13 +193,22 @@ def _positions(path, src, used, state, names, C) -> tuple[int, str]:
     return int(table.shape[0]), "learned"
 
 
-def _attention(path, src, used, state, names, b) -> None:
+def _shaped(path: str, src: dict, key: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """src[key], refused in one line unless it has `shape`."""
+    t = src[key]
+    if tuple(t.shape) != shape:
+        raise CheckpointError(f"{path}: shape mismatch for {key}: expected {shape}, found {tuple(t.shape)}; the "
+                              "weights do not make one model")
+    return t
+
+
+def _attention(path, src, used, state, names, b, C) -> None:
     for k in (f"{b}.attn.bias_k", f"{b}.attn.bias_v"):
         if k in src:
             raise CheckpointError(f"{path}: {k} (MultiheadAttention add_bias_kv=True) is not supported by this decoder")
     fused = f"{b}.attn.in_proj_weight"
     if fused in src:
-        state[f"{b}.attn.c_attn.weight"] = src[fused]  # (3C, C): q, k, v stacked, as our c_attn
+        state[f"{b}.attn.c_attn.weight"] = _shaped(path, src, fused, (3 * C, C))  # q, k, v stacked, as our c_attn
         used.add(fused)
     else:
         parts = [f"{b}.attn.{x}_proj_weight" for x in "qkv"]
@@ -204,11 +217,11 @@ def _attention(path, src, used, state, names, b) -> None:
         missing = [p for p in parts if p not in src]
         if missing:
             raise CheckpointError(f"{path}: missing keys {', '.join(missing)}; the attention weights are incomplete")
-        state[f"{b}.attn.c_attn.weight"] = torch.cat([src[p] for p in parts], dim=0)  # (3C, C)
+        state[f"{b}.attn.c_attn.weight"] = torch.cat([_shaped(path, src, p, (C, C)) for p in parts], dim=0)  # (3C, C)
         used.update(parts)
     names[f"{b}.attn.c_attn.weight"] = fused
     if f"{b}.attn.in_proj_bias" in src:
-        state[f"{b}.attn.c_attn.bias"] = src[f"{b}.attn.in_proj_bias"]
+        state[f"{b}.attn.c_attn.bias"] = _shaped(path, src, f"{b}.attn.in_proj_bias", (3 * C,))
         used.add(f"{b}.attn.in_proj_bias")
     names[f"{b}.attn.c_attn.bias"] = f"{b}.attn.in_proj_bias"
 

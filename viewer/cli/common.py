@@ -67,6 +67,21 @@ def load_from_args(args, for_inference: bool = True):
     return loaded
 
 
+def refuse_non_finite(what: str, *values) -> None:
+    """The check every command that runs the model makes on what it computed before printing or
+    writing it: `values` (numbers, numpy arrays, or lists of them) must be finite. Weights that
+    are finite but overflow float32 arithmetic (3e38 everywhere) or a config the loader cannot
+    tell is degenerate give NaN outputs; printed, they read as a result (p=nan) with exit 0.
+    The weights' magnitudes are not checked instead: large but valid weights exist."""
+    import numpy as np
+
+    for value in values:
+        array = np.asarray(value, dtype=np.float64)
+        if array.size and not np.isfinite(array).all():
+            raise ModelError(f"the model's {what} are not finite (NaN or infinity): its weights or config overflow "
+                             "float32 arithmetic, so there is no result to show; check or re-save the checkpoint")
+
+
 class TerminalBar:
     """A tqdm bar on stderr for a long command: drawn only on a terminal (in a log file a bar is
     a stray line of carriage returns) and only once the work has taken `after_s`; cleared when

@@ -18,6 +18,7 @@ from transformer_viewer.viewer.cli.common import (
     add_checkpoint_arguments,
     load_from_args,
     parse_mask_spec,
+    refuse_non_finite,
 )
 from transformer_viewer.viewer.views.registry import exportable
 from transformer_viewer.viewer.worker.inline import InlineWorker
@@ -186,6 +187,8 @@ def _state(worker, mask, args):
         worker.submit(LogprobsRequest(text=args.prompt, mask=mask, ablation=args.ablation), on_result=filled.append)
         trace = filled[0].value.trace or trace
         clean = filled[0].value.clean or clean
+    refuse_non_finite("next-token probabilities", trace.next.top_probs,
+                      [] if trace.token_logprobs is None else trace.token_logprobs[1:])  # NaN at t = 0 by design
     if args.query is not None and not 0 <= args.query < trace.n_tokens:
         raise ModelError(f"--query {args.query} is outside the prompt's {trace.n_tokens} tokens (0..{trace.n_tokens - 1})")
     st.set_traces(trace, clean)

@@ -61,7 +61,7 @@ def run(args) -> int:
     from transformer_viewer.model.checkpoint import bundled_checkpoint_path
     from transformer_viewer.model.heads import SCORES, detect_heads
     from transformer_viewer.model.session import Session
-    from transformer_viewer.viewer.cli.common import load_from_args
+    from transformer_viewer.viewer.cli.common import load_from_args, refuse_non_finite
 
     if args.top is not None and args.top < 1:
         raise ModelError(f"--top must be at least 1, got {args.top}")
@@ -75,6 +75,7 @@ def run(args) -> int:
     loaded = load_from_args(args)
     scores = detect_heads(Session(loaded), texts=texts, induction_length=args.length, induction_batch=args.batch,
                           seed=args.seed)
+    refuse_non_finite("head scores", *(scores.score(k) for k in COLUMNS))
     rows = scores.rows(sort=args.sort, descending=not args.ascending, top=args.top)
     if args.json:
         doc = {"model": loaded.name, "source": loaded.source, "n_layer": loaded.config.n_layer,

@@ -55,7 +55,7 @@ def predict(session, args) -> dict:
 
 
 def run(args) -> int:
-    from transformer_viewer.viewer.cli.common import check_mask_syntax, load_from_args
+    from transformer_viewer.viewer.cli.common import check_mask_syntax, load_from_args, refuse_non_finite
 
     if args.top_k < 1:
         raise ModelError(f"--top-k must be at least 1, got {args.top_k}")
@@ -68,6 +68,8 @@ def run(args) -> int:
         print(f"note: the prompt is longer than the model's context of {session.config.block_size} tokens; "
               f"kept its last {len(session.tokens.ids)}, positions count from there", file=sys.stderr)
     result = predict(session, args)
+    refuse_non_finite("next-token probabilities", [t["prob"] for t in result["top"]],
+                      [t["logit"] for t in result["top"]])
     if args.json:
         from transformer_viewer.viewer.cli.info import json_safe
 

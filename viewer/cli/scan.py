@@ -16,6 +16,7 @@ from transformer_viewer.viewer.cli.common import (
     add_checkpoint_arguments,
     load_from_args,
     parse_mask_spec,
+    refuse_non_finite,
 )
 
 
@@ -62,6 +63,9 @@ def run(args) -> int:
     with TerminalBar("head", enabled=not args.no_progress) as bar, torch.inference_mode():
         result = head_scan(session, target=target, distractor=distractor, position=args.position,
                            ablation=args.ablation, base_mask=base, progress=bar.update)
+    measured = result.done  # heads not run are NaN by design
+    refuse_non_finite("predictions with heads ablated", result.baseline_metric, result.baseline_target_prob,
+                      result.effect[measured], result.kl[measured], result.target_probs[measured])
     order = result.ranked(args.sort)
     if args.top is not None:
         order = order[: args.top]

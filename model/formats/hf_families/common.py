@@ -16,14 +16,15 @@ from dataclasses import dataclass
 import torch
 
 from transformer_viewer.model import load_watch
-from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.config import GPTConfig, float32_problem
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats.schema import describe_value
+from transformer_viewer.model.formats.schema import check_rope_fields, describe_value, rope_field_problem
 
 # HF activation names -> ours. "gelu_new" and "gelu_pytorch_tanh" are the same tanh curve.
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                "gelu": "gelu", "relu": "relu"}
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope", "dynamic")
+FIX_VALUE = "correct the value in config.json or restore the model's own config.json"
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,9 @@ class Fields:
             raise self.bad(f"{key} is missing; restore the model's config.json")
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise self.bad(f"{key} must be a finite number, got {describe_value(value)}")
+        problem = float32_problem(float(value))
+        if problem:  # the decoder computes in float32: 1e-300 would be a zero divisor there
+            raise self.bad(f"{key}: {problem}; {FIX_VALUE}")
         return float(value)
 
     def flag(self, key: str, default: bool) -> bool:
@@ -136,18 +140,25 @@ class Fields:
         if params is not None:
             if not isinstance(params, dict):
                 raise self.bad(f"rope_parameters must be an object, got {describe_value(params)}")
+            where = "rope_parameters"
             if layer_type in params or "full_attention" in params:
-                params = params.get(layer_type)
+                params, where = params.get(layer_type), f"rope_parameters.{layer_type}"
                 if not isinstance(params, dict):
                     raise self.bad(f"rope_parameters has no object for {layer_type}")
+            self._check_rope_fields(params, where)
         else:
             # Published Gemma 3 configs scale only the global layers' rotary.
             scaling = self.hf.get("rope_scaling") if layer_type == "full_attention" else None
             if scaling is not None and not isinstance(scaling, dict):
                 raise self.bad(f"rope_scaling must be an object, got {describe_value(scaling)}")
             params = dict(scaling or {})
-            params.setdefault("rope_theta", self.hf.get(theta_key))
-            params.setdefault("partial_rotary_factor", self.hf.get(partial_key))
+            self._check_rope_fields(params, "rope_scaling")
+            for ours, key in (("rope_theta", theta_key), ("partial_rotary_factor", partial_key)):
+                top = self.hf.get(key)
+                problem = rope_field_problem(ours, top)
+                if problem:
+                    raise self.bad(f"{key} {problem}; {FIX_VALUE}")
+                params.setdefault(ours, top)
         kind = params.get("rope_type", params.get("type")) or "default"
         kind = (aliases or {}).get(kind, kind) if isinstance(kind, str) else kind
         if kind not in ROPE_TYPES:
@@ -156,8 +167,7 @@ class Fields:
                "rotary_pct": self.num("partial_rotary_factor", default_partial, params)}
         if kind == "default":
             return out
-        # A top-level original_max_position_embeddings (Phi-3 writes one) wins, as in transformers.
-        original = self.hf.get("original_max_position_embeddings") or params.get("original_max_position_embeddings")
+        original = self._original_context(params)
         if kind == "longrope":  # transformers' default for longrope: the model's own context
             out.update(self._longrope(params, original or self.hf.get("max_position_embeddings")))
             return out
@@ -171,6 +181,23 @@ class Fields:
         if kind == "yarn":
             out.update(self._yarn(params, original))
         return out
+
+    def _original_context(self, params: dict) -> int | None:
+        """original_max_position_embeddings: a top-level one (Phi-3 writes one) wins, as in
+        transformers; the rotary parameters' own is checked with them (ROPE_FIELDS)."""
+        top = self.hf.get("original_max_position_embeddings")
+        if top is None:
+            return params.get("original_max_position_embeddings")
+        problem = rope_field_problem("original_max_position_embeddings", top)
+        if problem:
+            raise self.bad(f"original_max_position_embeddings {problem}; {FIX_VALUE}")
+        return top
+
+    def _check_rope_fields(self, params: dict, where: str) -> None:
+        try:
+            check_rope_fields(params, where)
+        except ValueError as e:
+            raise self.bad(f"{e}; {FIX_VALUE}") from None
 
     def sliding_rope_base(self, rotary_pct: float, default_theta: float, theta_key: str = "rope_theta") -> float:
         """The rotary base of the sliding layers (Gemma 3, OLMo 3), which must rotate unscaled and
@@ -220,6 +247,8 @@ class Fields:
         factor = self.num("factor", 0.0, params) or self.int("max_position_embeddings") / original
         attention = params.get("attention_factor")
         if attention is None:
+            # mscale and mscale_all_dim are numbers of 0 or more (ROPE_FIELDS): each get_mscale
+            # is at least 1, so the quotient has no zero divisor.
             mscale, mscale_all = params.get("mscale"), params.get("mscale_all_dim")
 
             def get_mscale(scale, m=1.0):
