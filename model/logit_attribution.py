@@ -99,10 +99,7 @@ def prepare(session, position: int | None, tokens, mask, ablation: str):
     mask = check_intervention(session.config, mask, ablation)
     if session.tokens is None or not session.tokens.ids:
         raise ModelError("the prompt is empty; type some text first")
-    T = len(session.tokens.ids)
-    p = T - 1 if position is None else int(position)
-    if not 0 <= p < T:
-        raise ModelError(f"position {position} is outside the prompt's {T} tokens")
+    p = session._position(position, len(session.tokens.ids))  # negative counts from the end
     try:
         session.residuals()
     except ModelError:
@@ -174,7 +171,7 @@ def embedding_writes(model, ids: torch.Tensor, p: int) -> tuple[torch.Tensor, to
 def logit_attribution(session, position: int | None = None, tokens=None, mask=None, ablation: str = "zero",
                       step: Callable[[int, int], None] | None = None) -> LogitAttribution:
     """Every writer's direct effect on the logit of tokens[0] (minus tokens[1]'s, for a pair) at
-    `position` (default: the last), in the session's run under `mask`. `tokens` None: the top
+    `position` (default: the last; negative counts from the end), in the session's run under `mask`. `tokens` None: the top
     token. `step(layer, n_layer)` hears of each layer as it starts (and may raise to stop)."""
     mask, p, resid, tokens, raw = prepare(session, position, tokens, mask, ablation)
     model, c = session.model, session.config

@@ -199,9 +199,7 @@ def information_routes(session, position: int | None = None, threshold: float = 
     if session.tokens is None or not session.tokens.ids:
         raise ModelError("the prompt is empty; type some text first")
     T = len(session.tokens.ids)
-    p = T - 1 if position is None else int(position)
-    if not 0 <= p < T:
-        raise ModelError(f"position {position} is outside the prompt's {T} tokens")
+    p = session._position(position, T)  # negative counts from the end
     try:
         session.residuals()
     except ModelError:

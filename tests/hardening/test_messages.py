@@ -369,6 +369,11 @@ def train_error(ctx, kind):
     return raised(lambda: train(corpus, config, TrainConfig(steps=1), out, resume=True))
 
 
+def train_onto_existing(ctx):
+    (ctx.tmp / "t.txt").write_text("The cat sat on the mat. " * 40)
+    return ctx.cli("train", "--data", str(ctx.tmp / "t.txt"), "--out", ctx.ckpt, "--steps", "1")
+
+
 def heads_cli(ctx, *extra):
     return ctx.cli("heads", "--checkpoint", ctx.ckpt, *extra)
 
@@ -566,6 +571,8 @@ CASES = [
     Case("training data: bad fraction", lambda c: data_error(c, "fraction"), "the validation fraction must be between"),
     Case("training data shorter than the context", lambda c: train_error(c, "split"), "fewer than block_size + 2"),
     Case("resume without a checkpoint", lambda c: train_error(c, "resume"), "no checkpoint to resume from"),
+    Case("train --out onto an existing checkpoint", train_onto_existing,
+         "already exists: add --resume to continue its run, --overwrite to replace it"),
     # -- the app's worker ------------------------------------------------------------------------------------
     Case("a request before any model", worker_without_model, "no model is loaded; open a checkpoint"),
     Case("a bug in a handler", lambda c: worker.describe_error(KeyError("x")),

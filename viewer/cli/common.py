@@ -150,3 +150,51 @@ def parse_mask_spec(specs: list[str] | None, n_layer: int, n_head: int):
                 raise ModelError(f"--mask {spec}: head {h} does not exist; the model has heads 0..{n_head - 1}")
             mask[layer, h] = True
     return mask
+
+
+def add_token_pair_argument(parser: argparse.ArgumentParser, help_subject: str) -> None:
+    """`--tokens A [B]`, the one spelling of a token or a token pair across commands."""
+    parser.add_argument("--tokens", nargs="+", default=None, metavar="TOKEN",
+                        help=f"{help_subject}: one token's logit, or with two the logit difference A - B; each a "
+                             "token of the model's vocabulary as text (often with its leading space) or an id "
+                             "(default: the top predicted token)")
+
+
+def parse_token_pair(specs: list[str] | None, tokenizer, n_vocab: int) -> tuple[int, ...] | None:
+    """`--tokens A [B]` as token ids; None when not given."""
+    from transformer_viewer.model.tokenizer import parse_token
+
+    if not specs:
+        return None
+    if len(specs) > 2:
+        raise ModelError(f"--tokens takes one token or two (A B for the difference A - B), got {len(specs)}")
+    return tuple(parse_token(spec, tokenizer, n_vocab, what="--tokens") for spec in specs)
+
+
+def session_for_prompt(args):
+    """A Session on the checkpoint the arguments name holding `args.prompt`, with the note every
+    command prints when the prompt is longer than the context."""
+    from transformer_viewer.model.session import Session
+
+    session = Session(load_from_args(args))
+    session.set_prompt(args.prompt)
+    if session.dropped:
+        print(f"note: the prompt is longer than the model's context of {session.config.block_size} tokens; "
+              f"kept its last {len(session.tokens.ids)}, positions count from there", file=sys.stderr)
+    return session
+
+
+def write_json_or_print(obj: dict, out: str | None) -> None:
+    """Strict JSON (NaN refused) to stdout, or atomically to `out`."""
+    import json
+
+    from transformer_viewer.viewer.cli.info import json_safe
+
+    text = json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False)
+    if out is None:
+        print(text)
+        return
+    from transformer_viewer.viewer.export import write_file
+
+    path = write_file(out, (text + "\n").encode("utf-8"))
+    print(f"wrote {path}", file=sys.stderr)

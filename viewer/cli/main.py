@@ -21,6 +21,9 @@ SUBCOMMANDS = {
     "heads": ("transformer_viewer.viewer.cli.heads", "score every head: previous-token, induction, sink, ..."),
     "scan": ("transformer_viewer.viewer.cli.scan", "head-importance scan: ablate each head, measure the effect"),
     "export": ("transformer_viewer.viewer.cli.export", "render a view to PNG/SVG/PDF/NPY/CSV without a window"),
+    "attribute": ("transformer_viewer.viewer.cli.attribute", "every component's direct effect on a logit (difference)"),
+    "routes": ("transformer_viewer.viewer.cli.routes", "information-flow routes from one position to the tokens"),
+    "rollout": ("transformer_viewer.viewer.cli.rollout", "attention rollout through a range of layers"),
 }
 GUI_MODULE = "transformer_viewer.viewer.cli.gui"
 

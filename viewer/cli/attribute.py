@@ -1,0 +1,101 @@
+"""`transformer-viewer attribute [CHECKPOINT] --prompt TEXT [--position P] [--tokens A [B]]
+[--mask L.H ...] [--ablation zero|mean] [--top N] [--json | --out FILE.json|.csv]`: every
+component's direct effect on one logit (or logit difference) at one position.
+
+`--json` prints {"tokens": [ids], "position": P, "logit": the model's logit (difference) before
+any final soft-cap, "terms": [{"component", "layer", "head", "value"}...]}, whose values sum to
+"logit" (components: embedding, position, head, attn_bias, mlp, norm_bias, unembed_bias).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.viewer.cli.common import add_checkpoint_arguments, add_token_pair_argument
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_checkpoint_arguments(p)
+    p.add_argument("--prompt", required=True, help="the text to run")
+    p.add_argument("--position", type=int, default=None,
+                   help="position whose prediction is split, 0-based; negative counts from the end (default: last)")
+    add_token_pair_argument(p, "the logit split")
+    p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
+                   help="ablate head H of layer L in the run that is split, e.g. 3.1 or 0.*")
+    p.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how masked heads are ablated (default: zero)")
+    p.add_argument("--top", type=int, default=15, help="how many of the largest terms the text lists (default: 15)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the terms as one JSON object")
+    out.add_argument("--out", default=None, help="write the terms to FILE.json or FILE.csv")
+
+
+def result(a, session) -> dict:
+    tok = session.tokenizer
+    return {"tokens": list(a.tokens), "token_text": [tok.token_bytes(t).decode("utf-8", "replace") for t in a.tokens],
+            "position": a.position, "logit": a.logit, "logit_cap": a.logit_cap or None,
+            "mask": [f"{layer}.{head}" for layer, head in zip(*a.mask.nonzero(), strict=True)],
+            "ablation": a.ablation if a.mask.any() else None, "terms": a.terms()}
+
+
+def run(args) -> int:
+    from transformer_viewer.viewer.cli.common import (
+        check_mask_syntax,
+        parse_mask_spec,
+        parse_token_pair,
+        refuse_non_finite,
+        session_for_prompt,
+        write_json_or_print,
+    )
+
+    if args.top < 1:
+        raise ModelError(f"--top must be at least 1, got {args.top}")
+    if args.out is not None and not args.out.lower().endswith((".json", ".csv")):
+        raise ModelError(f"--out {args.out}: the terms are written as .json or .csv")
+    check_mask_syntax(args.mask)
+    session = session_for_prompt(args)
+    from transformer_viewer.model.logit_attribution import logit_attribution
+
+    c = session.config
+    tokens = parse_token_pair(args.tokens, session.tokenizer, session.n_vocab)
+    a = logit_attribution(session, position=args.position, tokens=tokens,
+                          mask=parse_mask_spec(args.mask, c.n_layer, c.n_head), ablation=args.ablation)
+    refuse_non_finite("direct effects", [a.logit], [t["value"] for t in a.terms()])
+    obj = result(a, session)
+    if args.json:
+        write_json_or_print(obj, None)
+    elif args.out is not None and args.out.lower().endswith(".json"):
+        write_json_or_print(obj, args.out)
+    elif args.out is not None:
+        from transformer_viewer.viewer.export import write_file
+
+        lines = ["component,layer,head,value"]
+        lines += [f"{t['component']},{'' if t['layer'] is None else t['layer']},"
+                  f"{'' if t['head'] is None else t['head']},{t['value']:.9g}" for t in a.terms()]
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        print(f"wrote {write_file(args.out, data)}", file=sys.stderr)
+    else:
+        print(format_text(a, session, args.top))
+    return 0
+
+
+def _name(t: dict) -> str:
+    if t["component"] == "head":
+        return f"head {t['layer']}.{t['head']}"
+    if t["layer"] is not None:
+        return f"{t['component'].replace('_', ' ')} {t['layer']}"
+    return t["component"].replace("_", " ")
+
+
+def format_text(a, session, top: int) -> str:
+    labels = session.tokens.labels
+    tok = session.tokenizer
+    what = tok.label(a.tokens[0]) + (f" - {tok.label(a.tokens[1])}" if len(a.tokens) == 2 else "")
+    lines = [f"direct effects on logit({what}) at position {a.position} ({labels[a.position]}): {a.logit:.4f}"
+             + (f" (before the soft-cap of {a.logit_cap:g})" if a.logit_cap else ""),
+             "  each writer read through the final norm with its scale frozen at that position",
+             f"  the {len(a.terms())} terms sum to {a.total():.4f}; the largest {min(top, len(a.terms()))}:"]
+    for t in a.top(top):
+        lines.append(f"  {_name(t):<20} {t['value']:+10.4f}  ({100 * t['share']:.1f}%)")
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""`transformer-viewer routes [CHECKPOINT] --prompt TEXT [--position P] [--threshold X]
+[--no-renormalize] [--mask L.H ...] [--ablation zero|mean] [--json | --out FILE.json]`: the
+information-flow routes (Ferrando & Voita 2024) from one position down to the input tokens.
+
+`--json` prints {"position", "threshold", "renormalized", "nodes": [{"id", "kind", "layer",
+"position"}...], "edges": [{"source", "target", "kind", "contribution", "heads"?}...],
+"token_share": [...], "expanded"}; see model/routes.py for what each means.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_checkpoint_arguments(p)
+    p.add_argument("--prompt", required=True, help="the text to run")
+    p.add_argument("--position", type=int, default=None,
+                   help="position the routes lead to, 0-based; negative counts from the end (default: the last)")
+    p.add_argument("--threshold", type=float, default=0.04,
+                   help="contributions at or below this are dropped (default: 0.04, as the LLM Transparency Tool)")
+    p.add_argument("--no-renormalize", dest="renormalize", action="store_false",
+                   help="keep the contributions left after the threshold as they are (default: rescale them to "
+                        "sum to 1 at each node)")
+    p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
+                   help="ablate head H of layer L in the run, e.g. 3.1 or 0.*")
+    p.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how masked heads are ablated (default: zero)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the graph as one JSON object")
+    out.add_argument("--out", default=None, help="write the graph to FILE.json")
+
+
+def run(args) -> int:
+    from transformer_viewer.viewer.cli.common import (
+        TerminalBar,
+        check_mask_syntax,
+        parse_mask_spec,
+        session_for_prompt,
+        write_json_or_print,
+    )
+
+    if not 0.0 <= args.threshold < 1.0:
+        raise ModelError(f"--threshold {args.threshold}: give a contribution from 0 up to (not including) 1")
+    if args.out is not None and not args.out.lower().endswith(".json"):
+        raise ModelError(f"--out {args.out}: the routes are written as .json")
+    check_mask_syntax(args.mask)
+    session = session_for_prompt(args)
+    from transformer_viewer.model.routes import information_routes
+
+    c = session.config
+    with TerminalBar("layer", after_s=0.5) as bar:
+        r = information_routes(session, position=args.position, threshold=args.threshold,
+                               renormalize=args.renormalize, mask=parse_mask_spec(args.mask, c.n_layer, c.n_head),
+                               ablation=args.ablation, step=lambda i, n: bar.update(i, n, "routes"))
+    obj = dict(r.to_json(), tokens=list(session.tokens.labels))
+    if args.json or args.out is not None:
+        write_json_or_print(obj, args.out)
+    else:
+        print(format_text(r, session))
+    return 0
+
+
+def format_text(r, session) -> str:
+    labels = session.tokens.labels
+    lines = [f"routes to position {r.position} ({labels[r.position]}), threshold {r.threshold:g}"
+             f"{', renormalised' if r.renormalized else ''}: {len(r.nodes)} nodes, {len(r.edges)} edges, "
+             f"{r.expanded} nodes expanded",
+             "each token's share of the route (the sum over paths of the products of edge contributions):"]
+    order = sorted(range(len(labels)), key=lambda i: -r.token_share[i])
+    for i in order:
+        if r.token_share[i] <= 0:
+            break
+        lines.append(f"  {i:>5} {labels[i]!r:<16} {r.token_share[i]:.4f}")
+    return "\n".join(lines)
