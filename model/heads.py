@@ -291,10 +291,15 @@ def detect_heads(session, texts: list[str] | None = None, text_ids: list[list[in
         if offset + 2 * n > cfg.block_size:
             raise ModelError(f"a sequence of {n} tokens repeated twice needs {offset + 2 * n} positions; "
                              f"the model's context is {cfg.block_size}")
+        def induction_advice(fits: int) -> str:
+            batch_fits = budget // scoring_bytes(cfg, offset + 2 * n, 1)
+            if batch_fits >= 1:
+                return f"use --batch {batch_fits:,} or fewer at this length, or a shorter --length"
+            longest = max(0, (max_tokens(lambda t: scoring_bytes(cfg, t), budget, cfg.block_size) - offset) // 2)
+            return f"use a shorter --length (at most {longest:,}, with --batch 1)"
+
         check_scoring_budget(cfg, budget, offset + 2 * n, induction_batch,
-                             f"{induction_batch:,} sequences of {n:,} tokens seen twice",
-                             lambda fits: f"use a shorter --length (at most {max(0, (fits - offset) // 2):,}) or a "
-                                          "smaller --batch")
+                             f"{induction_batch:,} sequences of {n:,} tokens seen twice", induction_advice)
         total = len(text_ids) + 1
 
         L, nh = cfg.n_layer, cfg.n_head

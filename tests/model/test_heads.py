@@ -255,8 +255,10 @@ def test_detect_heads_stays_within_the_memory_budget_and_the_passage_count():
     long_passage = [list(range(1, 61)) * 2]
     with pytest.raises(CaptureTooLargeError, match="at most 40 tokens"):
         detect_heads(session, text_ids=long_passage, induction_length=4, induction_batch=1)
-    with pytest.raises(CaptureTooLargeError, match="--length"):
-        detect_heads(session, text_ids=[[1, 2, 3]], induction_length=60, induction_batch=1)
+    with pytest.raises(CaptureTooLargeError, match=r"shorter --length \(at most 20, with --batch 1\)"):
+        detect_heads(session, text_ids=[[1, 2, 3]], induction_length=60, induction_batch=1, prefix=[])
+    with pytest.raises(CaptureTooLargeError, match="use --batch 4 or fewer at this length"):
+        detect_heads(session, text_ids=[[1, 2, 3]], induction_length=10, induction_batch=50, prefix=[])
     heard = []
     detect_heads(session, text_ids=[list(range(1, 41)), [1, 2, 3]], induction_length=4, induction_batch=1,
                  prefix=[], progress=lambda done, total: heard.append((done, total)))
