@@ -127,7 +127,7 @@ RESUMED_FIELDS = {"from_step": ("a step count", _is_step), "optimizer_restored":
 
 # Fields of our training record that `train --resume` and `info` read, and what they must be.
 TRAINING_FIELDS = {
-    "steps": ("a step count (a non-negative integer)", _is_step),
+    "steps": ("a non-negative integer", _is_step),
     "wall_time_s": ("a number", _is_number),
     "final_train_loss": ("a number", _is_number),
     "final_val_loss": ("a number", _is_number),
