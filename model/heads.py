@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
+from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import caching
-from transformer_viewer.model.memory_budget import max_tokens, size_text
+from transformer_viewer.model.memory_budget import check_scoring_budget, max_tokens, scoring_bytes
 from transformer_viewer.model.tokenizer import ENDOFTEXT_ID, GPT2_VOCAB
 
 # name -> what it measures; the order is the table's column order.
@@ -170,30 +170,10 @@ def normalise_score_name(name: str) -> str:
     return key
 
 
-# -- what scoring holds in memory ---------------------------------------------------------------
-def scoring_bytes(config, T: int, batch: int = 1) -> int:
-    """Bytes scoring `batch` sequences of T tokens holds at once: every layer's pattern (float32,
-    kept by the hook until the forward ends), plus, for one layer at a time, the forward's scores
-    and the scorers' float64 copies and temporaries (about six arrays of that layer's size)."""
-    per_layer = int(batch) * config.n_head * T * T
-    return config.n_layer * per_layer * 4 + per_layer * 48
-
-
 def check_passages(n: int) -> None:
     if n > MAX_PASSAGES:
         raise ModelError(f"the text has {n:,} passages (paragraphs between blank lines), more than the "
                          f"{MAX_PASSAGES:,} head scores read; give fewer, longer paragraphs")
-
-
-def check_scoring_budget(config, budget: int, T: int, batch: int, what: str, advice) -> None:
-    """Refuse, before any forward, scoring that would hold more than `budget` bytes;
-    `advice(fits)` says how to fit it, given the longest T that does."""
-    need = scoring_bytes(config, T, batch)
-    if need <= budget:
-        return
-    fits = max_tokens(lambda t: scoring_bytes(config, t, batch), budget, config.block_size)
-    raise CaptureTooLargeError(f"scoring heads on {what} needs about {size_text(need)}, over the "
-                               f"{size_text(budget)} memory budget; {advice(fits)}")
 
 
 # -- running the model ---------------------------------------------------------------------------
@@ -291,6 +271,7 @@ def detect_heads(session, texts: list[str] | None = None, text_ids: list[list[in
         if offset + 2 * n > cfg.block_size:
             raise ModelError(f"a sequence of {n} tokens repeated twice needs {offset + 2 * n} positions; "
                              f"the model's context is {cfg.block_size}")
+
         def induction_advice(fits: int) -> str:
             batch_fits = budget // scoring_bytes(cfg, offset + 2 * n, 1)
             if batch_fits >= 1:

@@ -1,5 +1,6 @@
 """What a capture of T tokens keeps in memory, and the budget that refuses one too large for it
-before anything is allocated (`TV_MEMORY_BUDGET_MB` in the app)."""
+before anything is allocated (`TV_MEMORY_BUDGET_MB` in the app); the attention a capture may
+compute on the CPU; and what head scoring holds, checked against the same budget."""
 
 from __future__ import annotations
 
@@ -83,6 +84,26 @@ def check_budget(estimate, budget: int, block_size: int, T: int) -> None:
               "not even one token fits; raise the memory budget")
     raise CaptureTooLargeError(f"capturing {T} tokens needs about {size_text(estimate(T))}, over the "
                                f"{size_text(budget)} budget; {advice}")
+
+
+# -- head scores (model/heads.py): every layer's full pattern of each forward, held at once
+def scoring_bytes(config, T: int, batch: int = 1) -> int:
+    """Bytes scoring `batch` sequences of T tokens holds at once: every layer's pattern (float32,
+    kept by the hook until the forward ends), plus, for one layer at a time, the forward's scores
+    and the scorers' float64 copies and temporaries (about six arrays of that layer's size)."""
+    per_layer = int(batch) * config.n_head * T * T
+    return config.n_layer * per_layer * 4 + per_layer * 48
+
+
+def check_scoring_budget(config, budget: int, T: int, batch: int, what: str, advice) -> None:
+    """Refuse, before any forward, scoring that would hold more than `budget` bytes;
+    `advice(fits)` says how to fit it, given the longest T that does."""
+    need = scoring_bytes(config, T, batch)
+    if need <= budget:
+        return
+    fits = max_tokens(lambda t: scoring_bytes(config, t, batch), budget, config.block_size)
+    raise CaptureTooLargeError(f"scoring heads on {what} needs about {size_text(need)}, over the "
+                               f"{size_text(budget)} memory budget; {advice(fits)}")
 
 
 def size_text(n: int) -> str:

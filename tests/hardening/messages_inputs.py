@@ -12,7 +12,8 @@ from tests.hardening.message_case import Case, raised
 from transformer_viewer.model import memory_budget
 from transformer_viewer.model.data import decompress_xz, read_text
 from transformer_viewer.model.formats.schema import check_resumable, check_training
-from transformer_viewer.model.heads import MAX_PASSAGES, detect_heads, scoring_bytes
+from transformer_viewer.model.heads import MAX_PASSAGES, detect_heads
+from transformer_viewer.model.memory_budget import scoring_bytes
 
 TEXT = b"The cat sat on the mat. " * 400
 

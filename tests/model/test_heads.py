@@ -247,7 +247,8 @@ def test_detect_heads_stays_within_the_memory_budget_and_the_passage_count():
     message says what fits, and that length then runs); more passages than MAX_PASSAGES are
     refused before any is tokenized; progress counts every forward pass."""
     from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
-    from transformer_viewer.model.heads import MAX_PASSAGES, scoring_bytes
+    from transformer_viewer.model.heads import MAX_PASSAGES
+    from transformer_viewer.model.memory_budget import scoring_bytes
 
     cfg = GPTConfig(vocab_size=64, block_size=256, n_layer=2, n_head=2, n_embd=16)
     session = session_for(GPT(cfg))
