@@ -12,16 +12,19 @@ from tests.hardening.common import UncaughtExceptions, new_window, one_line
 from transformer_viewer.viewer.window.settings import EXPORT_DIR_KEY, RECENT_KEY, RECENT_MAX
 
 MANY = 100_000
-HUGE_CHARS = 5 << 20
+HUGE_CHARS = 512 << 10  # past any path, under the file-size bound (that case is its own)
 
-# name -> (INI lines under [General], the keys the window must reset)
+FILE = "the file"  # the whole file is reset: it is far larger than the window's settings ever are
+
+# name -> (INI lines under [General], what the window must reset: keys, or FILE)
 CASES = {
     "recent_is_a_point": ("recent_checkpoints=@Point(1 2)", (RECENT_KEY,)),
     "recent_is_a_size": ("recent_checkpoints=@Size(3 4)", (RECENT_KEY,)),
     "recent_is_an_int_variant": (r"recent_checkpoints=@Variant(\0\0\0\x2\0\0\0\0\x5)", (RECENT_KEY,)),
     "recent_is_an_unknown_variant": (r"recent_checkpoints=@Variant(\0\0\0\x7f\0\0\0\x5QFont)", (RECENT_KEY,)),
     "recent_has_100000_entries": ("recent_checkpoints=" + ", ".join(f"/nowhere/model{i}.safetensors"
-                                                                   for i in range(MANY)), (RECENT_KEY,)),
+                                                                   for i in range(MANY)), (FILE,)),
+    "recent_has_5000_entries": ("recent_checkpoints=" + ", ".join(f"/m{i}" for i in range(5000)), (RECENT_KEY,)),
     "recent_is_one_huge_string": ("recent_checkpoints=" + "a" * HUGE_CHARS, (RECENT_KEY,)),
     "recent_mixes_points_and_paths": ("recent_checkpoints=/nowhere/a.safetensors, @Point(1 2), @Rect(1 2 3 4)",
                                       (RECENT_KEY,)),
@@ -73,6 +76,20 @@ def test_the_window_starts_works_and_resets_each_bad_setting(qtbot, tmp_path, ti
     again.app_settings.export_dir()
     assert again.app_settings.notes == []
     again.close()
+
+
+def test_a_settings_file_of_megabytes_is_cleared_once(qtbot, tmp_path, tiny_ckpt, dialogs):
+    """A file far larger than anything the window writes (here: 2 MiB under a key it never reads)
+    would be rewritten on every change: it is cleared at start, with one note, and then works."""
+    write_ini(tmp_path / "settings.ini", "padding=" + "x" * (2 << 20) + "\nexport_dir=/tmp")
+    window = new_window(qtbot, tmp_path, tiny_ckpt)
+    assert window.state.trace is not None
+    notes = window.app_settings.notes
+    assert len(notes) == 1 and "was 2 MiB" in notes[0] and one_line(notes[0])
+    assert window.settings.value("padding") is None
+    window.settings.sync()
+    assert (tmp_path / "settings.ini").stat().st_size < 10_000
+    window.close()
 
 
 def test_a_lone_recent_entry_and_a_missing_export_folder_are_not_damage(qtbot, tmp_path, dialogs):

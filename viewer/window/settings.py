@@ -5,7 +5,8 @@ QPoint, a lone entry as a string, a hand-edited or damaged file as a list of 100
 one string of megabytes. Every value the app reads goes through `SettingsReader`, which checks
 its type and bounds its count and lengths; a value that fails is reset (written back cleaned,
 or removed) and the window says so once, in its status bar and as a log line, instead of
-raising from a menu or building 100,000 menu entries.
+raising from a menu or building 100,000 menu entries. A file of megabytes (QSettings rewrites
+it whole on every change) is cleared once, with the same kind of note.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from collections.abc import Callable
 RECENT_KEY, RECENT_MAX = "recent_checkpoints", 10
 EXPORT_DIR_KEY = "export_dir"
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux; a longer "path" is no file's
+# The settings file's size past which it is not the window's: ten paths and a folder take a few
+# KiB. QSettings rewrites the whole file on each change, so a huge one would cost every open.
+MAX_SETTINGS_BYTES = 1 << 20
 NOTE_MS = 15000  # how long the status bar shows a note about a reset setting
 
 log = logging.getLogger(__name__)
@@ -46,13 +50,26 @@ class SettingsReader:
         self.settings = settings
         self.note = note
         self.notes: list[str] = []  # every reset so far (tests read it)
+        self._check_file_size()
+
+    def _check_file_size(self) -> None:
+        try:  # a file on Linux; on macOS or Windows (plist, registry) there may be none to measure
+            size = os.path.getsize(self.settings.fileName())
+        except OSError:
+            return
+        if size > MAX_SETTINGS_BYTES:
+            self.settings.clear()
+            self._noted(f"settings: the file {self.settings.fileName()} was {size >> 20:,} MiB, not the few KiB the "
+                        "window keeps there; reset")
 
     def _reset(self, key: str, message: str, cleaned=None) -> None:
         if cleaned is None:
             self.settings.remove(key)
         else:
             self.settings.setValue(key, cleaned)
-        line = f"settings: {key} {message}; reset"
+        self._noted(f"settings: {key} {message}; reset")
+
+    def _noted(self, line: str) -> None:
         self.notes.append(line)
         log.warning(line)
         if self.note is not None:
