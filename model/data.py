@@ -14,6 +14,13 @@ from transformer_viewer.model.text_file import decode_text
 from transformer_viewer.model.tokenizer import ENDOFTEXT_ID, Tokenizer
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
+# Text a compressed data file may expand to. A .xz of a few hundred KiB can hold a GiB of text;
+# tokenizing holds about ten bytes per byte of text, so past this a file is a bomb, not a corpus.
+MAX_DECOMPRESSED_BYTES = 64 << 20
+XZ_DICTIONARY_LIMIT = 256 << 20  # memory the decoder may take for its dictionary (xz -9 needs 65 MiB)
+DECOMPRESS_CHUNK = 1 << 20  # output asked of the decoder per call
+# Other compressed formats this reader does not open: named, instead of being called binary.
+OTHER_COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"))
 
 
 @dataclass(frozen=True)
@@ -35,11 +42,45 @@ def read_text(path: str) -> tuple[str, str]:
         raise ModelError(f"{path}: cannot read the data file ({e.strerror})") from None
     digest = hashlib.sha256(raw).hexdigest()
     if raw.startswith(XZ_MAGIC) or path.endswith(".xz"):
-        try:
-            raw = lzma.decompress(raw)
-        except lzma.LZMAError as e:
-            raise ModelError(f"{path}: not a valid .xz file ({e})") from None
+        raw = decompress_xz(raw, path)
+    else:
+        for magic, name in OTHER_COMPRESSED:
+            if raw.startswith(magic):
+                raise ModelError(f"{path}: {name}-compressed data, which training does not read; decompress it, "
+                                 "or recompress it with xz")
     return decode_text(raw, path, "training data"), digest
+
+
+def decompress_xz(raw: bytes, path: str, cap: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """The text an .xz file holds (every stream of a concatenated file, as `xz -d` reads it),
+    decoded a chunk at a time so that output past `cap` bytes is refused before it is held."""
+    out = bytearray()
+    pending = raw
+    while True:
+        if not pending.startswith(XZ_MAGIC):
+            found = "bytes after the end of its .xz data that are not xz data" if out else "no xz header"
+            raise ModelError(f"{path}: not a valid .xz file ({found}); compress the text again with xz")
+        decoder = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=XZ_DICTIONARY_LIMIT)
+        try:
+            while not decoder.eof:
+                chunk = decoder.decompress(pending, max_length=min(DECOMPRESS_CHUNK, cap + 1 - len(out)))
+                pending = b""
+                out += chunk
+                if len(out) > cap:
+                    raise ModelError(f"{path}: the .xz file holds more than {cap >> 20} MiB of text, more than "
+                                     "training data may be; split the text into smaller files")
+                if decoder.needs_input and not chunk:
+                    raise ModelError(f"{path}: the .xz file ends early (truncated after {len(out):,} bytes of "
+                                     "text); compress the text again")
+        except lzma.LZMAError as e:
+            if "memory usage limit" in str(e).lower():
+                raise ModelError(f"{path}: the .xz file asks for a dictionary over {XZ_DICTIONARY_LIMIT >> 20} MiB "
+                                 "to decompress; recompress it with plain `xz`") from None
+            raise ModelError(f"{path}: not a valid .xz file ({e}); compress the text again with xz") from None
+        # Concatenated files: another stream may follow, after padding of zero bytes.
+        pending = decoder.unused_data.lstrip(b"\x00")
+        if not pending:
+            return bytes(out)
 
 
 def load_corpus(paths: list[str], val_fraction: float = 0.05, tokenizer: Tokenizer | None = None) -> Corpus:

@@ -18,6 +18,7 @@ import torch
 
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import caching
+from transformer_viewer.model.memory_budget import check_scoring_budget, max_tokens, scoring_bytes
 from transformer_viewer.model.tokenizer import ENDOFTEXT_ID, GPT2_VOCAB
 
 # name -> what it measures; the order is the table's column order.
@@ -51,6 +52,12 @@ NATURAL_TEXT = (
     "rain had stopped. She took her bag from the rack, walked along the platform past the closed "
     "cafe, and found the road down to the harbour, where the boats were already coming in.",
 )
+
+
+# Passages of natural text one detection reads: each is a forward pass of its own, and the
+# scores average over a few thousand positions, so a file of 200,000 one-word paragraphs is
+# refused instead of run one by one.
+MAX_PASSAGES = 1000
 
 
 # -- pure scorers on patterns (..., T, T) -------------------------------------------------------
@@ -163,6 +170,12 @@ def normalise_score_name(name: str) -> str:
     return key
 
 
+def check_passages(n: int) -> None:
+    if n > MAX_PASSAGES:
+        raise ModelError(f"the text has {n:,} passages (paragraphs between blank lines), more than the "
+                         f"{MAX_PASSAGES:,} head scores read; give fewer, longer paragraphs")
+
+
 # -- running the model ---------------------------------------------------------------------------
 def _patterns(model, ids: torch.Tensor) -> np.ndarray:
     """Every layer's attention pattern for a batch of ids (B, T): (L, B, nh, T, T) float32."""
@@ -217,13 +230,17 @@ def default_induction_length(model, prefix_len: int, cap: int = 64) -> int:
 
 def detect_heads(session, texts: list[str] | None = None, text_ids: list[list[int]] | None = None,
                  induction_length: int | None = None, induction_batch: int = 4, seed: int = 0,
-                 prefix: list[int] | None = None) -> HeadScores:
+                 prefix: list[int] | None = None, progress=None) -> HeadScores:
     """Score every head of the session's model (its prompt and cache are not used or changed).
 
     Text scores use `text_ids` if given, else `texts` (default: NATURAL_TEXT) tokenized with
     the session's tokenizer; each text is cut to the model's context and positions are pooled
     over all texts. The random sequences start with `prefix` (default: what the tokenizer starts
     a document with, e.g. <|endoftext|> or a BOS, where the vocabulary has it).
+
+    At most MAX_PASSAGES texts; what each forward holds is checked against the session's memory
+    budget (as a capture's is) before anything runs. `progress(done, total)` hears of each
+    forward pass (the texts, then the random sequences).
     """
     model = session.model
     cfg = model.config
@@ -231,6 +248,8 @@ def detect_heads(session, texts: list[str] | None = None, text_ids: list[list[in
     model.eval()
     try:
         device = next(model.parameters()).device
+        budget = session.memory_budget
+        check_passages(len(text_ids) if text_ids is not None else len(NATURAL_TEXT if texts is None else texts))
         if text_ids is None:
             text_ids = [session.tokenizer.encode(t) for t in (NATURAL_TEXT if texts is None else texts)]
         text_ids = [list(ids)[: cfg.block_size] for ids in text_ids]
@@ -240,31 +259,54 @@ def detect_heads(session, texts: list[str] | None = None, text_ids: list[list[in
         top = max(max(ids) for ids in text_ids)
         if top >= cfg.vocab_size:
             raise ModelError(f"token id {top} is outside this model's vocabulary of {cfg.vocab_size}")
-
-        L, nh = cfg.n_layer, cfg.n_head
-        sums = {k: np.zeros((L, nh)) for k in ("previous_token", "first_token", "entropy")}
-        positions = 0
-        for ids in text_ids:
-            pat = _patterns(model, torch.tensor([ids], dtype=torch.long, device=device))[:, 0]  # (L, nh, T, T)
-            weight = len(ids) - 1  # query positions each score averages over
-            sums["previous_token"] += previous_token_score(pat) * weight
-            sums["first_token"] += first_token_score(pat) * weight
-            sums["entropy"] += attention_entropy(pat) * weight
-            positions += weight
-
+        longest = max(len(ids) for ids in text_ids)
+        check_scoring_budget(cfg, budget, longest, 1, f"a passage of {longest:,} tokens",
+                             lambda fits: f"split the text into paragraphs of at most {fits:,} tokens "
+                                          "(a blank line between)")
         if prefix is None:
             prefix = [i for i in session.tokenizer.document_prefix() if i < cfg.vocab_size]
         prefix = list(prefix)
         offset = len(prefix)
         n = default_induction_length(model, offset) if induction_length is None else int(induction_length)
+        if offset + 2 * n > cfg.block_size:
+            raise ModelError(f"a sequence of {n} tokens repeated twice needs {offset + 2 * n} positions; "
+                             f"the model's context is {cfg.block_size}")
+
+        def induction_advice(fits: int) -> str:
+            batch_fits = budget // scoring_bytes(cfg, offset + 2 * n, 1)
+            if batch_fits >= 1:
+                return f"use --batch {batch_fits:,} or fewer at this length, or a shorter --length"
+            longest = max(0, (max_tokens(lambda t: scoring_bytes(cfg, t), budget, cfg.block_size) - offset) // 2)
+            return f"use a shorter --length (at most {longest:,}, with --batch 1)"
+
+        check_scoring_budget(cfg, budget, offset + 2 * n, induction_batch,
+                             f"{induction_batch:,} sequences of {n:,} tokens seen twice", induction_advice)
+        total = len(text_ids) + 1
+
+        L, nh = cfg.n_layer, cfg.n_head
+        sums = {k: np.zeros((L, nh)) for k in ("previous_token", "first_token", "entropy")}
+        positions = 0
+        for done, ids in enumerate(text_ids):
+            if progress is not None:
+                progress(done, total)
+            pat = _patterns(model, torch.tensor([ids], dtype=torch.long, device=device))[:, 0]  # (L, nh, T, T)
+            weight = len(ids) - 1  # query positions each score averages over
+            for layer, p in enumerate(pat):  # a layer at a time: the float64 copies stay one layer's size
+                sums["previous_token"][layer] += previous_token_score(p) * weight
+                sums["first_token"][layer] += first_token_score(p) * weight
+                sums["entropy"][layer] += attention_entropy(p) * weight
+            del pat
+            positions += weight
+
+        if progress is not None:
+            progress(total - 1, total)
         specials = [i for i in range(min(cfg.vocab_size, GPT2_VOCAB)) if session.tokenizer.is_special(i)]
         ids = repeated_random_tokens(model, n, induction_batch, seed, prefix, exclude=specials)
-        if ids.shape[1] > cfg.block_size:
-            raise ModelError(f"a sequence of {n} tokens repeated twice needs {ids.shape[1]} positions; "
-                             f"the model's context is {cfg.block_size}")
         pat = _patterns(model, ids.to(device))  # (L, B, nh, T, T)
-        induction = induction_score(pat, n, offset).mean(axis=1)  # (L, nh)
-        duplicate = duplicate_token_score(pat, n, offset).mean(axis=1)  # (L, nh)
+        induction = np.stack([induction_score(p, n, offset).mean(axis=0) for p in pat])  # (L, nh)
+        duplicate = np.stack([duplicate_token_score(p, n, offset).mean(axis=0) for p in pat])  # (L, nh)
+        if progress is not None:
+            progress(total, total)
     finally:
         model.train(was_training)
 

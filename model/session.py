@@ -44,6 +44,7 @@ from transformer_viewer.model.memory_budget import (  # noqa: F401 (DEFAULT_MEMO
     KEPT_RUNS,
     capture_bytes,
     check_budget,
+    check_cpu_work,
     max_tokens,
 )
 from transformer_viewer.model.overview import cell_size, n_cells
@@ -242,6 +243,8 @@ class Session(Predictions):
 
     def _check_budget(self, T: int) -> None:
         check_budget(self.estimate_bytes, self.memory_budget, self.config.block_size, T)
+        if self.device.type == "cpu":  # a GPU does this work in seconds; the memory budget bounds it there
+            check_cpu_work(self.config, T)
 
     def _scratch_attention(self):
         """Attention in the session's reusable workspace, unless a hook from outside the session

@@ -22,6 +22,7 @@ from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.data import Corpus, unigram_loss
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.formats import native
+from transformer_viewer.model.formats.schema import check_resumable, check_training
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.train_batches import repeat_passages
 
@@ -246,7 +247,9 @@ def train(corpus: Corpus, config: GPTConfig, tc: TrainConfig, out: str, device="
         if not os.path.exists(out):
             raise ModelError(f"{out}: no checkpoint to resume from; drop --resume to start a new run")
         loaded = load_checkpoint(out, device=device)
-        model, config, before = loaded.model, loaded.config, loaded.training
+        model, config = loaded.model, loaded.config
+        before = check_resumable(f"{out}: its training record", check_training(f"{out}: its training record",
+                                                                                  loaded.training))
         start_step = int(before.get("steps", 0))
         history = list(before.get("history", []))
         wall_before = float(before.get("wall_time_s", 0.0))

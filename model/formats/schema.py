@@ -155,26 +155,71 @@ def check_model_args(args: dict) -> None:
         raise ValueError(f"model_args bias must be true or false, got {describe_value(args['bias'])}")
 
 
+MAX_STEP = 1 << 53  # a step count past this is no run's (and a float no longer holds it exactly)
+
+
+def _is_step(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_STEP
+
+
+def _is_number(v: object) -> bool:  # NaN allowed: a run saved before its first step has no loss yet
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _is_strings(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# An evaluation in the record's history, and a resume in its `resumed` list: field -> (what it
+# must be, check). `train --resume` continues the history and reads the last val_loss.
+HISTORY_FIELDS = {"step": ("a step count", _is_step), "train_loss": ("a number", _is_number),
+                  "val_loss": ("a number", _is_number)}
+RESUMED_FIELDS = {"from_step": ("a step count", _is_step), "optimizer_restored": ("true or false",
+                                                                                  lambda v: isinstance(v, bool)),
+                  "command": ("a list of strings", _is_strings)}
+
 # Fields of our training record that `train --resume` and `info` read, and what they must be.
 TRAINING_FIELDS = {
-    "steps": ("a non-negative integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
-    "wall_time_s": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
-    "final_train_loss": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
-    "final_val_loss": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    "steps": ("a non-negative integer", _is_step),
+    "wall_time_s": ("a number", _is_number),
+    "final_train_loss": ("a number", _is_number),
+    "final_val_loss": ("a number", _is_number),
     "history": ("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v)),
     "resumed": ("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v)),
-    "command": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "command": ("a list of strings", _is_strings),
 }
+# Lists of entries in the record, and the fields of each entry.
+TRAINING_ENTRIES = {"history": HISTORY_FIELDS, "resumed": RESUMED_FIELDS}
+RESAVE = "re-save it with save_checkpoint"
 
 
 def check_training(where: str, record: object) -> dict:
-    """Our free-form training record: an object whose known fields have their types."""
+    """Our free-form training record: an object whose known fields, and the known fields of each
+    entry of its history and of its resumes, have their types."""
     if not isinstance(record, dict):
-        raise CheckpointError(f"{where} is {describe_value(record)}, not a JSON object; re-save it with save_checkpoint")
+        raise CheckpointError(f"{where} is {describe_value(record)}, not a JSON object; {RESAVE}")
     for name, (what, ok) in TRAINING_FIELDS.items():
         if name in record and not ok(record[name]):
-            raise CheckpointError(f"{where}: field {name} must be {what}, got {describe_value(record[name])}; "
-                                  "re-save it with save_checkpoint")
+            raise CheckpointError(f"{where}: field {name} must be {what}, got {describe_value(record[name])}; {RESAVE}")
+    for name, fields in TRAINING_ENTRIES.items():
+        for i, entry in enumerate(record.get(name, [])):
+            for field, (what, ok) in fields.items():
+                if field in entry and not ok(entry[field]):
+                    raise CheckpointError(f"{where}: {name}[{i}].{field} must be {what}, got "
+                                          f"{describe_value(entry[field])}; {RESAVE}")
+    return record
+
+
+def check_resumable(where: str, record: dict) -> dict:
+    """A record `check_training` passed, which a run can continue: every history entry has its
+    step and both losses, every resume its fields (a record may lack both lists: a run that
+    never reached an evaluation). Says what is missing and how to go on without it."""
+    for name, fields in TRAINING_ENTRIES.items():
+        for i, entry in enumerate(record.get(name, [])):
+            missing = [f for f in fields if f not in entry]
+            if missing:
+                raise CheckpointError(f"{where}: {name}[{i}] has no {' or '.join(missing)}, which --resume "
+                                      "continues from; train a new run into another --out (or --overwrite)")
     return record
 
 

@@ -242,6 +242,32 @@ def test_detect_heads_restores_training_mode_and_checks_inputs():
         detect_heads(session, text_ids=[[1, 2, 3]], induction_length=9)  # 2 * 9 > 16
 
 
+def test_detect_heads_stays_within_the_memory_budget_and_the_passage_count():
+    """What one forward would hold is checked against the session's budget before it runs (the
+    message says what fits, and that length then runs); more passages than MAX_PASSAGES are
+    refused before any is tokenized; progress counts every forward pass."""
+    from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
+    from transformer_viewer.model.heads import MAX_PASSAGES
+    from transformer_viewer.model.memory_budget import scoring_bytes
+
+    cfg = GPTConfig(vocab_size=64, block_size=256, n_layer=2, n_head=2, n_embd=16)
+    session = session_for(GPT(cfg))
+    session.memory_budget = scoring_bytes(cfg, 40)  # a passage of 40 tokens fits, 41 do not
+    long_passage = [list(range(1, 61)) * 2]
+    with pytest.raises(CaptureTooLargeError, match="at most 40 tokens"):
+        detect_heads(session, text_ids=long_passage, induction_length=4, induction_batch=1)
+    with pytest.raises(CaptureTooLargeError, match=r"shorter --length \(at most 20, with --batch 1\)"):
+        detect_heads(session, text_ids=[[1, 2, 3]], induction_length=60, induction_batch=1, prefix=[])
+    with pytest.raises(CaptureTooLargeError, match="use --batch 4 or fewer at this length"):
+        detect_heads(session, text_ids=[[1, 2, 3]], induction_length=10, induction_batch=50, prefix=[])
+    heard = []
+    detect_heads(session, text_ids=[list(range(1, 41)), [1, 2, 3]], induction_length=4, induction_batch=1,
+                 prefix=[], progress=lambda done, total: heard.append((done, total)))
+    assert heard[0] == (0, 3) and heard[-1] == (3, 3) and [d for d, _ in heard] == sorted(d for d, _ in heard)
+    with pytest.raises(ModelError, match=f"more than the {MAX_PASSAGES:,}"):
+        detect_heads(session, texts=["a b"] * (MAX_PASSAGES + 1))
+
+
 def test_default_text_on_a_gpt2_vocabulary_model():
     cfg = GPTConfig(block_size=64, n_layer=1, n_head=2, n_embd=16)
     s = detect_heads(session_for(GPT(cfg)), induction_batch=1)

@@ -54,6 +54,9 @@ def _read_passages(path: str) -> list[str]:
     passages = [p for p in passages if p]
     if not passages:
         raise ModelError(f"{path}: the text file is empty; give it some natural text")
+    from transformer_viewer.model.heads import check_passages
+
+    check_passages(len(passages))  # before any is tokenized
     return passages
 
 
@@ -61,7 +64,7 @@ def run(args) -> int:
     from transformer_viewer.model.checkpoint import bundled_checkpoint_path
     from transformer_viewer.model.heads import SCORES, detect_heads
     from transformer_viewer.model.session import Session
-    from transformer_viewer.viewer.cli.common import load_from_args, refuse_non_finite
+    from transformer_viewer.viewer.cli.common import TerminalBar, load_from_args, refuse_non_finite
 
     if args.top is not None and args.top < 1:
         raise ModelError(f"--top must be at least 1, got {args.top}")
@@ -73,8 +76,11 @@ def run(args) -> int:
         raise ModelError("the bundled model is not installed; pass --checkpoint FILE")
     texts = _read_passages(args.text) if args.text else None
     loaded = load_from_args(args)
-    scores = detect_heads(Session(loaded), texts=texts, induction_length=args.length, induction_batch=args.batch,
-                          seed=args.seed)
+    with TerminalBar("pass", after_s=0.5) as bar:  # one forward per passage, then the repeated sequences
+        scores = detect_heads(Session(loaded), texts=texts, induction_length=args.length,
+                              induction_batch=args.batch, seed=args.seed,
+                              progress=(lambda done, total: bar.update(done, total, "scoring heads"))
+                              if bar.enabled else None)
     refuse_non_finite("head scores", *(scores.score(k) for k in COLUMNS))
     rows = scores.rows(sort=args.sort, descending=not args.ascending, top=args.top)
     if args.json:

@@ -96,11 +96,11 @@ def run(args) -> int:
                      freeze_unseen=args.freeze_unseen_rows, pos_init=args.pos_init,
                      pos_init_std=args.pos_init_std, embed_init_std=args.embed_init_std,
                      repeat_fraction=args.repeat_fraction)
+    before = _saved_record(args.out) if args.resume else {}
     corpus = load_corpus(args.data, val_fraction=args.val_fraction)
     print(f"data: {len(corpus.train):,} training tokens, {len(corpus.val):,} validation tokens", file=sys.stderr)
     done, last_val = 0, [float("nan")]
     if args.resume:
-        before = _saved_record(args.out)
         done, last_val[0] = int(before.get("steps", 0)), float(before.get("final_val_loss", float("nan")))
         print(f"resuming {args.out} at step {done}: its own model shape is used; training runs to step {tc.steps}",
               file=sys.stderr)
@@ -251,12 +251,10 @@ def _interrupt_on_signals() -> None:
 
 
 def _saved_record(path: str) -> dict:
-    """The training record in a checkpoint's metadata, without loading its tensors ({} if none)."""
-    from transformer_viewer.model.errors import CheckpointError
+    """The training record in a checkpoint's metadata, without loading its tensors ({} if none),
+    checked as --resume reads it: a malformed record is one line before any data is read."""
     from transformer_viewer.model.formats.native import read_metadata, read_training
+    from transformer_viewer.model.formats.schema import check_resumable
 
     meta = read_metadata(path) or {}
-    try:
-        return read_training(path, meta)
-    except CheckpointError:
-        return {}
+    return check_resumable(f"{path}: its training record", read_training(path, meta))

@@ -12,8 +12,6 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog
 
 CHECKPOINT_FILTER = ("Checkpoints (*.safetensors *.pt *.pth *.ckpt *.bin config.json);;"
                      "Hugging Face model folder: pick its config.json (config.json);;All files (*)")
-RECENT_KEY, RECENT_MAX = "recent_checkpoints", 10
-EXPORT_DIR_KEY = "export_dir"
 NO_CUDA_TIP = "no CUDA device is available on this machine (or this torch build has no CUDA)"
 
 
@@ -98,16 +96,13 @@ class WindowActions:
         return os.path.dirname(recent[0]) if recent else os.getcwd()
 
     def recent(self) -> list[str]:
-        value = self.w.settings.value(RECENT_KEY, [])
-        if isinstance(value, str):
-            value = [value]  # INI files give a lone entry back as a string
-        return [str(v) for v in (value or [])]
+        return self.w.app_settings.recent()
 
     def add_recent(self, path: str) -> None:
         # A file or folder by its full path; a cached model's name (`org/name`) as it is.
         path = os.path.abspath(path) if os.path.exists(path) else path
         items = [path] + [p for p in self.recent() if p != path]
-        self.w.settings.setValue(RECENT_KEY, items[:RECENT_MAX])
+        self.w.app_settings.set_recent(items)
         self._rebuild_recent()
 
     def _rebuild_recent(self) -> None:
@@ -126,7 +121,7 @@ class WindowActions:
             menu.addAction("(none yet)").setEnabled(False)
 
     def _clear_recent(self) -> None:
-        self.w.settings.setValue(RECENT_KEY, [])
+        self.w.app_settings.set_recent([])
         self._rebuild_recent()
 
     def export_dialog(self, what: str, ext: str) -> None:
@@ -140,24 +135,24 @@ class WindowActions:
                 return
         st = self.w.state
         name = (f"attention_L{st.layer}H{st.head}" if what == "heatmap" else "all_heads") + ext
-        folder = str(self.w.settings.value(EXPORT_DIR_KEY, os.getcwd()))
+        folder = self.w.app_settings.export_dir()
         filters = {".png": "PNG image (*.png)", ".svg": "SVG image (*.svg)", ".pdf": "PDF document (*.pdf)",
                    ".npy": "NumPy array (*.npy)",
                    ".csv": "CSV table (*.csv)"}
         path, _ = QFileDialog.getSaveFileName(self.w, "Export", os.path.join(folder, name), filters[ext])
         if path:
             if export(self.w, what, path, scale) is not None:
-                self.w.settings.setValue(EXPORT_DIR_KEY, os.path.dirname(os.path.abspath(path)))
+                self.w.app_settings.set_export_dir(os.path.dirname(os.path.abspath(path)))
 
     def export_pattern_dialog(self) -> None:
         from transformer_viewer.viewer.window.pattern_export import export_pattern
 
         st = self.w.state
-        folder = str(self.w.settings.value(EXPORT_DIR_KEY, os.getcwd()))
+        folder = self.w.app_settings.export_dir()
         name = os.path.join(folder, f"pattern_L{st.layer}H{st.head}.npy")
         path, _ = QFileDialog.getSaveFileName(self.w, "Export the head's full pattern", name, "NumPy array (*.npy)")
         if path and export_pattern(self.w, path) is not None:
-            self.w.settings.setValue(EXPORT_DIR_KEY, os.path.dirname(os.path.abspath(path)))
+            self.w.app_settings.set_export_dir(os.path.dirname(os.path.abspath(path)))
 
     # -- Device ---------------------------------------------------------------------------
     def _build_device(self) -> None:

@@ -31,6 +31,7 @@ from transformer_viewer.viewer.views.registry import VIEWS
 from transformer_viewer.viewer.window import actions as window_actions
 from transformer_viewer.viewer.window import prediction_preview as preview
 from transformer_viewer.viewer.window.empty_states import EmptyStates
+from transformer_viewer.viewer.window.settings import NOTE_MS, SettingsReader
 from transformer_viewer.viewer.window.status_bar import StatusBar
 from transformer_viewer.viewer.worker.client import RequestHandle, WorkerClient
 from transformer_viewer.viewer.worker.requests import (
@@ -73,6 +74,7 @@ class MainWindow(QMainWindow):
         self._build_views(debounce_ms)
         self.status = StatusBar(self)
         self.setStatusBar(self.status)
+        self.app_settings = SettingsReader(self.settings, note=lambda line: self.status.showMessage(line, NOTE_MS))
         self.actions_ = window_actions.install(self)
         self.setAcceptDrops(True)
         self.resize(*DEFAULT_SIZE)
