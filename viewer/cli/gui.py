@@ -39,9 +39,10 @@ def run(args) -> int:
 
         check_writable(args.screenshot)
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before the QApplication exists
-    from transformer_viewer.viewer.platform_check import check_qt_platform
+    from transformer_viewer.viewer.platform_check import check_display, check_qt_platform
 
-    check_qt_platform()  # one line naming the packages, instead of Qt aborting the process
+    check_display()  # one line saying how to get a display, instead of Qt aborting the process
+    check_qt_platform()  # one line naming the packages, likewise
     t0 = time.perf_counter()
     from PySide6.QtCore import QSettings, qInstallMessageHandler
     from PySide6.QtWidgets import QApplication
