@@ -92,7 +92,7 @@ class ShotOfTheHead(gui.Screenshot):
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["--prompt", "To be, or not to be, that is the question"], "example"),  # the README's first command
+    (["--prompt", "And God said"], "example"),  # a prompt of the user's own
     ([], "example"),  # the first example's own prompt
     (["--head", "1.3", "--prompt", "To be"], (1, 3)),  # a head asked for wins
     (["{tiny}", "--prompt", "To be"], (0, 0)),  # another model: its first head
