@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.window import PROMPT, new_window, wait_idle
+from tests.helpers.window import PROMPT, wait_idle
 from transformer_viewer.viewer.views.scan_view import NO_PROMPT
 from transformer_viewer.viewer.window import empty_states as es
 
