@@ -1,5 +1,9 @@
 """`transformer-viewer info [CHECKPOINT] [--json]`: what a checkpoint holds (format, config,
-parameter count, tokenizer), without running it. No CHECKPOINT means the bundled model."""
+parameter count, tokenizer), without running it. No CHECKPOINT means the bundled model.
+
+`training` is what a training run recorded (its files named by their file names); `read` is
+what the format reader noted about a file it did not train (a Hugging Face config's
+architectures, an activation it had to assume)."""
 
 from __future__ import annotations
 
@@ -110,7 +114,7 @@ def format_text(facts: dict) -> str:
         lines.append(f"extra       {json.dumps(c['extra'], sort_keys=True, default=str)}")
     read = facts.get("read") or {}
     if read.get("architectures"):
-        lines.append(f"architecture {', '.join(map(str, read['architectures']))}")
+        lines.append(f"class       {', '.join(map(str, read['architectures']))} (config.json's architectures)")
     if read.get("assumed_activation"):
         lines.append(f"assumed     activation {read['assumed_activation']} (the file does not say)")
     record = facts.get("training") or {}

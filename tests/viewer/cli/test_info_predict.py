@@ -298,7 +298,7 @@ def test_a_hugging_face_folder_is_not_called_training(capsys, tmp_path):
     hf.save_pretrained(tmp_path / "hf")
     rc, out, _ = cli(capsys, "info", str(tmp_path / "hf"), "--device", "cpu")
     assert rc == 0 and "family      GPT-2" in out and "format      huggingface" in out
-    assert "architecture GPT2LMHeadModel" in out
+    assert "class       GPT2LMHeadModel (config.json's architectures)" in out
     assert "training" not in out and "source_format" not in out
     rc, out, _ = cli(capsys, "info", str(tmp_path / "hf"), "--json", "--device", "cpu")
     facts = json.loads(out)
