@@ -1,4 +1,9 @@
-"""Before the window opens on Linux: are the system libraries Qt's X11 (xcb) plugin needs there?
+"""Before the window opens on Linux: is there a display, and are the system libraries Qt's X11
+(xcb) plugin needs there?
+
+Without a display (over SSH without X forwarding, in a container) Qt's xcb plugin fails to
+connect and aborts the process with a message about missing libraries that are in fact
+installed; `check_display` says what is wrong and what to do instead, in one line.
 
 Qt 6.5+ loads `libxcb-cursor.so.0` and a dozen other xcb libraries from the system, not from
 the PySide6 wheel. A fresh Debian/Ubuntu desktop lacks some of them (`libxcb-cursor0`,
@@ -78,3 +83,18 @@ def check_qt_platform(environ=os.environ, platform: str = sys.platform,
     raise ModelError(f"Qt's X11 plugin needs system libraries that are missing ({', '.join(missing)}): "
                      f"install them with `sudo apt install {packages}` (Debian/Ubuntu), "
                      f"or on a Wayland desktop run with QT_QPA_PLATFORM=wayland")
+
+
+NO_DISPLAY = ("no display to open the window on (neither DISPLAY nor WAYLAND_DISPLAY is set): connect with "
+              "`ssh -X` (X forwarding), or start a virtual display (`Xvfb :99 & export DISPLAY=:99`); "
+              "without one, `--screenshot FILE.png`, `export` and the other commands work")
+
+
+def check_display(environ=os.environ, platform: str = sys.platform) -> None:
+    """Raise a one-line ModelError when Qt would look for a display on Linux and there is none.
+    A QT_QPA_PLATFORM the user set (offscreen, wayland, vnc, ...) is theirs: nothing is checked."""
+    if not platform.startswith("linux") or environ.get("QT_QPA_PLATFORM", "").strip():
+        return
+    if environ.get("DISPLAY", "").strip() or environ.get("WAYLAND_DISPLAY", "").strip():
+        return
+    raise ModelError(NO_DISPLAY)

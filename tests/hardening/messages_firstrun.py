@@ -48,6 +48,9 @@ def painter_refuses(ctx, ext):
 
 CASES = [
     Case("launch without Qt's xcb libraries", missing_xcb, "sudo apt install libxcb-cursor0"),
+    Case("launch without a display", lambda ctx: raised(lambda: platform_check.check_display({}, "linux")),
+         "no display to open the window on"),
+    Case("a mistyped subcommand", lambda ctx: ctx.cli("inof"), "did you mean info?"),
     Case("two different checkpoints", two_checkpoints, "two checkpoints given"),
     Case("heads --text with binary bytes", lambda ctx: text_file(ctx, bytes(range(256)) * 8), "not a text file"),
     Case("heads --text in Latin-1", lambda ctx: text_file(ctx, "caf\u00e9 ".encode("latin-1") * 40), "not UTF-8 text"),

@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(parser)
     parser.add_argument("--prompt", default=None, help="text to run at start (default: an example prompt)")
     parser.add_argument("--head", metavar="LAYER.HEAD", default=None,
-                        help="the head to show once the model has loaded, e.g. 0.3 (default: with the bundled "
-                        "model and its first example, the head that example shows; otherwise 0.0)")
+                        help="the head to show once the model has loaded, e.g. 0.3 (default: on the bundled model, the "
+                        "head its first example names, whatever the prompt; otherwise 0.0)")
     parser.add_argument("--screenshot", metavar="FILE.png", default=None,
                         help="render the window offscreen once the prompt has run, save it as PNG, and exit")
 
@@ -39,9 +39,10 @@ def run(args) -> int:
 
         check_writable(args.screenshot)
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before the QApplication exists
-    from transformer_viewer.viewer.platform_check import check_qt_platform
+    from transformer_viewer.viewer.platform_check import check_display, check_qt_platform
 
-    check_qt_platform()  # one line naming the packages, instead of Qt aborting the process
+    check_display()  # one line saying how to get a display, instead of Qt aborting the process
+    check_qt_platform()  # one line naming the packages, likewise
     t0 = time.perf_counter()
     from PySide6.QtCore import QSettings, qInstallMessageHandler
     from PySide6.QtWidgets import QApplication
@@ -74,8 +75,8 @@ def run(args) -> int:
     head_error: list[str] = []
     if head is not None:
         select_head_when_loaded(window, *head, head_error)
-    elif args.checkpoint is None and args.prompt is None and (example_head := default_head()) is not None:
-        select_head_when_loaded(window, *example_head, [], quiet=True)  # the first example's head
+    elif (example_head := default_head()) is not None:
+        select_head_when_loaded(window, *example_head, [], quiet=True, bundled_only=True)  # the model's named head
     if args.screenshot:
         window.resize(*DEFAULT_SIZE)
     else:
@@ -116,15 +117,23 @@ def parse_head(text: str) -> tuple[int, int]:
     return parsed
 
 
-def select_head_when_loaded(window, layer: int, head: int, errors: list[str], quiet: bool = False) -> None:
+def select_head_when_loaded(window, layer: int, head: int, errors: list[str], quiet: bool = False,
+                            bundled_only: bool = False) -> None:
     """Select (layer, head) when the first model arrives; a head the model lacks is an error
-    (shown unless `quiet`, and appended to `errors`), the selection left where it was."""
+    (shown unless `quiet`, and appended to `errors`), the selection left where it was.
+    `bundled_only`: only if that model is the bundled one (whose heads the examples name),
+    whatever the prompt."""
     st = window.state
 
     def on_model(info) -> None:
         if info is None:
             return
         st.model_changed.disconnect(on_model)
+        if bundled_only:
+            from transformer_viewer.model.bundled import is_bundled
+
+            if not is_bundled(info.source):
+                return
         if layer < info.n_layer and head < info.n_head:
             st.set_selection(layer=layer, head=head)
             return

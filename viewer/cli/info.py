@@ -1,11 +1,16 @@
 """`transformer-viewer info [CHECKPOINT] [--json]`: what a checkpoint holds (format, config,
-parameter count, tokenizer), without running it. No CHECKPOINT means the bundled model."""
+parameter count, tokenizer), without running it. No CHECKPOINT means the bundled model.
+
+`training` is what a training run recorded (its files named by their file names); `read` is
+what the format reader noted about a file it did not train (a Hugging Face config's
+architectures, an activation it had to assume)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import shlex
 
 from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
 
@@ -15,10 +20,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
+# What a format reader notes in a checkpoint's record while reading a file that was not trained
+# here (a Hugging Face folder, a tutorial state dict): how it was read, not how it was trained.
+# `source_format` and `family` repeat the format and family lines and are not shown again.
+READER_NOTES = ("source_format", "family", "architectures", "assumed_activation")
+
+
 def describe(loaded) -> dict:
     """The JSON-ready facts `info` prints."""
     from transformer_viewer.model.families import family_name, switches
 
+    record = dict(loaded.training or {}) if isinstance(loaded.training, dict) else {}
+    read = {k: record.pop(k) for k in READER_NOTES if k in record}
     return {
         "checkpoint": loaded.source,
         "name": loaded.name,
@@ -29,8 +42,30 @@ def describe(loaded) -> dict:
         "n_params": int(loaded.n_params),
         "tokenizer": loaded.tokenizer.describe(),
         "device": str(loaded.device),
-        "training": loaded.training,
+        "read": {k: v for k, v in read.items() if k in ("architectures", "assumed_activation")},
+        "training": without_training_paths(record),
     }
+
+
+def file_name(path: str) -> str:
+    """The last part of a path written on any system (`/data/kjv.txt`, `C:\\data\\kjv.txt`)."""
+    return path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or path
+
+
+def without_training_paths(record: dict) -> dict:
+    """The training record with every file of its command and data named by its file name: the
+    folders were the training machine's and mean nothing on this one."""
+    out = dict(record)
+    for key in ("command",):
+        if isinstance(out.get(key), list):
+            out[key] = [file_name(a) if isinstance(a, str) and not a.startswith("-") and ("/" in a or "\\" in a)
+                        else a for a in out[key]]
+    if isinstance(out.get("data"), list):
+        out["data"] = [{**d, "path": file_name(d["path"])} if isinstance(d, dict) and isinstance(d.get("path"), str)
+                       else d for d in out["data"]]
+    if isinstance(out.get("resumed"), list):
+        out["resumed"] = [without_training_paths(r) if isinstance(r, dict) else r for r in out["resumed"]]
+    return out
 
 
 def run(args) -> int:
@@ -77,9 +112,21 @@ def format_text(facts: dict) -> str:
     ]
     if c.get("extra"):
         lines.append(f"extra       {json.dumps(c['extra'], sort_keys=True, default=str)}")
-    training = {k: v for k, v in (facts.get("training") or {}).items() if isinstance(v, str | int | float | bool)}
+    read = facts.get("read") or {}
+    if read.get("architectures"):
+        lines.append(f"class       {', '.join(map(str, read['architectures']))} (config.json's architectures)")
+    if read.get("assumed_activation"):
+        lines.append(f"assumed     activation {read['assumed_activation']} (the file does not say)")
+    record = facts.get("training") or {}
+    training = {k: v for k, v in record.items() if isinstance(v, str | int | float | bool)}
     if training:
         lines.append("training    " + ", ".join(f"{k}={_short(v)}" for k, v in sorted(training.items())))
+    data = [d for d in record.get("data") or [] if isinstance(d, dict) and "path" in d]
+    if data:
+        lines.append("trained on  " + ", ".join(
+            f"{d['path']}" + (f" ({d['tokens']:,} tokens)" if isinstance(d.get("tokens"), int) else "") for d in data))
+    if isinstance(record.get("command"), list) and record["command"]:
+        lines.append("command     " + " ".join(shlex.quote(str(a)) for a in record["command"]))
     return "\n".join(lines)
 
 

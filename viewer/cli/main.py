@@ -47,8 +47,30 @@ def gui_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def mistyped_command(first: str) -> str | None:
+    """The subcommand `first` was probably meant to be, when it is no checkpoint: not a file, not
+    a folder, not a model in the local Hugging Face cache, and close to a subcommand's name."""
+    import difflib
+    import os
+
+    if first.startswith("-") or os.path.exists(first):
+        return None
+    close = difflib.get_close_matches(first.lower(), SUBCOMMANDS, n=1)
+    if not close:
+        return None
+    from transformer_viewer.model.formats import hf_cache  # only for a word that looks like a typo
+
+    if hf_cache.looks_like_name(first) and hf_cache.find_snapshot(first) is not None:
+        return None
+    return close[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in SUBCOMMANDS and (meant := mistyped_command(argv[0])) is not None:
+        print(f"error: {argv[0]!r} is neither a command nor a checkpoint (no such file, folder or cached model); "
+              f"did you mean {meant}?", file=sys.stderr)
+        return 2
     if argv and argv[0] in SUBCOMMANDS:
         name, rest = argv[0], argv[1:]
         args = build_parser(name).parse_args(rest)

@@ -1,10 +1,15 @@
-"""A plain message laid over a plot that has nothing to show yet.
+"""Plain messages laid over a plot: one that has nothing to show yet, and one whose result
+belongs to an earlier prompt.
 
 A pyqtgraph plot with no data still draws axes (a -500..500 "(x0.001)" grid, -0.5..0.5 around
 an empty image), which read as data. An EmptyState covers its widget with the window's plain
 background and a line saying what the plot waits for ("type a prompt", "computing…", "press
 Run scan"); it follows the widget's size and hides when told the plot has something to draw.
 It is a sibling of the plot's graphics view, never inside it, so exports never include it.
+
+A StaleMark is a strip across the top of a plot that still shows a result computed for another
+prompt (a head scan runs only when asked; the logit lens and head attribution are recomputed
+when shown): it says whose result it is and what brings it up to date.
 """
 
 from __future__ import annotations
@@ -44,12 +49,57 @@ class EmptyState(QLabel):
         return None if self.isHidden() else self.text()
 
 
+def quoted_prompt(text: str, limit: int = 40) -> str:
+    """A prompt as a stale mark names it: one line, cut to `limit` characters."""
+    line = " ".join(text.split())
+    return repr(line if len(line) <= limit else line[: limit - 1] + "\u2026")
+
+
+class StaleMark(QLabel):
+    """A strip across the top of `view` saying its result is for another prompt; hidden until
+    `show_message` gives it a text."""
+
+    def __init__(self, view: QWidget):
+        super().__init__(view)
+        self.view = view
+        self.setObjectName("StaleMark")
+        self.setWordWrap(True)
+        self.setAutoFillBackground(True)
+        # Amber with dark text: reads as a warning on the dark plots and the light window alike.
+        self.setStyleSheet("QLabel#StaleMark { background: #ffe08a; color: #3d2e00; padding: 3px 6px; "
+                           "border-bottom: 1px solid #b38600; }")
+        self._follow = _FollowSize(self, whole=False)
+        view.installEventFilter(self._follow)
+        self.hide()
+
+    def show_message(self, text: str | None) -> None:
+        """Show `text` across the top of the view; None hides the strip."""
+        if text is None:
+            self.hide()
+            return
+        self.setText(text)
+        self.place(self.view.rect())
+        self.raise_()
+        self.show()
+
+    def place(self, rect) -> None:
+        width = rect.width()
+        self.setGeometry(0, 0, width, max(self.heightForWidth(width), self.sizeHint().height()))
+
+    def message(self) -> str | None:
+        """The text shown now, or None."""
+        return None if self.isHidden() else self.text()
+
+
 class _FollowSize(QObject):
-    def __init__(self, label: EmptyState):
+    def __init__(self, label: QLabel, whole: bool = True):
         super().__init__(label)
-        self.label = label
+        self.label, self.whole = label, whole
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt name
         if event.type() == QEvent.Type.Resize:
-            self.label.setGeometry(obj.rect())
+            if self.whole:
+                self.label.setGeometry(obj.rect())
+            else:
+                self.label.place(obj.rect())
         return False

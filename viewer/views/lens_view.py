@@ -9,7 +9,8 @@ longer than its window (WINDOW positions for GPT-2-small, fewer for a larger mod
 the unembedding costs about the same: `window_size`) is shown over the positions around the selected one
 (moving the selection out of it asks for the window there), since every position of a long
 prompt through a large vocabulary would take minutes. Token labels are made only for the cells
-that are written or hovered: a lens has (layers + 1) x positions cells.
+that are written or hovered: a lens has (layers + 1) x positions cells. A lens of an earlier
+prompt stays drawn until the new one arrives, under a strip that says so.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.views.empty_state import EmptyState
+from transformer_viewer.viewer.views.empty_state import EmptyState, StaleMark, quoted_prompt
 from transformer_viewer.viewer.views.heatmap import HeatmapExport, format_value
 from transformer_viewer.viewer.views.logits_panel import token_label
 from transformer_viewer.viewer.views.parts import (
@@ -125,6 +126,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         layout.addWidget(body)
         bar_over(self, bar, page)
         self.cover = EmptyState(page)  # no placeholder axes before the first lens is drawn
+        self.stale = StaleMark(self.heatmap)  # over a lens of an earlier prompt
 
         self.heatmap.cell_clicked.connect(lambda _r, col: state.set_selection(query=self._start + col))
         self._start = 0  # the position of the drawn lens's first column
@@ -133,6 +135,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         state.trace_changed.connect(self._on_trace)
         state.selection_changed.connect(self._on_selection)
         state.mask_changed.connect(lambda _m: self.refresh())  # "computing…" until the new lens comes
+        state.prompt_changed.connect(lambda _t: self._mark_stale())
         self._pending = False
         self._on_trace(state.trace)  # built after a run (an export): ask once shown
 
@@ -203,15 +206,31 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         r, trace = self.result, self.state.trace
         if r is None or trace is None or (r.n_tokens or r.lens.n_tokens) != trace.n_tokens:
             return None
+        if r.text and r.text != self.state.prompt:  # another prompt of the same length
+            return None
         if not np.array_equal(r.mask, self.state.mask):
             return None
         if not r.start <= self.state.query_index < r.start + r.lens.n_tokens:
             return None
         return r
 
+    def is_stale(self) -> bool:
+        """Whether the lens drawn is of another prompt than the current one."""
+        drawn = self._drawn[0] if self._drawn is not None else None
+        return drawn is not None and bool(drawn.text) and drawn.text != self.state.prompt
+
+    def _mark_stale(self) -> None:
+        prompt = self.state.prompt or ""
+        if not self.is_stale() or not prompt.strip():
+            self.stale.show_message(None)
+            return
+        self.stale.show_message(f"logit lens of the previous prompt {quoted_prompt(self._drawn[0].text)}; "
+                                "computing this one\u2026")
+
     def refresh(self, *_args) -> None:
         st, r = self.state, self._current()
         trace = st.trace
+        self._mark_stale()
         if r is None or trace is None:
             self._say("computing the logit lens…" if trace is not None else "run a prompt to see the logit lens")
             return
@@ -226,6 +245,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
             # a new selection inside the window redraws only the side panels
             self._drawn = (r, diff)
             self._draw_heatmap(r, trace, diff, tok)
+            self._mark_stale()
         self._draw_ranks(r, q)
         self._fill_table(r, q, tokens)
         final = token_label(int(lens.final_ids[q]), tok)

@@ -6,6 +6,10 @@ the heads measured so far. Clicking a cell masks (or unmasks) that head. The hea
 effect on the metric (diverging, centred at zero; negative: the head helped), the KL divergence
 or p(target); heads already masked are blank. Beside it, the RANKED heads that matter most (a
 1,000-head model's grid is too fine to read cell by cell); clicking one selects that head.
+
+A scan runs only when asked, so its result can outlive its prompt: once the prompt changes, a
+strip over the grid says whose result it is (and Run scan scans the new one); an empty prompt
+or another model clears it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from transformer_viewer.viewer.views.empty_state import EmptyState
+from transformer_viewer.viewer.views.empty_state import EmptyState, StaleMark, quoted_prompt
 from transformer_viewer.viewer.views.heatmap import HeatmapExport
 from transformer_viewer.viewer.views.logits_panel import token_label
 from transformer_viewer.viewer.views.parts import (
@@ -28,6 +32,8 @@ from transformer_viewer.viewer.views.parts import (
 
 RANKED = 20  # heads listed beside the grid
 NO_SCAN = "press Run scan to ablate each head in turn at the selected position"
+NO_PROMPT = "type a prompt, then press Run scan to ablate each head in turn"
+FIELD_CHARS = 14  # the Target and minus fields show this many characters ("' Paris' or 1234")
 SHOWN = {"effect": "effect on the metric", "kl": "KL(baseline ‖ ablated)", "prob": "p(target) when ablated"}
 
 
@@ -60,7 +66,9 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         self.distractor_edit.setToolTip("Optional distractor: the metric becomes logit(target) - logit(distractor), "
                                         "which equals log p(target) - log p(distractor)")
         for edit in (self.target_edit, self.distractor_edit):
-            edit.setMaximumWidth(130)
+            # wide enough to read a token and its quotes, or an id
+            edit.setMinimumWidth(edit.fontMetrics().horizontalAdvance("x" * FIELD_CHARS) + 12)
+            edit.setMaximumWidth(2 * edit.minimumWidth())
             edit.returnPressed.connect(self.run)
         self.shown_combo = QtWidgets.QComboBox()
         for key, text in SHOWN.items():
@@ -75,6 +83,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         self.progress = QtWidgets.QProgressBar()
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
+        self.progress.setMinimumWidth(60)
         self.progress.setMaximumWidth(180)
         self.export_button = ExportButton(self, "head_scan")
         self.info = QtWidgets.QLabel("Run a scan to see which heads this prediction depends on; click a cell to mask it.")
@@ -85,6 +94,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         self.ranked.setToolTip("The heads whose ablation moves the metric most (largest drop first); click to select")
         self.ranked.cellClicked.connect(self._on_ranked_click)
 
+        # Two rows, so that the fields keep their width in a middle column of 600 px.
         form = QtWidgets.QHBoxLayout()
         form.setContentsMargins(4, 2, 4, 0)
         form.addWidget(QtWidgets.QLabel("Target"))
@@ -93,15 +103,19 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         form.addWidget(self.distractor_edit)
         form.addWidget(self.run_button)
         form.addWidget(self.cancel_button)
-        form.addWidget(self.progress)
         form.addStretch(1)
-        form.addWidget(QtWidgets.QLabel("Show"))
-        form.addWidget(self.shown_combo)
         form.addWidget(self.export_button)
+        shown = QtWidgets.QHBoxLayout()
+        shown.setContentsMargins(4, 0, 4, 0)
+        shown.addWidget(QtWidgets.QLabel("Show"))
+        shown.addWidget(self.shown_combo)
+        shown.addWidget(self.progress)
+        shown.addStretch(1)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addLayout(form)
+        layout.addLayout(shown)
         layout.addWidget(self.info)
         body = AdaptiveSplitter(ratio=1.3)
         body.addWidget(self.heatmap)
@@ -112,9 +126,12 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         layout.addWidget(body, 1)
         self.cover = EmptyState(self.heatmap)  # no placeholder axes before the first scan
         self.cover.show_message(NO_SCAN)
+        self.stale = StaleMark(self.heatmap)  # over a result of an earlier prompt
+        self.result_prompt: str | None = None  # the prompt `result` was scanned on
 
         self.heatmap.cell_clicked.connect(self._on_cell_click)
         state.model_changed.connect(lambda _i: self.clear())
+        state.prompt_changed.connect(self._on_prompt)
 
     # -- commands -------------------------------------------------------------------------
     def tokenizer(self):
@@ -180,9 +197,34 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
 
     def clear(self) -> None:
         self.result = None
+        self.result_prompt = None
         self.heatmap.set_data(np.zeros((0, 0)), (), ())
         self.ranked.setRowCount(0)
-        self.cover.show_message(NO_SCAN)
+        self.stale.show_message(None)
+        self.cover.show_message(NO_SCAN if (self.state.prompt or "").strip() else NO_PROMPT)
+
+    def _on_prompt(self, text: str) -> None:
+        """A new prompt: an empty one clears the scan; another one marks it stale."""
+        if not (text or "").strip():
+            if self.handle is not None:
+                self.cancel()
+            self.clear()
+            self.info.setText("Type a prompt, then run a scan to see which heads its prediction depends on.")
+            return
+        if self.result is None:
+            self.cover.show_message(NO_SCAN)
+        self._mark_stale()
+
+    def is_stale(self) -> bool:
+        """Whether the result shown was scanned on another prompt than the current one."""
+        return self.result is not None and self.result_prompt is not None and self.result_prompt != self.state.prompt
+
+    def _mark_stale(self) -> None:
+        if not self.is_stale():
+            self.stale.show_message(None)
+            return
+        self.stale.show_message(f"scanned on the previous prompt {quoted_prompt(self.result_prompt)}: "
+                                "press Run scan to scan this one")
 
     # -- the scan's answers -----------------------------------------------------------------
     def _on_progress(self, p) -> None:
@@ -193,6 +235,9 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
 
     def _on_result(self, answer) -> None:
         self._finish()
+        if not (self.state.prompt or "").strip():
+            return  # the prompt was cleared while the scan ran
+        self.result_prompt = answer.request.text
         self.set_result(answer.value)
 
     def _on_failed(self, failure) -> None:
@@ -209,6 +254,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
     def set_result(self, result) -> None:
         self.result = result
         self.refresh()
+        self._mark_stale()
 
     # -- drawing --------------------------------------------------------------------------
     def _token(self, i: int | None) -> str:

@@ -1,4 +1,4 @@
-"""The main window's menus: File (open, recent, export), Device, View, Examples, and the
+"""The main window's menus: File (open, recent, export), Device, View, Examples, Help, and the
 keyboard navigation of layers and heads. `export(window, what, path)` is the dialog-free core
 of File > Export, used by tests and the monkey test."""
 
@@ -9,6 +9,8 @@ import os
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog
+
+from transformer_viewer.viewer.window import help_menu
 
 CHECKPOINT_FILTER = ("Checkpoints (*.safetensors *.pt *.pth *.ckpt *.bin config.json);;"
                      "Hugging Face model folder: pick its config.json (config.json);;All files (*)")
@@ -39,6 +41,7 @@ class WindowActions:
         self._build_device()
         self._build_view()
         self._build_examples()
+        self.help = help_menu.install(window)  # Help: keyboard shortcuts, About
 
     # -- File -----------------------------------------------------------------------------
     def _build_file(self) -> None:

@@ -5,7 +5,8 @@ Before the model has loaded, and until a prompt has run, the plots would show pl
 read as data. Each such view gets an EmptyState (views/empty_state.py) laid over the whole view,
 saying what it waits for ("loading the bundled model…", "type a prompt"), hidden as soon as
 the view has something to draw. The analysis tabs cover their own plots the same way until
-their first result.
+their first result. Clearing the prompt covers them all again, the token strip and the
+next-token panel too: what they would show belongs to the prompt that was cleared.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ class EmptyStates:
         self.trace_views = [window.attention.heatmap, window.head_grid]
         views = getattr(window, "views", {})
         self.trace_views += [views[t] for t in TRACE_TABS if t in views]
-        self.states = {id(v): EmptyState(v) for v in [*self.trace_views, window.mask_grid]}
+        # What only a prompt shows: covered once the prompt is cleared.
+        self.prompt_views = [v for v in (views.get("Tokens"), views.get("Next token")) if v is not None]
+        self.states = {id(v): EmptyState(v) for v in [*self.trace_views, *self.prompt_views, window.mask_grid]}
         st = window.state
         for signal in (st.model_changed, st.trace_changed, st.prompt_changed):
             signal.connect(lambda *_: self._rerun())
@@ -73,16 +76,19 @@ class EmptyStates:
         st = self.window.state
         if st.model_info is None:
             return self.loading or NO_MODEL
+        if not (st.prompt or "").strip():
+            return TYPE_A_PROMPT  # a trace of the cleared prompt is not shown
         if st.trace is not None:
             return None
-        if not (st.prompt or "").strip():
-            return TYPE_A_PROMPT
         return STOPPED if self.stopped else RUNNING
 
     def refresh(self) -> None:
         text = self.message()
         for view in self.trace_views:
             self.states[id(view)].show_message(text)
+        for view in self.prompt_views:
+            self.states[id(view)].show_message(text if text == TYPE_A_PROMPT and self.window.state.trace is not None
+                                               else None)
         mask_text = None if self.window.state.model_info is not None else text
         self.states[id(self.window.mask_grid)].show_message(mask_text)
 

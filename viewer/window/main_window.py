@@ -44,6 +44,7 @@ from transformer_viewer.viewer.worker.requests import (
 )
 
 DEFAULT_SIZE = (1440, 900)
+DOCK_SEPARATOR = 8  # px between docks and the middle, with some slack for the style's margins
 TOP_K = 10
 
 
@@ -69,6 +70,7 @@ class MainWindow(QMainWindow):
         self.last_error: str | None = None  # the last one-line error shown (tests read it)
         self.device_choice = "auto"
         self.cuda_available = False
+        self.cuda_name = ""  # the CUDA device the worker found, for Help > About
         self._error_box: QMessageBox | None = None
         self._requested_position: int | None = None
         self._build_views(debounce_ms)
@@ -169,11 +171,17 @@ class MainWindow(QMainWindow):
     def apply_default_sizes(self) -> None:
         """Both grids are layers x heads, so they share the left column; the heatmap gets the middle."""
         d = self.docks
-        self.resizeDocks([d["All heads"], d["Next token"]], [360, 400], Qt.Horizontal)
+        self.resizeDocks([d["All heads"], d["Next token"]], [360, self._right_column_width(360)], Qt.Horizontal)
         # With views docked below the heatmap too, the tokens get fewer lines so it keeps some room.
         below = any(self.dockWidgetArea(w) == Qt.BottomDockWidgetArea and not w.isHidden() for w in d.values())
         self.resizeDocks([d["Prompt and tokens"]], [150 if below else 250], Qt.Vertical)
         self.resizeDocks([d["All heads"], d["Head mask"]], [330, 240], Qt.Vertical)
+
+    def _right_column_width(self, left: int) -> int:
+        """The next-token column's width: 400 px, less what the middle needs to show every tab's
+        title (its tab bar scrolls only on a window too small for that), down to 300 px."""
+        spare = self.width() - left - self.tabs.tabBar().sizeHint().width() - 3 * DOCK_SEPARATOR
+        return max(300, min(400, spare))
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt name
         super().showEvent(event)
@@ -262,7 +270,7 @@ class MainWindow(QMainWindow):
             handle.then(on_result=self._on_loaded, on_failure=self._on_load_failed)
 
     def _on_probed(self, answer) -> None:
-        self.cuda_available = answer.value.cuda_available
+        self.cuda_available, self.cuda_name = answer.value.cuda_available, answer.value.cuda_name
         self.actions_.set_cuda(answer.value.cuda_available, answer.value.cuda_name)
 
     def _on_loaded(self, answer) -> None:

@@ -78,3 +78,33 @@ def test_an_example_selects_its_head_on_the_bundled_model_only(qtbot, tmp_path, 
     assert (w.state.layer, w.state.head) == (1, 2)
     assert actions.default_head() == actions.example_prompts()[0].head
     w.close()
+
+
+class ShotOfTheHead(gui.Screenshot):
+    """The launch's own screenshot, noting which head the window shows when it is taken."""
+
+    seen: list[tuple[int, int]] = []
+
+    def _shoot(self, error=None):
+        if not self._done:
+            ShotOfTheHead.seen.append((self.window.state.layer, self.window.state.head))
+        super()._shoot(error)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--prompt", "And God said"], "example"),  # a prompt of the user's own
+    ([], "example"),  # the first example's own prompt
+    (["--head", "1.3", "--prompt", "To be"], (1, 3)),  # a head asked for wins
+    (["{tiny}", "--prompt", "To be"], (0, 0)),  # another model: its first head
+])
+def test_the_window_opens_on_the_bundled_models_named_head_whatever_the_prompt(
+        qapp, tiny_ckpt, tmp_path, monkeypatch, argv, expected):
+    from transformer_viewer.viewer.window.actions import default_head
+
+    monkeypatch.setattr(gui, "Screenshot", ShotOfTheHead)
+    ShotOfTheHead.seen = []
+    argv = [a.replace("{tiny}", tiny_ckpt) for a in argv]
+    args = gui_parser().parse_args([*argv, "--device", "cpu", "--screenshot", str(tmp_path / "shot.png")])
+    assert gui.run(args) == 0
+    assert default_head() == (2, 2)  # the bundled model's previous-token head, as its card says
+    assert ShotOfTheHead.seen == [default_head() if expected == "example" else expected]

@@ -256,3 +256,51 @@ def test_console_error_is_one_line_without_traceback(tmp_path):
              "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# -- what info calls training ----------------------------------------------------------------
+def test_info_names_training_files_by_their_file_names(capsys, tmp_path):
+    """The folders in a training record were the training machine's: info shows file names."""
+    from transformer_viewer.model.checkpoint import save_checkpoint
+    from transformer_viewer.model.gpt import GPT
+
+    record = {"command": ["transformer-viewer", "train", "--data", "/home/someone/corpora/plays.txt",
+                          "C:\\Users\\someone\\psalms.txt", "--out", "runs/7/model.safetensors", "--lr", "3e-3"],
+              "data": [{"path": "/home/someone/corpora/plays.txt", "tokens": 1200, "sha256": "ab"}],
+              "resumed": [{"from_step": 5, "command": ["transformer-viewer", "train", "--out", "/tmp/x/m.safetensors"]}],
+              "steps": 10}
+    path = tmp_path / "trained.safetensors"
+    save_checkpoint(GPT(TINY), str(path), training=record)
+    rc, out, _ = cli(capsys, "info", str(path), "--device", "cpu")
+    assert rc == 0
+    assert "trained on  plays.txt (1,200 tokens)" in out
+    assert ("command     transformer-viewer train --data plays.txt psalms.txt --out model.safetensors --lr 3e-3"
+            in out)
+    assert "someone" not in out and "runs/" not in out
+    rc, out, _ = cli(capsys, "info", str(path), "--json", "--device", "cpu")
+    training = json.loads(out)["training"]
+    assert training["command"][3:5] == ["plays.txt", "psalms.txt"] and training["data"][0]["path"] == "plays.txt"
+    assert training["resumed"][0]["command"][-1] == "m.safetensors" and training["steps"] == 10
+
+
+def test_info_of_the_bundled_model_shows_no_training_machine_path(capsys):
+    rc, out, _ = cli(capsys, "info", "--device", "cpu")
+    assert rc == 0 and "trained on  shakespeare.txt.xz" in out and "kjv.txt.xz" in out
+    rc, out, _ = cli(capsys, "info", "--json", "--device", "cpu")
+    training = json.loads(out)["training"]
+    files = [*training["command"], *(d["path"] for d in training["data"])]
+    assert "shakespeare.txt.xz" in training["command"]
+    assert not [f for f in files if "/" in f or "\\" in f]
+
+
+def test_a_hugging_face_folder_is_not_called_training(capsys, tmp_path):
+    hf = hf_model(hf_config(vocab_size=300), seed=33)
+    hf.save_pretrained(tmp_path / "hf")
+    rc, out, _ = cli(capsys, "info", str(tmp_path / "hf"), "--device", "cpu")
+    assert rc == 0 and "family      GPT-2" in out and "format      huggingface" in out
+    assert "class       GPT2LMHeadModel (config.json's architectures)" in out
+    assert "training" not in out and "source_format" not in out
+    rc, out, _ = cli(capsys, "info", str(tmp_path / "hf"), "--json", "--device", "cpu")
+    facts = json.loads(out)
+    assert facts["training"] == {} and facts["read"] == {"architectures": ["GPT2LMHeadModel"]}
+    assert facts["family"] == "GPT-2" and facts["format"] == "huggingface"

@@ -67,3 +67,54 @@ def test_window_launch_exits_2_with_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "libxcb-cursor0" in err[0]
     assert created == []
+
+
+@pytest.mark.parametrize("env", [{}, {"XDG_SESSION_TYPE": "x11"}, {"DISPLAY": " "}])
+def test_no_display_is_one_line_saying_how_to_get_one(env):
+    with pytest.raises(ModelError) as e:
+        platform_check.check_display(env, "linux")
+    msg = str(e.value)
+    assert "\n" not in msg and "no display" in msg
+    assert "ssh -X" in msg and "Xvfb" in msg and "--screenshot" in msg and "export" in msg
+
+
+@pytest.mark.parametrize("env, plat", [({"DISPLAY": ":0"}, "linux"), ({"WAYLAND_DISPLAY": "wayland-0"}, "linux"),
+                                       ({"QT_QPA_PLATFORM": "offscreen"}, "linux"), ({"QT_QPA_PLATFORM": "vnc"}, "linux"),
+                                       ({}, "darwin"), ({}, "win32")])
+def test_a_display_or_a_chosen_platform_passes(env, plat):
+    platform_check.check_display(env, plat)
+
+
+def headless_env() -> dict:
+    """This environment as on a machine reached over SSH without X forwarding."""
+    import os
+
+    gone = ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM", "XDG_SESSION_TYPE")
+    return {k: v for k, v in os.environ.items() if k not in gone}
+
+
+@pytest.mark.parametrize("argv", [["--prompt", "hi"], ["no-such-model.safetensors"], ["xyzzy"]])
+def test_the_window_on_a_headless_machine_exits_2_with_the_line(argv):
+    """The real launch, in a fresh process: Qt is never reached, so it cannot abort (exit 134)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "transformer_viewer.viewer.cli.main", *argv],
+                          capture_output=True, text=True, timeout=120, env=headless_env())
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0] == f"error: {platform_check.NO_DISPLAY}"
+
+
+def test_a_screenshot_needs_no_display(tiny_ckpt, tmp_path):
+    import subprocess
+    import sys
+
+    from PySide6.QtGui import QImage
+
+    out = tmp_path / "shot.png"
+    done = subprocess.run([sys.executable, "-m", "transformer_viewer.viewer.cli.main", tiny_ckpt, "--device", "cpu",
+                           "--prompt", "The cat sat", "--screenshot", str(out)],
+                          capture_output=True, text=True, timeout=300, env=headless_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not QImage(str(out)).isNull()
