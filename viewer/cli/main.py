@@ -46,6 +46,7 @@ def gui_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _print_paths_as_named()
     if argv and argv[0] in SUBCOMMANDS:
         name, rest = argv[0], argv[1:]
         args = build_parser(name).parse_args(rest)
@@ -54,6 +55,16 @@ def main(argv: list[str] | None = None) -> int:
         args = gui_parser().parse_args(argv)
         module = importlib.import_module(GUI_MODULE)
     return run_guarded(module.run, args)
+
+
+def _print_paths_as_named() -> None:
+    """A Linux path is bytes; one that is not UTF-8 reaches Python with lone surrogates standing
+    for its undecodable bytes (PEP 383). A strict stdout would fail to print it (`info` prints
+    the path): it is written back as the bytes it was named with, as `ls` does. stderr already
+    escapes them."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None and getattr(sys.stdout, "errors", None) == "strict":
+        reconfigure(errors="surrogateescape")
 
 
 def run_guarded(fn, args) -> int:
