@@ -51,10 +51,13 @@ def load(path: str) -> object:
         raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
     with f:
         zipped = head.startswith(ZIP_MAGIC)
-        if zipped:
-            _check_zip(path, f)
-        _check_object_count(path, f, zipped=zipped)
-        f.seek(0)
+        try:
+            if zipped:
+                _check_zip(path, f)
+            _check_object_count(path, f, zipped=zipped)
+            f.seek(0)
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
         try:
             obj = torch.load(f, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
@@ -83,8 +86,6 @@ def _check_zip(path: str, f) -> None:
     except zipfile.BadZipFile:
         raise CheckpointError(f"{path}: truncated or corrupt zip archive (its central directory is missing); "
                               "re-save or re-download it") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
     if not any(n.endswith("data.pkl") for n in names):
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         raise CheckpointError(f"{path}: a zip archive that is not a torch checkpoint (it holds {shown or 'nothing'}); "
@@ -144,7 +145,7 @@ def _bare_pickle_error(path: str) -> CheckpointError:
     except (ValueError, EOFError, pickle.UnpicklingError, UnicodeDecodeError):
         return CheckpointError(f"{path}: truncated or corrupt pickle; re-save or re-download it")
     except OSError as e:
-        return CheckpointError(f"{path}: cannot be read ({e.strerror or e})")
+        return CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path")
     if globals_:
         return _refused(path, f"GLOBAL {globals_[0]}")
     return CheckpointError(f"{path}: a plain Python pickle holding no tensors, not a torch checkpoint; "
