@@ -14,6 +14,6 @@ def read_head(path: str, n: int) -> bytes:
     except PermissionError:
         raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
     except regular_file.NotRegularFile as e:
-        raise CheckpointError(f"{path}: {e.strerror}; give a checkpoint file or a model folder") from None
+        raise CheckpointError(f"{path}: {e.strerror}; put the checkpoint file itself there") from None
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None

@@ -131,13 +131,6 @@ def read_head(path: str | bytes, n: int) -> bytes:
         return f.read(n)
 
 
-def read_range(path: str | bytes, offset: int, n: int) -> bytes:
-    """Up to `n` bytes of the regular file `path` from `offset`."""
-    with open_regular(path) as f:
-        f.seek(offset)
-        return f.read(n)
-
-
 def exists(path: str | bytes) -> bool:
     """Whether anything is at `path` (a broken link too): a name that is there but is no regular
     file is then read, and refused saying what it is, instead of being called missing."""

@@ -206,7 +206,7 @@ def _opened(path: str) -> Iterator:
     except PermissionError:
         raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
     except regular_file.NotRegularFile as e:
-        raise CheckpointError(f"{path}: {e.strerror}; give the safetensors file itself") from None
+        raise CheckpointError(f"{path}: {e.strerror}; put the safetensors file itself there") from None
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
     with f:

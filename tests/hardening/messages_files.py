@@ -113,6 +113,11 @@ def text_file(ctx, how: str):
     return raised(lambda: read_text_file(str(path), 100, "head scores need", "give less"))
 
 
+def train_onto_an_existing_file(ctx):
+    (ctx.tmp / "data.txt").write_text("The cat sat on the mat. " * 50)
+    return ctx.cli("train", "--data", str(ctx.tmp / "data.txt"), "--out", ctx.ckpt, "--steps", "1")
+
+
 def training_data_fifo(ctx):
     from transformer_viewer.model.data import load_corpus
 
@@ -123,9 +128,9 @@ CASES = [
     Case("a checkpoint that is a named pipe", lambda c: load(fifo(c.tmp / "m.safetensors")),
          "a named pipe (FIFO), not a regular file or folder; give a checkpoint file"),
     Case("a named pipe at the start of a read", lambda c: raised(lambda: file_head.read_head(fifo(c.tmp / "p"), 8)),
-         "a named pipe (FIFO), not a regular file; give a checkpoint file or a model folder"),
+         "a named pipe (FIFO), not a regular file; put the checkpoint file itself there"),
     Case("safetensors read of a named pipe", lambda c: raised(lambda: safetensors_file.read_tensors(fifo(c.tmp / "p"))),
-         "a named pipe (FIFO), not a regular file; give the safetensors file itself"),
+         "a named pipe (FIFO), not a regular file; put the safetensors file itself there"),
     Case("config.json a named pipe", lambda c: hf_with_fifo(c, "config.json"),
          "config.json: a named pipe (FIFO), not a regular file; restore the model's config.json"),
     Case("model.safetensors a named pipe", lambda c: hf_with_fifo(c, "model.safetensors"),
@@ -159,6 +164,8 @@ CASES = [
     Case("safetensors tensors overlapping", lambda c: raw_safetensors(
         c, {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
             "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}), "'a' and 'b' overlap"),
+    Case("train --out onto an existing file", train_onto_an_existing_file,
+         "already exists: add --resume to continue its run, --overwrite to replace it"),
     Case("a name with U+FFFD that names nothing", lambda c: load(c.tmp / "mod\ufffd.safetensors"),
          "file not found; its name holds a character that stands for bytes that are not UTF-8"),
 ]
