@@ -18,12 +18,17 @@ OSError turns it into its one line with its own advice.
 from __future__ import annotations
 
 import errno
-import fcntl
 import io
 import os
 import stat
 
-_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+try:
+    import fcntl
+except ImportError:  # Windows: no O_NONBLOCK to clear, and no FIFO a path could name
+    fcntl = None
+
+# The flags that exist here (Windows has none but O_BINARY; POSIX none of that one).
+_FLAGS = os.O_RDONLY | sum(getattr(os, flag, 0) for flag in ("O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC", "O_BINARY"))
 
 
 class NotRegularFile(OSError):
@@ -97,7 +102,8 @@ def open_regular(path: str | bytes, buffering: int = -1) -> io.BufferedReader | 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # swapped after the check above: the descriptor decides
             raise not_regular(path, st.st_mode)
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        if fcntl is not None:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         return os.fdopen(fd, "rb", buffering=buffering)
     except BaseException:
         os.close(fd)
