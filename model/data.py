@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.formats import regular_file
 from transformer_viewer.model.text_file import decode_text
 from transformer_viewer.model.tokenizer import ENDOFTEXT_ID, Tokenizer
 
@@ -33,11 +34,13 @@ class Corpus:
 def read_text(path: str) -> tuple[str, str]:
     """(text, sha256 of the file as stored) for a plain or .xz file (told apart by the xz magic
     bytes, so a compressed file without the extension is not read as text)."""
-    if not os.path.isfile(path):
+    if not regular_file.exists(path):
         raise ModelError(f"{path}: data file not found")
     try:
-        with open(path, "rb") as f:
+        with regular_file.open_regular(path) as f:  # never a pipe or a device: they could block or never end
             raw = f.read()
+    except regular_file.NotRegularFile as e:
+        raise ModelError(f"{path}: {e.strerror}; give the training text as a regular file") from None
     except OSError as e:
         raise ModelError(f"{path}: cannot read the data file ({e.strerror})") from None
     digest = hashlib.sha256(raw).hexdigest()

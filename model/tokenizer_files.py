@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from transformer_viewer.model.config import MAX_VOCAB_SIZE
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import folder_files, untrusted_json
+from transformer_viewer.model.formats import folder_files, regular_file, untrusted_json
 from transformer_viewer.model.tokenizer import GPT2_PADDED_VOCAB, GPT2_VOCAB
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -53,22 +53,24 @@ def folder_tokenizer(folder: str, hf_config: dict) -> str:
     vocab = hf_config.get("vocab_size", GPT2_VOCAB)
     if hf_config.get("model_type") == "gpt2":
         gpt2_vocab = isinstance(vocab, int) and GPT2_VOCAB <= vocab <= GPT2_PADDED_VOCAB
-        if gpt2_vocab or not os.path.isfile(os.path.join(folder, TOKENIZER_JSON)):
+        if gpt2_vocab or not regular_file.exists(os.path.join(folder, TOKENIZER_JSON)):
             return "gpt2"
     return os.path.abspath(folder)
 
 
 def read_text(path: str, limit: int, what: str) -> str:
-    """The UTF-8 text of `path`, refused when it is larger than `limit` bytes."""
+    """The UTF-8 text of `path`, refused when it is larger than `limit` bytes or is no regular file."""
     try:
-        size = os.path.getsize(path)
-        if size > limit:
-            raise CheckpointError(f"{path}: {size} bytes, more than the {limit >> 20} MiB a {what} may have; "
-                                  f"restore the model's own {os.path.basename(path)}")
-        with open(path, "rb") as f:
+        with regular_file.open_regular(path) as f:
+            size = regular_file.size_of(f)
+            if size > limit:
+                raise CheckpointError(f"{path}: {size} bytes, more than the {limit >> 20} MiB a {what} may have; "
+                                      f"restore the model's own {os.path.basename(path)}")
             data = f.read(limit + 1)
     except PermissionError:
         raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
+    except regular_file.NotRegularFile as e:
+        raise CheckpointError(f"{path}: {e.strerror}; restore the model's own {os.path.basename(path)}") from None
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the folder") from None
     try:
@@ -86,11 +88,11 @@ def read_json_object(path: str, what: str) -> dict:
 def tokenizer_json_path(folder: str, vocab_size: int | None = None) -> str:
     """The folder's tokenizer.json; a folder without one is refused, saying why GPT-2's would not do."""
     path = os.path.join(folder, TOKENIZER_JSON)
-    if os.path.isfile(path):
+    if regular_file.exists(path):  # a pipe or a broken link by that name is read, and refused as what it is
         return folder_files.check_inside(folder, path)
     vocab = f" ({vocab_size} tokens)" if vocab_size else ""
     why = (f"the model's vocabulary{vocab} is its own, so GPT-2's tokenizer would feed it the wrong ids")
-    if os.path.isfile(os.path.join(folder, SENTENCEPIECE_MODEL)):
+    if regular_file.exists(os.path.join(folder, SENTENCEPIECE_MODEL)):
         raise CheckpointError(f"{folder}: has tokenizer.model but no tokenizer.json, and {why}; convert it once with "
                               "transformers (AutoTokenizer.from_pretrained(folder).save_pretrained(folder))")
     raise CheckpointError(f"{folder}: tokenizer.json is missing, and {why}; copy the model's tokenizer.json "
@@ -104,7 +106,7 @@ def read_special_tokens(folder: str, n_vocab: int | None = None) -> SpecialToken
     config_path = os.path.join(folder, TOKENIZER_CONFIG)
     for name in (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP):
         path = os.path.join(folder, name)
-        if not os.path.isfile(path):
+        if not regular_file.exists(path):
             continue
         data = read_json_object(folder_files.check_inside(folder, path), name)
         for key in ("bos", "eos"):
@@ -118,7 +120,7 @@ def read_special_tokens(folder: str, n_vocab: int | None = None) -> SpecialToken
                                               "restore the model's own tokenizer_config.json")
                     found[ours] = data[key]
     path = os.path.join(folder, GENERATION_CONFIG)
-    if os.path.isfile(path):
+    if regular_file.exists(path):
         data = read_json_object(folder_files.check_inside(folder, path), GENERATION_CONFIG)
         for key in ("bos", "eos"):
             value = token_id(data.get(f"{key}_token_id"), f"{path}: {key}_token_id", n_vocab)

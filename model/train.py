@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save
+from safetensors.torch import save
 
 from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.data import Corpus, unigram_loss
-from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.errors import CheckpointError, ModelError
 from transformer_viewer.model.formats import native
 from transformer_viewer.model.formats.schema import check_resumable, check_training
 from transformer_viewer.model.gpt import GPT
@@ -205,15 +205,14 @@ def restore_optimizer(opt, out: str, step: int) -> bool:
     path = _optim_path(out)
     if not os.path.exists(path):
         return False
-    from safetensors import SafetensorError, safe_open
+    from transformer_viewer.model.formats import safetensors_file
 
     restored = {}
     try:
-        with safe_open(path, framework="pt") as f:
-            meta = f.metadata() or {}
+        meta = safetensors_file.read_metadata(path)
         if meta.get("step") != str(step):
             return False
-        tensors = load_file(path)
+        tensors = safetensors_file.read_tensors(path)
         for i, p in enumerate(p for g in opt.param_groups for p in g["params"]):
             if f"{i}.exp_avg" not in tensors:
                 continue
@@ -222,7 +221,7 @@ def restore_optimizer(opt, out: str, step: int) -> bool:
                 return False
             restored[p] = {"step": torch.tensor(count), "exp_avg": avg.to(p.device, p.dtype),
                            "exp_avg_sq": sq.to(p.device, p.dtype)}
-    except (SafetensorError, OSError, KeyError, ValueError, RuntimeError):
+    except (CheckpointError, OSError, KeyError, ValueError, RuntimeError):
         return False
     opt.state.update(restored)
     return True

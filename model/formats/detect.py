@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import os
-import struct
 from collections.abc import Callable
 
 from transformer_viewer.model.errors import CheckpointError
@@ -26,15 +25,14 @@ from transformer_viewer.model.formats import (
     nanogpt,
     native,
     pickle_safe,
+    regular_file,
+    safetensors_file,
     schema,
     tutorial,
-    untrusted_json,
 )
 from transformer_viewer.model.formats.file_head import read_head
 
 Reader = Callable[..., tuple]
-MAX_SAFETENSORS_HEADER = 100 << 20  # the format's own limit: larger is not a safetensors file
-MAX_TENSORS = 20_000  # entries in one safetensors header; GPT-2 XL has 580
 HEAD_BYTES = 64
 
 
@@ -49,10 +47,26 @@ def find_reader(source: str) -> tuple[str, Reader]:
             if snapshot is None:
                 raise hf_cache.not_downloaded(source)
             return "huggingface", lambda _src, n_head=None: hf_cache.read_cached(source, snapshot, n_head)
-        raise CheckpointError(f"{source}: file not found; check the path")
+        raise CheckpointError(f"{source}: file not found; {_check_the_name(source)}")
     if not os.path.isfile(source):
-        raise CheckpointError(f"{source}: not a regular file or folder; give a checkpoint file or a model folder")
+        try:
+            kind = regular_file.kind_of(os.stat(source).st_mode)
+        except OSError:
+            kind = "a special file"
+        raise CheckpointError(f"{source}: {kind}, not a regular file or folder; give a checkpoint file or a model "
+                              "folder")
     return _file(source)
+
+
+def _check_the_name(source: str) -> str:
+    """What to do about a path that names nothing. A name with U+FFFD in it is most likely one
+    whose bytes are not UTF-8, decoded with replacement on the way here (Qt's file dialogs do
+    that), so the real file has another name."""
+    if "\ufffd" in source:
+        return ("its name holds a character that stands for bytes that are not UTF-8 (a file dialog shows such "
+                "names but cannot open them); rename the file or folder to UTF-8, or give its path on the command "
+                "line")
+    return "check the path"
 
 
 def _broken_link(path: str) -> CheckpointError:
@@ -72,63 +86,31 @@ def _broken_link(path: str) -> CheckpointError:
 
 def _file(path: str) -> tuple[str, Reader]:
     head = read_head(path, HEAD_BYTES)
-    size = os.path.getsize(path)
-    if size == 0:
+    if not head:
         raise CheckpointError(f"{path}: the file is empty (0 bytes); it was not saved completely, re-save it")
-    header = safetensors_header(path, head, size)
+    header = safetensors_header(path, head)
     if header is not None:
         return _safetensors(path, header)
     if pickle_safe.looks_like_pickle(head):
         obj = pickle_safe.load(path)
         return _classify_pickle(path, obj)
-    raise CheckpointError(f"{path}: unknown checkpoint format: found {describe(head, size)}; "
+    raise CheckpointError(f"{path}: unknown checkpoint format: found {describe(head, regular_file.size_of_path(path))}; "
                           "give a .safetensors, nanoGPT ckpt.pt, state-dict .pt or Hugging Face folder")
 
 
-def safetensors_header(path: str, head: bytes, size: int) -> dict | None:
-    """The parsed JSON header when the file is safetensors; truncation is an error, not None."""
-    if len(head) < 9:
+def safetensors_header(path: str, head: bytes) -> safetensors_file.Header | None:
+    """The checked header when the file is safetensors (by its first bytes); truncation and
+    every damage to the header is an error, not None."""
+    if not safetensors_file.looks_like_safetensors(head):
         return None
-    (n,) = struct.unpack("<Q", head[:8])
-    if not (2 <= n <= MAX_SAFETENSORS_HEADER) or head[8:9] != b"{":
-        return None
-    if 8 + n > size:
-        raise CheckpointError(f"{path}: truncated safetensors file: its header alone needs {8 + n} bytes, the file "
-                              f"has {size}; re-save or re-download it")
-    if n > untrusted_json.MAX_JSON_BYTES:
-        raise CheckpointError(f"{path}: its safetensors header is {n:,} bytes, more than the "
-                              f"{untrusted_json.MAX_JSON_BYTES >> 20} MiB a model's header needs; re-save or re-download it")
-    header = untrusted_json.parse(_read_at(path, 8, n), f"{path}: corrupt safetensors header", "re-save or re-download it")
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object); re-save or re-download it")
-    if len(header) > MAX_TENSORS:
-        raise CheckpointError(f"{path}: its safetensors header lists {len(header):,} tensors, more than any model has "
-                              f"({MAX_TENSORS:,}); re-save or re-download it")
-    ends = [v["data_offsets"][1] for k, v in header.items()
-            if k != "__metadata__" and isinstance(v, dict) and isinstance(v.get("data_offsets"), list)
-            and len(v["data_offsets"]) == 2 and isinstance(v["data_offsets"][1], int)]
-    need = 8 + n + max(ends, default=0)
-    if need > size:
-        raise CheckpointError(f"{path}: truncated safetensors file: {need} bytes expected, {size} found; "
-                              "re-save or re-download it")
-    return header
+    return safetensors_file.header_of(path)
 
 
-def _read_at(path: str, offset: int, n: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(n)
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
-
-
-def _safetensors(path: str, header: dict) -> tuple[str, Reader]:
-    meta = header.get("__metadata__") or {}
-    if isinstance(meta, dict) and meta.get("format") == native.FORMAT_TAG:
+def _safetensors(path: str, header: safetensors_file.Header) -> tuple[str, Reader]:
+    if header.metadata.get("format") == native.FORMAT_TAG:
         return "native", lambda src, n_head=None: native.read_native(src)
     folder = os.path.dirname(os.path.abspath(path))
-    keys = [k for k in header if k != "__metadata__"]
+    keys = list(header.entries)
     if huggingface.is_hf_folder(folder) and os.path.basename(path).startswith("model"):
         # A shard means the folder's index; a single file is read as given.
         weights = None if "-of-" in os.path.basename(path) else path
@@ -167,7 +149,7 @@ def _folder(folder: str) -> tuple[str, Reader]:
     if huggingface.is_hf_folder(folder):
         return "huggingface", lambda _src, n_head=None: huggingface.read_folder(folder)
     ckpt = os.path.join(folder, "ckpt.pt")
-    if os.path.isfile(ckpt):  # nanoGPT's out_dir
+    if regular_file.exists(ckpt):  # anything by that name: a pipe or a broken link is read, and refused as what it is  # nanoGPT's out_dir
         folder_files.check_inside(folder, ckpt)  # a folder's files lie inside it, as a Hugging Face folder's
         fmt, reader = _file(ckpt)
         return fmt, lambda _src, n_head=None: reader(ckpt, n_head=n_head)

@@ -16,7 +16,6 @@ import os
 from functools import partial
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
@@ -25,6 +24,8 @@ from transformer_viewer.model.formats import (
     gpt2_layout,
     hf_families,
     pickle_safe,
+    regular_file,
+    safetensors_file,
     schema,
     shard_index,
     untrusted_json,
@@ -39,12 +40,14 @@ ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu"
 
 
 def is_hf_folder(folder: str) -> bool:
-    return os.path.isfile(os.path.join(folder, "config.json"))
+    """A folder with anything called config.json: a config.json that is no regular file (a pipe,
+    a folder, a broken link) is then read and refused as what it is, not taken for no model."""
+    return regular_file.exists(os.path.join(folder, "config.json"))
 
 
 def weights_file(folder: str) -> str | None:
     for name in WEIGHT_FILES:
-        if os.path.isfile(os.path.join(folder, name)):
+        if regular_file.exists(os.path.join(folder, name)):
             return folder_files.check_inside(folder, os.path.join(folder, name))
     return None
 
@@ -161,11 +164,5 @@ def _load_pickled(path: str, skip: tuple[str, ...] = ()) -> dict[str, torch.Tens
 
 
 def load_safetensors(path: str, skip: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
-    try:
-        with safe_open(path, framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys() if not k.startswith(skip)}
-    except PermissionError:
-        raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({line}); re-save or re-download it") from None
+    """Every tensor of a safetensors file, read without mapping it (safetensors_file)."""
+    return safetensors_file.read_tensors(path, skip)

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
 from transformer_viewer.model.atomic_write import write_bytes
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import schema, untrusted_json
+from transformer_viewer.model.formats import safetensors_file, schema, untrusted_json
 
 FORMAT_TAG = "transformer-viewer"
 FIX = "re-save it with save_checkpoint"
@@ -25,18 +24,16 @@ def is_native(path: str) -> bool:
 
 
 def read_metadata(path: str) -> dict | None:
+    """The file's safetensors metadata, or None when it is no readable safetensors file."""
     try:
-        with safe_open(path, framework="pt") as f:
-            return f.metadata() or {}
-    except (SafetensorError, OSError, ValueError, RuntimeError):
+        return safetensors_file.read_metadata(path)
+    except CheckpointError:
         return None
 
 
 def read_native(path: str) -> tuple[GPTConfig, dict[str, torch.Tensor], dict]:
     """(config, state dict, info) of a native file; info has `tokenizer` and `training`."""
-    meta = read_metadata(path)
-    if meta is None:
-        raise CheckpointError(f"{path}: not a readable safetensors file (truncated or corrupt); re-save or re-download it")
+    meta = safetensors_file.read_metadata(path)
     if not isinstance(meta.get("config"), str):
         raise CheckpointError(f"{path}: its metadata has no valid 'config' JSON; re-save it with save_checkpoint")
     config_dict = untrusted_json.parse(meta["config"], f"{path}: its 'config' metadata", FIX)
@@ -51,12 +48,7 @@ def read_native(path: str) -> tuple[GPTConfig, dict[str, torch.Tensor], dict]:
 
     check_size(config, path)  # before any weight is read
     info = {"tokenizer": meta.get("tokenizer", "gpt2"), "training": read_training(path, meta)}
-    try:
-        with safe_open(path, framework="pt") as f:
-            state = {k: f.get_tensor(k) for k in f.keys()}
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"{path}: tensor data is truncated or corrupt ({_first_line(e)}); re-save or re-download it") from None
-    return config, state, info
+    return config, safetensors_file.read_tensors(path), info
 
 
 def read_training(path: str, meta: dict) -> dict:
@@ -88,8 +80,3 @@ def write_checkpoint_bytes(path: str, data: bytes) -> None:
     except OSError as e:
         raise CheckpointError(f"cannot write {path}: {e.strerror or e}; free some disk space or choose another "
                               "folder (the previous file, if any, is unchanged)") from None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__

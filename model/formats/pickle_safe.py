@@ -9,7 +9,6 @@ scanned with `pickletools`, which executes nothing, to say what code it would ne
 from __future__ import annotations
 
 import collections
-import os
 import pickle
 import pickletools
 import re
@@ -19,7 +18,7 @@ import zipfile
 import torch
 
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import tensor_bounds
+from transformer_viewer.model.formats import regular_file, tensor_bounds
 from transformer_viewer.model.formats.file_head import read_head
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -39,45 +38,59 @@ def looks_like_pickle(head: bytes) -> bool:
 
 
 def load(path: str) -> object:
-    """The object a torch checkpoint holds, loaded on the CPU without running any code."""
+    """The object a torch checkpoint holds, loaded on the CPU without running any code. The file
+    is opened once (`regular_file`: never a pipe or a device) and every reader below, torch's
+    included, reads that open file, never the path again."""
     head = read_head(path, 16)
     if not head.startswith(ZIP_MAGIC) and not head.startswith(LEGACY_MAGIC):
         raise _bare_pickle_error(path)
-    if head.startswith(ZIP_MAGIC):
-        _check_zip(path)
-    _check_object_count(path, zipped=head.startswith(ZIP_MAGIC))
     try:
-        # Quiet: rebuilding a sparse CSR or a quantized tensor makes torch print a "beta" or
-        # deprecation warning, a stray paragraph before the one line that refuses such a tensor.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        message = str(e)
-        if "GLOBAL" in message or "global" in message:
-            raise _refused(path, message) from None
-        raise CheckpointError(f"{path}: truncated or corrupt pickle inside the checkpoint "
-                              f"({_weights_only_reason(message)}); re-save or re-download it") from None
+        f = regular_file.open_regular(path)
     except PermissionError:
         raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
-    except (EOFError, RuntimeError, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as e:
-        raise CheckpointError(f"{path}: truncated or corrupt torch checkpoint ({_first_line(e)}); re-save or re-download it") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
+    with f:
+        zipped = head.startswith(ZIP_MAGIC)
+        try:
+            if zipped:
+                _check_zip(path, f)
+            _check_object_count(path, f, zipped=zipped)
+            f.seek(0)
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
+        try:
+            # Quiet: rebuilding a sparse CSR or a quantized tensor makes torch print a "beta" or
+            # deprecation warning, a stray paragraph before the one line that refuses such a tensor.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                obj = torch.load(f, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            message = str(e)
+            if "GLOBAL" in message or "global" in message:
+                raise _refused(path, message) from None
+            raise CheckpointError(f"{path}: truncated or corrupt pickle inside the checkpoint "
+                                  f"({_weights_only_reason(message)}); re-save or re-download it") from None
+        except PermissionError:
+            raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
+        except (EOFError, RuntimeError, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as e:
+            raise CheckpointError(f"{path}: truncated or corrupt torch checkpoint ({_first_line(e)}); re-save or "
+                                  "re-download it") from None
     tensor_bounds.check_stored(path, obj)  # before anything materialises a view
     return obj
 
 
-def _check_zip(path: str) -> None:
+def _check_zip(path: str, f) -> None:
     """Catch a truncated or foreign zip before torch does, with a plainer message."""
     try:
-        with zipfile.ZipFile(path) as z:
+        f.seek(0)
+        with zipfile.ZipFile(f) as z:
             infos = z.infolist()
             names = [i.filename for i in infos]
-            unpacked, packed = sum(i.file_size for i in infos), os.path.getsize(path)
+            unpacked, packed = sum(i.file_size for i in infos), regular_file.size_of(f)
     except zipfile.BadZipFile:
         raise CheckpointError(f"{path}: truncated or corrupt zip archive (its central directory is missing); "
                               "re-save or re-download it") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
     if not any(n.endswith("data.pkl") for n in names):
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         raise CheckpointError(f"{path}: a zip archive that is not a torch checkpoint (it holds {shown or 'nothing'}); "
@@ -87,19 +100,19 @@ def _check_zip(path: str) -> None:
                               "compresses a checkpoint, so this is not one saved by torch.save")
 
 
-def _check_object_count(path: str, zipped: bool) -> None:
+def _check_object_count(path: str, f, zipped: bool) -> None:
     """torch's weights-only unpickler is pure Python, about 0.15 ms per tensor it rebuilds: a
     small pickle of views can take minutes. Its object-building opcodes are counted first, by
     `pickletools`, ten times faster and executing nothing."""
     try:
+        f.seek(0)
         if zipped:
-            with zipfile.ZipFile(path) as z:
+            with zipfile.ZipFile(f) as z:
                 name = next(n for n in z.namelist() if n.endswith("data.pkl"))
                 with z.open(name) as stream:
                     n = _rebuilds(stream, pickles=1)
-        else:
-            with open(path, "rb") as stream:  # magic number, protocol, system info, then the state
-                n = _rebuilds(stream, pickles=4)
+        else:  # magic number, protocol, system info, then the state
+            n = _rebuilds(f, pickles=4)
     except (OSError, zipfile.BadZipFile, StopIteration):
         return  # torch.load reports these with its own line
     if n > MAX_REBUILDS:
@@ -132,12 +145,12 @@ def _refused(path: str, message: str) -> CheckpointError:
 def _bare_pickle_error(path: str) -> CheckpointError:
     """A pickle not written by torch.save: tell code-carrying from merely foreign, executing nothing."""
     try:
-        with open(path, "rb") as f:  # streamed: a huge file is never read whole
+        with regular_file.open_regular(path) as f:  # streamed: a huge file is never read whole
             globals_ = _pickle_globals(f)
     except (ValueError, EOFError, pickle.UnpicklingError, UnicodeDecodeError):
         return CheckpointError(f"{path}: truncated or corrupt pickle; re-save or re-download it")
     except OSError as e:
-        return CheckpointError(f"{path}: cannot be read ({e.strerror or e})")
+        return CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path")
     if globals_:
         return _refused(path, f"GLOBAL {globals_[0]}")
     return CheckpointError(f"{path}: a plain Python pickle holding no tensors, not a torch checkpoint; "

@@ -18,7 +18,7 @@ import torch
 
 from transformer_viewer.model import load_watch
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import folder_files, untrusted_json
+from transformer_viewer.model.formats import folder_files, regular_file, untrusted_json
 from transformer_viewer.model.formats.file_head import read_head
 
 MAX_SHARDS = 1024  # the largest public models have a few hundred shards
@@ -49,11 +49,15 @@ def _shards(index_path: str) -> tuple[dict[str, str], list[tuple[str, str]], dic
                                   "only name files in its own folder")
         folder_files.check_inside(folder, path)  # nor through a link that leaves it
         try:
-            st = os.stat(path)
-        except OSError:
-            st = None
-        if st is None or not os.path.isfile(path):
-            raise CheckpointError(f"{index_path}: shard {name} is missing; download every shard")
+            st = regular_file.check_regular(path)
+        except regular_file.NotRegularFile as e:
+            raise CheckpointError(f"{index_path}: shard {name} is {e.strerror}; download every shard again") from None
+        except FileNotFoundError as e:
+            what = "is missing" if not os.path.islink(path) else f"is {e.strerror}"
+            raise CheckpointError(f"{index_path}: shard {name} {what}; download every shard") from None
+        except OSError as e:
+            raise CheckpointError(f"{index_path}: shard {name} cannot be read ({e.strerror or e}); download every "
+                                  "shard") from None
         files.setdefault((st.st_dev, st.st_ino), (name, path))  # one read per file, whatever its names
         listed_as[name] = (st.st_dev, st.st_ino)
     return weight_map, sorted(files.values()), {name: files[key][0] for name, key in listed_as.items()}
@@ -69,13 +73,12 @@ def load_shards(index_path: str, load_safetensors: Callable[[str], dict],
     for name, path in files:
         load_watch.check_cancelled()  # a pickled shard is read in one call: stop between them
         head = read_head(path, detect.HEAD_BYTES)
-        size = os.path.getsize(path)
-        if detect.safetensors_header(path, head, size) is not None:
+        if detect.safetensors_header(path, head) is not None:
             part = load_safetensors(path)
         elif pickle_safe.looks_like_pickle(head):
             part = load_pickled(path)
         else:
-            found = detect.describe(head, size) if size else "an empty file"
+            found = detect.describe(head, regular_file.size_of_path(path)) if head else "an empty file"
             raise CheckpointError(f"{index_path}: shard {name} is not a weights file (found {found}); the index "
                                   f"names the wrong file: {FIX}")
         check_placement(index_path, name, part, weight_map, listed_as)
@@ -107,6 +110,8 @@ def _weight_map(index_path: str) -> dict[str, str]:
         index = untrusted_json.read_file(index_path, FIX, where=f"{index_path}: not a valid shard index")
     except PermissionError:
         raise CheckpointError(f"{index_path}: permission denied; make it readable and retry") from None
+    except regular_file.NotRegularFile as e:
+        raise CheckpointError(f"{index_path}: {e.strerror}; {FIX}") from None
     except OSError as e:
         raise CheckpointError(f"{index_path}: cannot be read ({e.strerror or e}); {FIX}") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 
 import numpy as np
 
 from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.formats import regular_file
 
 MAX_JSON_BYTES = 16 << 20  # GPT-2 XL's safetensors header is 60 KB; a config.json a few KB
 MAX_TEXT_BYTES = 4096  # refs/main holds one 40-character revision hash
@@ -78,6 +78,8 @@ def read_object(path: str, fix: str, max_bytes: int = MAX_JSON_BYTES) -> dict:
         obj = read_file(path, fix, max_bytes=max_bytes)
     except PermissionError:
         raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
+    except regular_file.NotRegularFile as e:
+        raise CheckpointError(f"{path}: {e.strerror}; {fix}") from None
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
     if not isinstance(obj, dict):
@@ -86,9 +88,10 @@ def read_object(path: str, fix: str, max_bytes: int = MAX_JSON_BYTES) -> dict:
 
 
 def read_bytes(path: str, max_bytes: int, fix: str) -> bytes:
-    """The whole file, refused unread when it is larger than `max_bytes`."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    """The whole file, refused unread when it is larger than `max_bytes` (or is no regular file:
+    `regular_file.NotRegularFile`, an OSError)."""
+    with regular_file.open_regular(path) as f:
+        size = regular_file.size_of(f)
         if size > max_bytes:
             raise _too_large(path, size, max_bytes, fix)
         data = f.read(max_bytes + 1)  # a file still growing is cut off, never read whole
@@ -98,11 +101,11 @@ def read_bytes(path: str, max_bytes: int, fix: str) -> bytes:
 
 
 def read_small_text(path: str, max_bytes: int = MAX_TEXT_BYTES) -> str | None:
-    """A short text file such as `refs/main`, stripped; None when missing, unreadable, binary or
-    larger than `max_bytes` (such a file is not what its name says, so it is ignored)."""
+    """A short text file such as `refs/main`, stripped; None when missing, unreadable, binary,
+    larger than `max_bytes` or no regular file at all (a pipe, a device: such a file is not what
+    its name says, so it is ignored, never waited on)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(max_bytes + 1)
+        data = regular_file.read_at_most(path, max_bytes)
     except (OSError, ValueError):
         return None
     if len(data) > max_bytes:

@@ -8,6 +8,7 @@ import json
 import os
 
 from tests.hardening.message_case import Case, raised
+from tests.helpers.failing_open import fail_opens
 from tests.model import tokenizer_common as tc
 from transformer_viewer.model.tokenizer import load_tokenizer
 
@@ -48,18 +49,8 @@ def too_large(ctx):
 
 
 def unreadable(ctx, error):
-    import builtins
-
     folder = _folder(ctx, "locked")
-    target = os.path.join(folder, "tokenizer.json")
-    real_open = builtins.open
-
-    def fake_open(path, *a, **kw):
-        if os.fspath(path) == target:
-            raise error
-        return real_open(path, *a, **kw)
-
-    ctx.mp.setattr(builtins, "open", fake_open)
+    fail_opens(ctx.mp, os.path.join(folder, "tokenizer.json"), lambda _name: error)
     return raised(lambda: load_tokenizer(folder))
 
 

@@ -4,7 +4,6 @@ in the app with the previous model still loaded. Code-carrying pickles never run
 
 from __future__ import annotations
 
-import builtins
 import os
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 from tests.hardening.common import new_window, one_line, wait_idle
 from tests.hardening.corpus import EXTENSIONS, GOOD
 from tests.helpers.cli import cli, error_line
+from tests.helpers.failing_open import fail_opens
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.viewer.cli.main import main
@@ -83,15 +83,8 @@ def refuse_reads_of(monkeypatch, path: str) -> str:
     os.chmod(path, 0)
     if not os.access(path, os.R_OK):
         return "chmod"  # a normal user: the real thing
-    real_open = builtins.open
-
-    def refusing_open(file, *a, **kw):
-        if isinstance(file, str | bytes | os.PathLike) and os.path.abspath(os.fsdecode(file)) == os.path.abspath(path):
-            raise PermissionError(13, "Permission denied", os.fsdecode(file))
-        return real_open(file, *a, **kw)
-
-    monkeypatch.setattr(builtins, "open", refusing_open)
-    return "monkeypatched open()"
+    fail_opens(monkeypatch, path, lambda name: PermissionError(13, "Permission denied", name))
+    return "monkeypatched opens"
 
 
 def test_a_file_without_read_permission(tmp_path, monkeypatch, tiny_ckpt, capsys):

@@ -19,6 +19,7 @@ import torch
 
 from tests.hardening.common import TINY, one_line
 from tests.hardening.message_case import Case, Ctx, area_cases, raised
+from tests.helpers.failing_open import fail_opens
 from transformer_viewer.model import atomic_write
 from transformer_viewer.model import device as device_module
 from transformer_viewer.model.checkpoint import load_checkpoint
@@ -149,24 +150,13 @@ def unreadable(ctx, kind):
 
 def io_error(ctx, kind):
     """A disk that fails (EIO) on the first or second open of a file."""
-    import builtins
-
     path = ctx.tmp / ("m.safetensors" if kind != "zip" else "m.pt")
     if kind == "zip":
         torch.save({"model_args": {}, "model": {}}, path)
     else:
         path.write_bytes(Path(ctx.ckpt).read_bytes())
-    real_open, calls = builtins.open, {"n": 0}
-    fail_from = 1 if kind == "first" else 2
-
-    def failing_open(file, *a, **kw):
-        if isinstance(file, str | os.PathLike) and os.fspath(file) == str(path):
-            calls["n"] += 1
-            if calls["n"] >= fail_from:
-                raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
-        return real_open(file, *a, **kw)
-
-    ctx.mp.setattr(builtins, "open", failing_open)
+    fail_opens(ctx.mp, path, lambda name: OSError(errno.EIO, os.strerror(errno.EIO), name),
+               from_call=1 if kind == "first" else 2)
     return raised(lambda: load_checkpoint(str(path)))
 
 
@@ -617,11 +607,8 @@ def test_each_message(case, produced):
 # The only messages no trigger above (or the corpus) produces, each with the reason it cannot be reached from
 # outside. Everything else in the source must be produced, so a new or reworded message needs a trigger.
 NOT_TRIGGERED = {
-    "{}: corrupt safetensors header (not a JSON object); re-save or re-download it":
+    "{}: corrupt safetensors header (not a JSON object); {}":
         "unreachable: the header is parsed only when it starts with '{', and such JSON is always an object",
-    "{}: tensor data is truncated or corrupt ({}); re-save or re-download it":
-        "safetensors validates every tensor when the file is opened; reading one can fail only if the file "
-        "changes between the open and the read",
     "--mode {}: use one of {}": "argparse's choices refuse any other --mode first (exit 2 with usage)",
 }
 

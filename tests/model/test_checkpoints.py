@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from tests.helpers.failing_open import fail_opens
 from tests.helpers.models import (
     TINY,
     hf_config,
@@ -497,16 +498,8 @@ def test_unreadable_file(tmp_path, monkeypatch):
     save_tiny(path)
     os.chmod(path, 0)
     try:
-        if os.access(path, os.R_OK):  # root reads anything: make open() refuse as it would for a user
-            import builtins
-
-            real_open = builtins.open
-
-            def refusing_open(file, *a, **kw):
-                if os.fspath(file) == str(path):
-                    raise PermissionError(13, "Permission denied", str(path))
-                return real_open(file, *a, **kw)
-            monkeypatch.setattr(builtins, "open", refusing_open)
+        if os.access(path, os.R_OK):  # root reads anything: make the opens refuse as they would for a user
+            fail_opens(monkeypatch, path, lambda name: PermissionError(13, "Permission denied", name))
         assert "permission denied" in load_error(str(path))
     finally:
         os.chmod(path, 0o644)

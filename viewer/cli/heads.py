@@ -42,15 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _read_passages(path: str) -> list[str]:
-    if not os.path.isfile(path):
-        raise ModelError(f"{path}: text file not found")
-    from transformer_viewer.model.text_file import decode_text
+    from transformer_viewer.model.text_file import decode_text, read_text_file
 
-    if os.path.getsize(path) > MAX_TEXT_BYTES:
-        raise ModelError(f"{path}: {os.path.getsize(path):,} bytes is more text than head scores need; "
-                         f"give at most {MAX_TEXT_BYTES // 2**20} MB")
-    with open(path, "rb") as f:
-        passages = [p.strip() for p in decode_text(f.read(), path, "passages").split("\n\n")]
+    raw = read_text_file(path, MAX_TEXT_BYTES, "head scores need", f"give at most {MAX_TEXT_BYTES // 2**20} MB")
+    passages = [p.strip() for p in decode_text(raw, path, "passages").split("\n\n")]
     passages = [p for p in passages if p]
     if not passages:
         raise ModelError(f"{path}: the text file is empty; give it some natural text")

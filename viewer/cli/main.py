@@ -67,6 +67,7 @@ def mistyped_command(first: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _print_paths_as_named()
     if argv and argv[0] not in SUBCOMMANDS and (meant := mistyped_command(argv[0])) is not None:
         print(f"error: {argv[0]!r} is neither a command nor a checkpoint (no such file, folder or cached model); "
               f"did you mean {meant}?", file=sys.stderr)
@@ -79,6 +80,16 @@ def main(argv: list[str] | None = None) -> int:
         args = gui_parser().parse_args(argv)
         module = importlib.import_module(GUI_MODULE)
     return run_guarded(module.run, args)
+
+
+def _print_paths_as_named() -> None:
+    """A Linux path is bytes; one that is not UTF-8 reaches Python with lone surrogates standing
+    for its undecodable bytes (PEP 383). A strict stdout would fail to print it (`info` prints
+    the path): it is written back as the bytes it was named with, as `ls` does. stderr already
+    escapes them."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None and getattr(sys.stdout, "errors", None) == "strict":
+        reconfigure(errors="surrogateescape")
 
 
 def run_guarded(fn, args) -> int:

@@ -14,12 +14,18 @@ LOG_FLOOR = 1e-4
 
 
 def get_colormap(name: str) -> pg.ColorMap:
-    try:
-        cmap = pg.colormap.get(name)
-    except Exception:  # pyqtgraph raises FileNotFoundError or KeyError depending on the source
-        cmap = None
+    """One of the colour maps pyqtgraph ships, by name. Only the names `listMaps()` gives are
+    passed on: `pg.colormap.get` also takes a path and reads whatever file it names (a device
+    never ends, a pipe blocks)."""
+    cmap = None
+    if name in pg.colormap.listMaps():
+        try:
+            cmap = pg.colormap.get(name)
+        except Exception:  # noqa: BLE001 - a damaged pyqtgraph install: the same refusal as a wrong name
+            cmap = None
     if cmap is None:
-        raise ValueError(f"unknown colormap {name!r}; try one of {', '.join(COLORMAPS)} or {DIVERGING_COLORMAP}")
+        raise ValueError(f"unknown colormap {name[:60]!r}; try one of {', '.join(COLORMAPS)} or {DIVERGING_COLORMAP} "
+                         "(or another name pyqtgraph lists)")
     return cmap
 
 

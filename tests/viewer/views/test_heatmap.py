@@ -171,3 +171,20 @@ def test_format_value():
     assert format_value(0.0) == "0.000"
     assert format_value(-0.25) == "-0.250"
     assert format_value(1e-5) == "1.00e-05"
+
+
+def test_only_the_names_pyqtgraph_lists_are_colormaps(view, tmp_path):
+    """pg.colormap.get also reads any file a path names (/dev/zero never ends, a pipe blocks):
+    a path is refused unread, every listed name is taken."""
+    import os
+
+    import pyqtgraph as pg
+
+    fifo = tmp_path / "map.csv"
+    os.mkfifo(fifo)
+    for name in ("../../../../../../dev/zero", str(fifo), "/etc/hostname"):
+        with pytest.raises(ValueError, match="unknown colormap"):
+            view.set_colormap(name)
+    for name in pg.colormap.listMaps():
+        view.set_colormap(name)
+        assert view.colormap_name() == name
