@@ -18,7 +18,12 @@ the settings as transformers 4 and a `PreTrainedTokenizerFast` given them apply 
 
 Every regex of the normalizer and pre-tokenizer is checked before the first prompt meets it
 (`tokenizer_spec`): the library's regex engine backtracks, so a hostile pattern could stall
-on one line of text.
+on one line of text. How much the normalizer, pre-tokenizer and decoder can grow a text is bounded
+from their specs (`tokenizer_growth`), and a Precompiled charsmap, on which the library panics
+rather than failing, is checked before the library reads the file (`charsmap`). A prompt whose
+bound passes what one encode call may make (CALL_BUDGET characters) is encoded in pieces cut
+before a word, its token count checked after each. Every call into the library is guarded
+(`rust_calls`): a panic or a library error is one line, and a tokenizer that panicked is dropped.
 """
 
 from __future__ import annotations
@@ -27,17 +32,35 @@ import functools
 import json
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
 from tokenizers import Tokenizer as BackendTokenizer
 
-from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.tokenizer import Tokenized, check_prompt_length, visible_label
+from transformer_viewer.model.errors import CheckpointError, ModelError
+from transformer_viewer.model.rust_calls import library_call
+from transformer_viewer.model.tokenizer import (
+    Tokenized,
+    check_prompt_length,
+    forget_loaded_tokenizers,
+    replace_undecodable,
+    visible_label,
+)
 from transformer_viewer.model.tokenizer_files import (
     MAX_TOKENIZER_JSON,
     SpecialTokens,
     read_special_tokens,
     read_text,
     tokenizer_json_path,
+)
+from transformer_viewer.model.tokenizer_growth import (
+    MAX_GROWTH,
+    GrowthError,
+    check_precompiled,
+    decoder_growth,
+    normalizer_growth,
+    pre_tokenizer_growth,
 )
 from transformer_viewer.model.tokenizer_spec import (
     MAX_INSERT,
@@ -50,6 +73,21 @@ from transformer_viewer.model.tokenizer_spec import (
 )
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+FIX = "restore the model's own tokenizer.json"
+# Characters one encode call may make of a prompt (its length times the tokenizer's growth
+# bound): the library keeps ~300 bytes per token and ~50 per normalized character, so a call
+# stays near 300 MB at worst.
+CALL_BUDGET = 1 << 20
+MAX_PROMPT_TOKENS = 4_000_000  # tokens a prompt may make (kept as 20 bytes each across pieces)
+UNKNOWN_TOKEN_MODELS = ("WordLevel", "WordPiece")  # models that fail on any word outside the vocabulary
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A prompt's ids and, on demand, the character offsets of its tokens from index `start` on."""
+
+    ids: list[int]
+    offsets_from: Callable[[int], list[tuple[int, int]]]
 
 
 @functools.lru_cache(maxsize=1)
@@ -73,16 +111,20 @@ class HFTokenizer:
 
     def __init__(self, folder: str):
         self.spec = os.path.abspath(folder)
-        path = tokenizer_json_path(folder)
+        path = self._path = tokenizer_json_path(folder)
+        self._broken: str | None = None  # the message of a panic, after which the tokenizer is not used
         text = read_text(path, MAX_TOKENIZER_JSON, "tokenizer.json")
-        try:
-            # The library's parser bounds nesting (128 levels) and numbers; what it refuses is one line.
+        check_before_reading(path, text)
+        # The library's parser bounds nesting (128 levels) and numbers; what it refuses is one line.
+        with library_call(f"{path}: not a tokenizer the tokenizers library can read", FIX, CheckpointError,
+                          library_errors=True):
             self._tk = BackendTokenizer.from_str(text)
-        except Exception as e:  # noqa: BLE001 - the library raises plain Exception for every malformed file
-            line = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-            raise CheckpointError(f"{path}: not a tokenizer the tokenizers library can read ({line}); "
-                                  "restore the model's own tokenizer.json") from None
         del text
+        with library_call(f"{path}: the tokenizers library cannot set this tokenizer up", FIX, CheckpointError,
+                          library_errors=True):
+            self._set_up(path, folder)
+
+    def _set_up(self, path: str, folder: str) -> None:
         # A prompt is never cut or padded behind our back: truncation is ours (tokenize_last).
         self._tk.no_truncation()
         self._tk.no_padding()
@@ -97,8 +139,13 @@ class HFTokenizer:
             raise CheckpointError(f"{path}: its normalizer inserts {longest} characters at a time, where a real "
                                   f"tokenizer inserts one or two (at most {MAX_INSERT}); restore the model's own "
                                   "tokenizer.json")
+        self.growth = check_growth(path, spec)
         self._byte_fallback = bool(getattr(self._tk.model, "byte_fallback", False))
         self._kind = type(self._tk.model).__name__  # BPE, Unigram, WordPiece, WordLevel
+        unk = getattr(self._tk.model, "unk_token", None)
+        if self._kind in UNKNOWN_TOKEN_MODELS and isinstance(unk, str) and self._tk.token_to_id(unk) is None:
+            raise CheckpointError(f"{path}: its {self._kind} model's unknown token {unk!r} is not in its vocabulary, "
+                                  f"so any word outside the vocabulary would fail to encode; {FIX}")
         added = self._tk.get_added_tokens_decoder()
         self._special = frozenset(i for i, t in added.items() if t.special)
         # Ids run from 0; added tokens may sit past the model's own (get_vocab would build a
@@ -107,8 +154,8 @@ class HFTokenizer:
         self._setup_special(read_special_tokens(folder))
 
     def _setup_special(self, st: SpecialTokens) -> None:
-        self.bos_id = self._tk.token_to_id(st.bos) if st.bos is not None else st.bos_id
-        self.eos_id = self._tk.token_to_id(st.eos) if st.eos is not None else st.eos_id
+        self.bos_id = self._tk.token_to_id(st.bos) if st.bos is not None else self._known_id("bos", st.bos_id)
+        self.eos_id = self._tk.token_to_id(st.eos) if st.eos is not None else self._known_id("eos", st.eos_id)
         if st.add_bos is None:
             self.prefix = tuple(self._post_processor_prefix())
         else:
@@ -119,6 +166,15 @@ class HFTokenizer:
         # BOS and EOS are shown as special even where the file forgot to mark them so.
         self._special |= {i for i in (self.bos_id, self.eos_id, *self.prefix, *self.suffix) if i is not None}
         self._set_prefix_space(st.add_prefix_space, st.legacy)
+
+    def _known_id(self, kind: str, token_id: int | None) -> int | None:
+        """A BOS/EOS id from generation_config.json, which must be one of the tokenizer's ids."""
+        if token_id is not None and not 0 <= token_id < self.n_vocab:
+            shown = str(token_id) if len(str(token_id)) <= 20 else str(token_id)[:20] + "…"
+            raise CheckpointError(f"{os.path.join(self.spec, 'generation_config.json')}: {kind}_token_id {shown} is "
+                                  f"not a token of tokenizer.json (ids 0..{self.n_vocab - 1}); restore the model's "
+                                  "own generation_config.json")
+        return token_id
 
     def _required(self, kind: str, token_id: int | None, text: str | None) -> int:
         """The id of the BOS/EOS tokenizer_config.json asks to add, which must exist."""
@@ -151,12 +207,60 @@ class HFTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """The ids the model sees for `text` (with the BOS it expects unless add_special_tokens=False).
         Special tokens typed in the text (`<s>`) are those tokens, as in the model's own tokenizer."""
-        check_prompt_length(text)
-        ids = self._tk.encode(text, add_special_tokens=False).ids
+        ids = self._encode(replace_undecodable(text)).ids
         return [*self.prefix, *ids, *self.suffix] if add_special_tokens else ids
 
     def decode(self, ids) -> str:
-        return self._tk.decode([int(i) for i in ids], skip_special_tokens=False)
+        with self._call("cannot decode these token ids"):
+            return self._tk.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    # -- guarded library calls ------------------------------------------------------------
+    def _call(self, what: str):
+        """A call into the library: its errors are one line; a panic drops this tokenizer."""
+        if self._broken is not None:
+            raise ModelError(f"{self._broken.split(' (', 1)[0]} earlier and the tokenizer was dropped; "
+                             "open the model again")
+        return library_call(f"{self._path}: the tokenizer {what}", FIX, library_errors=True, on_panic=self._drop)
+
+    def _drop(self, message: str) -> None:
+        """After a panic the library's object may be half-changed: never use it again."""
+        self._broken = message
+        forget_loaded_tokenizers()
+
+    def _encode(self, text: str) -> _Encoded:
+        """`text` (without BOS/EOS) in one library call when its growth bound fits CALL_BUDGET, else
+        in pieces cut before a word, each within the budget, the token count checked after each."""
+        check_prompt_length(text)
+        per_call = max(1, int(CALL_BUDGET // self.growth))
+        if len(text) <= per_call:
+            with self._call("cannot encode this text"):
+                enc = self._tk.encode(text, add_special_tokens=False)
+
+            def offsets_from(start: int, enc=enc) -> list[tuple[int, int]]:
+                if start == 0:
+                    return enc.offsets
+                return [enc.token_to_chars(i) or (0, 0) for i in range(start, len(enc.ids))]
+
+            return _Encoded(enc.ids, offsets_from)
+        ids, offsets, total, start = [], [], 0, 0
+        while start < len(text):
+            end = cut_before_word(text, start, start + per_call)
+            with self._call("cannot encode this text"):
+                enc = self._tk.encode(text[start:end], add_special_tokens=False)
+            total += len(enc.ids)
+            if total > MAX_PROMPT_TOKENS:
+                raise ModelError(f"the prompt makes more than {MAX_PROMPT_TOKENS:,} tokens with this tokenizer; "
+                                 "paste a shorter passage (the model sees only its last context-length tokens)")
+            ids.append(np.asarray(enc.ids, dtype=np.int64))
+            offsets.append(np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2) + start)  # (tokens, 2)
+            del enc
+            start = end
+        all_offsets = np.concatenate(offsets)
+
+        def chunked_offsets(first: int) -> list[tuple[int, int]]:
+            return [tuple(o) for o in all_offsets[first:].tolist()]
+
+        return _Encoded(np.concatenate(ids).tolist(), chunked_offsets)
 
     def document_prefix(self) -> list[int]:
         """What a document starts with for this model: its BOS when it adds one, else its BOS or
@@ -170,9 +274,16 @@ class HFTokenizer:
     def is_special(self, i: int) -> bool:
         return int(i) in self._special
 
+    def _piece(self, i: int) -> str | None:
+        """The vocabulary entry of id `i` (None: not an id of this tokenizer)."""
+        if not 0 <= int(i) < self.n_vocab:
+            return None
+        with self._call(f"cannot look up token {int(i)}"):
+            return self._tk.id_to_token(int(i))
+
     def token_bytes(self, i: int) -> bytes:
         """The bytes a token stands for (a special token: its text)."""
-        piece = self._tk.id_to_token(int(i))
+        piece = self._piece(i)
         if piece is None:
             raise KeyError(f"token id {i} is not in the vocabulary")
         if int(i) in self._special:
@@ -190,7 +301,7 @@ class HFTokenizer:
 
     def label(self, i: int) -> str:
         if int(i) in self._special:
-            return self._tk.id_to_token(int(i))
+            return self._piece(i) or f"<{int(i)}>"
         return visible_label(self.token_bytes(i))
 
     # -- prompts --------------------------------------------------------------------------
@@ -201,8 +312,8 @@ class HFTokenizer:
         """The text's tokens, keeping the last `n` (the BOS stays first and an EOS the config asks
         for last: the model expects them) and how many were dropped; the kept text starts where
         the first kept token does."""
-        check_prompt_length(text)
-        enc = self._tk.encode(text, add_special_tokens=False)
+        text = replace_undecodable(text)
+        enc = self._encode(text)
         ids = enc.ids
         prefix, suffix = list(self.prefix), list(self.suffix)
         if n is not None:  # a context too short for them all keeps their last n
@@ -213,11 +324,9 @@ class HFTokenizer:
         if dropped:
             # Spans of the kept tokens only (and the one before, where the first kept span starts):
             # a 1 MB paste costs its encoding, not a Python pass over every token.
-            first = dropped - 1
-            offsets = [enc.token_to_chars(i) or (0, 0) for i in range(first, len(ids))]
-            spans = _spans(offsets, len(text))[1:]
+            spans = _spans(enc.offsets_from(dropped - 1), len(text))[1:]
         else:
-            spans = _spans(enc.offsets, len(text))
+            spans = _spans(enc.offsets_from(0), len(text))
         ids = ids[dropped:]
         start = spans[0][0] if dropped and spans else (len(text) if dropped else 0)
         tail = text[start:]
@@ -236,6 +345,55 @@ class HFTokenizer:
         bos = f", starts texts with {self.label(self.prefix[0])!r}" if self.prefix else ""
         eos = f", ends them with {self.label(self.suffix[-1])!r}" if self.suffix else ""
         return f"tokenizer.json ({style}, {self.n_vocab} tokens{bos}{eos})"
+
+
+def check_before_reading(path: str, text: str) -> None:
+    """Refuse, before the library reads `text`, a Precompiled normalizer it would panic on (Rust
+    prints a panic to stderr before Python can catch it). Only a file that may hold one is parsed
+    here: one naming "Precompiled", or one with \\u escapes, which could spell the name."""
+    if "Precompiled" not in text and "\\u" not in text:
+        return
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return  # the library says what is wrong with it
+    try:
+        check_precompiled(doc.get("normalizer") if isinstance(doc, dict) else None)
+    except GrowthError as e:
+        raise CheckpointError(f"{path}: {e}; {FIX}") from None
+
+
+def check_growth(path: str, spec: dict) -> float:
+    """The bound on how many characters one character of a prompt can become before the model
+    splits it (normalizer, then pre-tokenizer), refused above MAX_GROWTH, as is a decoder that can
+    grow a token's text that much."""
+    try:
+        growth = normalizer_growth(spec["normalizer"]) * pre_tokenizer_growth(spec["pre_tokenizer"])
+        decoded = decoder_growth(spec["decoder"])
+    except GrowthError as e:
+        raise CheckpointError(f"{path}: {e}; {FIX}") from None
+    for part, g in (("normalizer and pre-tokenizer", growth), ("decoder", decoded)):
+        if g > MAX_GROWTH:
+            shown = f"{g:,.0f}" if g < 1e15 else f"{g:.1e}"
+            raise CheckpointError(f"{path}: its {part} can make one character into up to {shown} (their steps' "
+                                  f"growth multiplied), where a real tokenizer's make at most about a hundred "
+                                  f"(at most {MAX_GROWTH:,}); {FIX}")
+    return growth
+
+
+def cut_before_word(text: str, start: int, stop: int) -> int:
+    """Where a piece of `text` from `start` ends, at most at `stop`: before a space that starts a word
+    (after a non-space, before a non-space), where real tokenizers start a token anyway; else
+    after a line break; else at `stop`. Only the second half of the range is searched."""
+    if stop >= len(text):
+        return len(text)
+    low = start + (stop - start) // 2
+    at = stop
+    while (at := text.rfind(" ", low + 1, at)) > low:
+        if not text[at - 1].isspace() and not text[at + 1].isspace():
+            return at
+    newline = text.rfind("\n", low, stop)
+    return newline + 1 if newline >= low else stop
 
 
 def _spans(offsets, n_chars: int) -> list[tuple[int, int]]:

@@ -1,0 +1,124 @@
+"""How much a tokenizer.json can grow a text before its model splits it into tokens, bounded from
+its specs alone, before any text meets it.
+
+The library runs a normalizer over the whole text in one call that Python can neither budget nor
+cancel, so a chain of steps that each double the text (24 `Replace "a" -> "aa"` make one `a`
+sixteen million) would take gigabytes on a short prompt. The bound is the product of each step's
+growth of one character:
+
+- a literal `Replace` of s by c: len(c)/len(s), at least 1; an empty s inserts c between every
+  two characters (1 + len(c)); a regex `Replace`: 1 + len(c), since a regex may match the empty
+  string, or one character at a time;
+- `Prepend` p: 1 + len(p) (the text's first character carries it);
+- `Precompiled` (SentencePiece's charsmap): its longest replacement (`charsmap`);
+- the Unicode forms: NFKC and NFKD up to 18 characters from one (U+FDFA), NFD 4, NFC 3; a
+  lowercase up to 3; a byte-level map up to 4 (one character per UTF-8 byte); BERT's normalizer
+  spaces out CJK characters (3), lowercases and strips accents through NFD;
+- the pre-tokenizer's ByteLevel (4) and Metaspace (2: a `▁` before a word).
+
+Real tokenizers stay below a hundred (T5's charsmap, 18, times a regex Replace, 2, times
+Metaspace, 2); a tokenizer whose bound passes MAX_GROWTH is refused at load.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import math
+
+from transformer_viewer.model.charsmap import CharsmapError, check_charsmap
+
+MAX_GROWTH = 1024  # real tokenizers' bound is under 100
+UNICODE_GROWTH = {"NFC": 3, "NFD": 4, "NFKC": 18, "NFKD": 18, "Lowercase": 3, "ByteLevel": 4}
+PRE_TOKENIZER_GROWTH = {"ByteLevel": 4, "Metaspace": 2}
+BERT_CJK_GROWTH = 3  # a space on each side
+
+
+class GrowthError(ValueError):
+    """A spec the library would panic on (a bad Precompiled charsmap), in a few words."""
+
+
+def normalizer_growth(node) -> float:
+    """The most characters one character of a text can become through a normalizer spec."""
+    if not isinstance(node, dict):
+        return 1.0
+    kind = node.get("type")
+    if kind == "Sequence":
+        return math.prod(normalizer_growth(n) for n in node.get("normalizers") or [])
+    if kind == "Replace":
+        content = node.get("content")
+        c = len(content) if isinstance(content, str) else 0
+        pattern = node.get("pattern")
+        literal = pattern.get("String") if isinstance(pattern, dict) else None
+        if isinstance(literal, str) and literal:
+            return max(1.0, c / len(literal))
+        return 1.0 + c
+    if kind == "Prepend":
+        prefix = node.get("prepend")
+        return 1.0 + (len(prefix) if isinstance(prefix, str) else 0)
+    if kind == "Precompiled":
+        return float(precompiled_growth(node))
+    if kind == "BertNormalizer":
+        growth = BERT_CJK_GROWTH if node.get("handle_chinese_chars", True) else 1
+        if node.get("lowercase", True):
+            growth *= UNICODE_GROWTH["Lowercase"]
+        if node.get("strip_accents") or (node.get("strip_accents") is None and node.get("lowercase", True)):
+            growth *= UNICODE_GROWTH["NFD"]
+        return float(growth)
+    return float(UNICODE_GROWTH.get(kind, 1))
+
+
+def pre_tokenizer_growth(node) -> float:
+    """The most characters one character can become through a pre-tokenizer spec."""
+    if isinstance(node, dict):
+        if node.get("type") == "Sequence":
+            return math.prod(pre_tokenizer_growth(n) for n in node.get("pretokenizers") or [])
+        return float(PRE_TOKENIZER_GROWTH.get(node.get("type"), 1))
+    return 1.0
+
+
+def decoder_growth(node) -> float:
+    """The most characters one character of a token's text can become through a decoder spec (its
+    Replace steps; the others join, strip or map bytes back, which shrinks the text)."""
+    if isinstance(node, dict):
+        if node.get("type") == "Sequence":
+            return math.prod(decoder_growth(n) for n in node.get("decoders") or [])
+        if node.get("type") == "Replace":
+            return normalizer_growth(node)
+    return 1.0
+
+
+def precompiled_growth(node: dict) -> int:
+    """The longest replacement of a Precompiled spec's charsmap; GrowthError where the library
+    would panic (its charsmap missing, not base64, or malformed)."""
+    raw = node.get("precompiled_charsmap")
+    if not isinstance(raw, str):
+        raise GrowthError(f"its Precompiled normalizer has a precompiled_charsmap of {type(raw).__name__}, "
+                          "not a base64 string")
+    try:
+        data = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise GrowthError("its Precompiled normalizer's precompiled_charsmap is not base64") from None
+    return _charsmap_growth(data)
+
+
+@functools.lru_cache(maxsize=4)  # checked before the library loads it, and again on its spec
+def _charsmap_growth(data: bytes) -> int:
+    try:
+        return check_charsmap(data)
+    except CharsmapError as e:
+        raise GrowthError(f"its Precompiled normalizer's charsmap {e}") from None
+
+
+def check_precompiled(node) -> None:
+    """Every Precompiled spec in a normalizer spec (any depth), checked: GrowthError for the first
+    the library would panic on."""
+    if isinstance(node, dict):
+        if node.get("type") == "Precompiled":
+            precompiled_growth(node)
+        for v in node.values():
+            check_precompiled(v)
+    elif isinstance(node, list):
+        for v in node:
+            check_precompiled(v)
