@@ -218,8 +218,7 @@ class HFTokenizer:
     def _call(self, what: str):
         """A call into the library: its errors are one line; a panic drops this tokenizer."""
         if self._broken is not None:
-            raise ModelError(f"{self._broken.split(' (', 1)[0]} earlier and the tokenizer was dropped; "
-                             "open the model again")
+            raise ModelError(f"{self._path}: this tokenizer panicked earlier and was dropped; open the model again")
         return library_call(f"{self._path}: the tokenizer {what}", FIX, library_errors=True, on_panic=self._drop)
 
     def _drop(self, message: str) -> None:
@@ -376,15 +375,18 @@ def check_growth(path: str, spec: dict) -> float:
         if g > MAX_GROWTH:
             shown = f"{g:,.0f}" if g < 1e15 else f"{g:.1e}"
             raise CheckpointError(f"{path}: its {part} can make one character into up to {shown} (their steps' "
-                                  f"growth multiplied), where a real tokenizer's make at most about a hundred "
+                                  f"growth multiplied), where a real tokenizer's make at most a few hundred "
                                   f"(at most {MAX_GROWTH:,}); {FIX}")
     return growth
 
 
 def cut_before_word(text: str, start: int, stop: int) -> int:
     """Where a piece of `text` from `start` ends, at most at `stop`: before a space that starts a word
-    (after a non-space, before a non-space), where real tokenizers start a token anyway; else
-    after a line break; else at `stop`. Only the second half of the range is searched."""
+    (after a non-space, before a non-space); else after a line break; else at `stop`. Only the
+    second half of the range is searched. Where the pre-tokenizer splits before words (byte-level
+    BPE, Metaspace that splits, Whitespace) the pieces' ids are those of one call; a tokenizer whose
+    tokens may span words (SentencePiece-style, unsplit) may tokenize the words at a cut
+    differently, spelling the same text."""
     if stop >= len(text):
         return len(text)
     low = start + (stop - start) // 2

@@ -6,9 +6,10 @@ cancel, so a chain of steps that each double the text (24 `Replace "a" -> "aa"` 
 sixteen million) would take gigabytes on a short prompt. The bound is the product of each step's
 growth of one character:
 
-- a literal `Replace` of s by c: len(c)/len(s), at least 1; an empty s inserts c between every
-  two characters (1 + len(c)); a regex `Replace`: 1 + len(c), since a regex may match the empty
-  string, or one character at a time;
+- a literal `Replace` of s by c: len(c)/len(s), at least 1; an empty s inserts c before and
+  after every character (1 + 2 len(c) for a one-character text); a regex `Replace`: 1 + 3 len(c),
+  since a regex may match the empty string before a character and the character itself, and the
+  empty string at the end;
 - `Prepend` p: 1 + len(p) (the text's first character carries it);
 - `Precompiled` (SentencePiece's charsmap): its longest replacement (`charsmap`);
 - the Unicode forms: NFKC and NFKD up to 18 characters from one (U+FDFA), NFD 4, NFC 3; a
@@ -16,8 +17,9 @@ growth of one character:
   spaces out CJK characters (3), lowercases and strips accents through NFD;
 - the pre-tokenizer's ByteLevel (4) and Metaspace (2: a `▁` before a word).
 
-Real tokenizers stay below a hundred (T5's charsmap, 18, times a regex Replace, 2, times
-Metaspace, 2); a tokenizer whose bound passes MAX_GROWTH is refused at load.
+Real tokenizers stay at a few hundred at most (T5's: its charsmap's 18, times 4 for the regex
+Replace that squeezes runs of spaces, times 2 for Metaspace: 144); a tokenizer whose bound passes
+MAX_GROWTH is refused at load.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import math
 
 from transformer_viewer.model.charsmap import CharsmapError, check_charsmap
 
-MAX_GROWTH = 1024  # real tokenizers' bound is under 100
+MAX_GROWTH = 1024  # real tokenizers' bound is a few hundred at most
 UNICODE_GROWTH = {"NFC": 3, "NFD": 4, "NFKC": 18, "NFKD": 18, "Lowercase": 3, "ByteLevel": 4}
 PRE_TOKENIZER_GROWTH = {"ByteLevel": 4, "Metaspace": 2}
 BERT_CJK_GROWTH = 3  # a space on each side
@@ -51,9 +53,9 @@ def normalizer_growth(node) -> float:
         c = len(content) if isinstance(content, str) else 0
         pattern = node.get("pattern")
         literal = pattern.get("String") if isinstance(pattern, dict) else None
-        if isinstance(literal, str) and literal:
-            return max(1.0, c / len(literal))
-        return 1.0 + c
+        if isinstance(literal, str):
+            return max(1.0, c / len(literal)) if literal else 1.0 + 2 * c
+        return 1.0 + 3 * c
     if kind == "Prepend":
         prefix = node.get("prepend")
         return 1.0 + (len(prefix) if isinstance(prefix, str) else 0)

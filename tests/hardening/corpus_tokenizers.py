@@ -92,9 +92,9 @@ def build(root: str) -> list[CliCase]:
     predict("replace_chain_24", "bombs", edited(normalizer=chain(doubling, 24)), "aaaa", "up to 33,554,432")
     info("replace_chain_28_info", "bombs", edited(normalizer=chain(doubling, 28)), "up to 536,870,912")
     info("empty_pattern_chain", "bombs", edited(normalizer=chain(
-        {"type": "Replace", "pattern": {"String": ""}, "content": "x"}, 12)), "up to 8,192")
+        {"type": "Replace", "pattern": {"String": ""}, "content": "x"}, 8)), "up to 13,122")
     info("empty_match_regex_chain", "bombs", edited(normalizer=chain(
-        {"type": "Replace", "pattern": {"Regex": "z*"}, "content": "y"}, 12)), "up to 8,192")
+        {"type": "Replace", "pattern": {"Regex": "z*"}, "content": "y"}, 8)), "up to 131,072")
     info("prepend_chain", "bombs", edited(normalizer=chain({"type": "Prepend", "prepend": "▁▁▁▁"}, 6)),
          "up to 31,250")
     info("nfkc_chain", "bombs", edited(normalizer=chain({"type": "NFKC"}, 4)), "up to 209,952")
