@@ -21,8 +21,8 @@ Every regex of the normalizer and pre-tokenizer is checked before the first prom
 on one line of text. How much the normalizer, pre-tokenizer and decoder can grow a text is bounded
 from their specs (`tokenizer_growth`), and a Precompiled charsmap, on which the library panics
 rather than failing, is checked before the library reads the file (`charsmap`). A prompt whose
-bound passes what one encode call may make (CALL_BUDGET characters) is encoded in pieces cut
-before a word, its token count checked after each. Every call into the library is guarded
+bound passes what one encode call may make is encoded in pieces cut before a word, its token
+count checked after each (`tokenizer_pieces`). Every call into the library is guarded
 (`rust_calls`): a panic or a library error is one line, and a tokenizer that panicked is dropped.
 """
 
@@ -32,10 +32,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 
-import numpy as np
 from tokenizers import Tokenizer as BackendTokenizer
 
 from transformer_viewer.model.errors import CheckpointError, ModelError
@@ -54,14 +51,8 @@ from transformer_viewer.model.tokenizer_files import (
     read_text,
     tokenizer_json_path,
 )
-from transformer_viewer.model.tokenizer_growth import (
-    MAX_GROWTH,
-    GrowthError,
-    check_precompiled,
-    decoder_growth,
-    normalizer_growth,
-    pre_tokenizer_growth,
-)
+from transformer_viewer.model.tokenizer_growth import check_before_reading, check_growth
+from transformer_viewer.model.tokenizer_pieces import Encoded, encode_in_pieces
 from transformer_viewer.model.tokenizer_spec import (
     MAX_INSERT,
     check_patterns,
@@ -74,20 +65,7 @@ from transformer_viewer.model.tokenizer_spec import (
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 FIX = "restore the model's own tokenizer.json"
-# Characters one encode call may make of a prompt (its length times the tokenizer's growth
-# bound): the library keeps ~300 bytes per token and ~50 per normalized character, so a call
-# stays near 300 MB at worst.
-CALL_BUDGET = 1 << 20
-MAX_PROMPT_TOKENS = 4_000_000  # tokens a prompt may make (kept as 20 bytes each across pieces)
 UNKNOWN_TOKEN_MODELS = ("WordLevel", "WordPiece")  # models that fail on any word outside the vocabulary
-
-
-@dataclass(frozen=True)
-class _Encoded:
-    """A prompt's ids and, on demand, the character offsets of its tokens from index `start` on."""
-
-    ids: list[int]
-    offsets_from: Callable[[int], list[tuple[int, int]]]
 
 
 @functools.lru_cache(maxsize=1)
@@ -226,40 +204,11 @@ class HFTokenizer:
         self._broken = message
         forget_loaded_tokenizers()
 
-    def _encode(self, text: str) -> _Encoded:
-        """`text` (without BOS/EOS) in one library call when its growth bound fits CALL_BUDGET, else
-        in pieces cut before a word, each within the budget, the token count checked after each."""
+    def _encode(self, text: str) -> Encoded:
+        """`text` without BOS/EOS, through the library in as many calls as its growth bound needs."""
         check_prompt_length(text)
-        per_call = max(1, int(CALL_BUDGET // self.growth))
-        if len(text) <= per_call:
-            with self._call("cannot encode this text"):
-                enc = self._tk.encode(text, add_special_tokens=False)
-
-            def offsets_from(start: int, enc=enc) -> list[tuple[int, int]]:
-                if start == 0:
-                    return enc.offsets
-                return [enc.token_to_chars(i) or (0, 0) for i in range(start, len(enc.ids))]
-
-            return _Encoded(enc.ids, offsets_from)
-        ids, offsets, total, start = [], [], 0, 0
-        while start < len(text):
-            end = cut_before_word(text, start, start + per_call)
-            with self._call("cannot encode this text"):
-                enc = self._tk.encode(text[start:end], add_special_tokens=False)
-            total += len(enc.ids)
-            if total > MAX_PROMPT_TOKENS:
-                raise ModelError(f"the prompt makes more than {MAX_PROMPT_TOKENS:,} tokens with this tokenizer; "
-                                 "paste a shorter passage (the model sees only its last context-length tokens)")
-            ids.append(np.asarray(enc.ids, dtype=np.int64))
-            offsets.append(np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2) + start)  # (tokens, 2)
-            del enc
-            start = end
-        all_offsets = np.concatenate(offsets)
-
-        def chunked_offsets(first: int) -> list[tuple[int, int]]:
-            return [tuple(o) for o in all_offsets[first:].tolist()]
-
-        return _Encoded(np.concatenate(ids).tolist(), chunked_offsets)
+        return encode_in_pieces(lambda piece: self._tk.encode(piece, add_special_tokens=False), text, self.growth,
+                                lambda: self._call("cannot encode this text"))
 
     def document_prefix(self) -> list[int]:
         """What a document starts with for this model: its BOS when it adds one, else its BOS or
@@ -344,58 +293,6 @@ class HFTokenizer:
         bos = f", starts texts with {self.label(self.prefix[0])!r}" if self.prefix else ""
         eos = f", ends them with {self.label(self.suffix[-1])!r}" if self.suffix else ""
         return f"tokenizer.json ({style}, {self.n_vocab} tokens{bos}{eos})"
-
-
-def check_before_reading(path: str, text: str) -> None:
-    """Refuse, before the library reads `text`, a Precompiled normalizer it would panic on (Rust
-    prints a panic to stderr before Python can catch it). Only a file that may hold one is parsed
-    here: one naming "Precompiled", or one with \\u escapes, which could spell the name."""
-    if "Precompiled" not in text and "\\u" not in text:
-        return
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
-        return  # the library says what is wrong with it
-    try:
-        check_precompiled(doc.get("normalizer") if isinstance(doc, dict) else None)
-    except GrowthError as e:
-        raise CheckpointError(f"{path}: {e}; {FIX}") from None
-
-
-def check_growth(path: str, spec: dict) -> float:
-    """The bound on how many characters one character of a prompt can become before the model
-    splits it (normalizer, then pre-tokenizer), refused above MAX_GROWTH, as is a decoder that can
-    grow a token's text that much."""
-    try:
-        growth = normalizer_growth(spec["normalizer"]) * pre_tokenizer_growth(spec["pre_tokenizer"])
-        decoded = decoder_growth(spec["decoder"])
-    except GrowthError as e:
-        raise CheckpointError(f"{path}: {e}; {FIX}") from None
-    for part, g in (("normalizer and pre-tokenizer", growth), ("decoder", decoded)):
-        if g > MAX_GROWTH:
-            shown = f"{g:,.0f}" if g < 1e15 else f"{g:.1e}"
-            raise CheckpointError(f"{path}: its {part} can make one character into up to {shown} (their steps' "
-                                  f"growth multiplied), where a real tokenizer's make at most a few hundred "
-                                  f"(at most {MAX_GROWTH:,}); {FIX}")
-    return growth
-
-
-def cut_before_word(text: str, start: int, stop: int) -> int:
-    """Where a piece of `text` from `start` ends, at most at `stop`: before a space that starts a word
-    (after a non-space, before a non-space); else after a line break; else at `stop`. Only the
-    second half of the range is searched. Where the pre-tokenizer splits before words (byte-level
-    BPE, Metaspace that splits, Whitespace) the pieces' ids are those of one call; a tokenizer whose
-    tokens may span words (SentencePiece-style, unsplit) may tokenize the words at a cut
-    differently, spelling the same text."""
-    if stop >= len(text):
-        return len(text)
-    low = start + (stop - start) // 2
-    at = stop
-    while (at := text.rfind(" ", low + 1, at)) > low:
-        if not text[at - 1].isspace() and not text[at + 1].isspace():
-            return at
-    newline = text.rfind("\n", low, stop)
-    return newline + 1 if newline >= low else stop
 
 
 def _spans(offsets, n_chars: int) -> list[tuple[int, int]]:

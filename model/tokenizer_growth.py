@@ -27,10 +27,13 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import json
 import math
 
 from transformer_viewer.model.charsmap import CharsmapError, check_charsmap
+from transformer_viewer.model.errors import CheckpointError
 
+FIX = "restore the model's own tokenizer.json"
 MAX_GROWTH = 1024  # real tokenizers' bound is a few hundred at most
 UNICODE_GROWTH = {"NFC": 3, "NFD": 4, "NFKC": 18, "NFKD": 18, "Lowercase": 3, "ByteLevel": 4}
 PRE_TOKENIZER_GROWTH = {"ByteLevel": 4, "Metaspace": 2}
@@ -124,3 +127,37 @@ def check_precompiled(node) -> None:
     elif isinstance(node, list):
         for v in node:
             check_precompiled(v)
+
+
+def check_before_reading(path: str, text: str) -> None:
+    """Refuse, before the library reads `text`, a Precompiled normalizer it would panic on (Rust
+    prints a panic to stderr before Python can catch it). Only a file that may hold one is parsed
+    here: one naming "Precompiled", or one with \\u escapes, which could spell the name."""
+    if "Precompiled" not in text and "\\u" not in text:
+        return
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return  # the library says what is wrong with it
+    try:
+        check_precompiled(doc.get("normalizer") if isinstance(doc, dict) else None)
+    except GrowthError as e:
+        raise CheckpointError(f"{path}: {e}; {FIX}") from None
+
+
+def check_growth(path: str, spec: dict) -> float:
+    """The bound on how many characters one character of a prompt can become before the model
+    splits it (normalizer, then pre-tokenizer), refused above MAX_GROWTH, as is a decoder that can
+    grow a token's text that much."""
+    try:
+        growth = normalizer_growth(spec["normalizer"]) * pre_tokenizer_growth(spec["pre_tokenizer"])
+        decoded = decoder_growth(spec["decoder"])
+    except GrowthError as e:
+        raise CheckpointError(f"{path}: {e}; {FIX}") from None
+    for part, g in (("normalizer and pre-tokenizer", growth), ("decoder", decoded)):
+        if g > MAX_GROWTH:
+            shown = f"{g:,.0f}" if g < 1e15 else f"{g:.1e}"
+            raise CheckpointError(f"{path}: its {part} can make one character into up to {shown} (their steps' "
+                                  f"growth multiplied), where a real tokenizer's make at most a few hundred "
+                                  f"(at most {MAX_GROWTH:,}); {FIX}")
+    return growth

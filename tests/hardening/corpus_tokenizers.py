@@ -152,6 +152,8 @@ def build(root: str) -> list[CliCase]:
     cases.append(CliCase("target_arabic_indic_digit", "digits", ("scan", "--checkpoint", gpt2, "--prompt",
                                                                  "The cat sat", "--target", "٣٣٣٣", *CPU),
                          "tokens"))
+    cases.append(CliCase("mask_arabic_indic_layer", "digits", ("predict", "--checkpoint", gpt2, "--prompt", "The cat",
+                                                               "--mask", "٣.1", *CPU), "bad --mask '٣.1'"))
     info("regex_count_superscript", "digits", edited(normalizer={
         "type": "Replace", "pattern": {"Regex": "a{²}"}, "content": "b"}), None)
     info("regex_range_superscript", "digits", edited(pre_tokenizer={

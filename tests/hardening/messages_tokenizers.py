@@ -120,11 +120,11 @@ def dropped_after_a_panic(ctx):
 
 
 def too_many_tokens(ctx):
-    from transformer_viewer.model import hf_tokenizer
+    from transformer_viewer.model import tokenizer_pieces
 
     tok = load_tokenizer(_folder(ctx, "counted", "byte_level"))
-    ctx.mp.setattr(hf_tokenizer, "CALL_BUDGET", int(50 * tok.growth))
-    ctx.mp.setattr(hf_tokenizer, "MAX_PROMPT_TOKENS", 100)
+    ctx.mp.setattr(tokenizer_pieces, "CALL_BUDGET", int(50 * tok.growth))
+    ctx.mp.setattr(tokenizer_pieces, "MAX_PROMPT_TOKENS", 100)
     return raised(lambda: tok.encode("the cat sat on the mat " * 100))
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers.panics import a_panic
 from tests.model import tokenizer_common as tc
-from transformer_viewer.model import hf_tokenizer
+from transformer_viewer.model import tokenizer_pieces
 from transformer_viewer.model.errors import CheckpointError, ModelError
 from transformer_viewer.model.rust_calls import is_panic, library_call
 from transformer_viewer.model.tokenizer import Tokenizer, load_tokenizer, parse_token, replace_undecodable
@@ -79,7 +79,7 @@ def test_a_prompt_past_one_calls_budget_gives_the_same_ids_in_pieces(tmp_path, m
     """Where the pre-tokenizer splits before a word, pieces cut there tokenize exactly as one call."""
     tok = load_tokenizer(getattr(tc, kind)(str(tmp_path / kind)))
     whole, whole_ids = tok.tokenize_last(LONG, 40), tok.encode(LONG)
-    monkeypatch.setattr(hf_tokenizer, "CALL_BUDGET", int(100 * tok.growth))  # pieces of ~100 characters
+    monkeypatch.setattr(tokenizer_pieces, "CALL_BUDGET", int(100 * tok.growth))  # pieces of ~100 characters
     assert len(LONG) > 10 * 100
     assert tok.tokenize_last(LONG, 40) == whole
     assert tok.encode(LONG) == whole_ids
@@ -90,7 +90,7 @@ def test_pieces_of_a_tokenizer_whose_tokens_span_words_still_spell_the_prompt(tm
     """Without a split at spaces, merges may span a cut: the ids there may differ, the text may not."""
     tok = load_tokenizer(getattr(tc, kind)(str(tmp_path / kind)))
     whole = tok.encode(LONG, add_special_tokens=False)
-    monkeypatch.setattr(hf_tokenizer, "CALL_BUDGET", int(100 * tok.growth))
+    monkeypatch.setattr(tokenizer_pieces, "CALL_BUDGET", int(100 * tok.growth))
     pieces = tok.encode(LONG, add_special_tokens=False)
     assert tok.decode(pieces) == tok.decode(whole)
     last = tok.tokenize_last(LONG, 40)[0]
@@ -99,8 +99,8 @@ def test_pieces_of_a_tokenizer_whose_tokens_span_words_still_spell_the_prompt(tm
 
 def test_the_token_count_is_checked_as_the_pieces_come(tmp_path, monkeypatch):
     tok = load_tokenizer(tc.byte_level(str(tmp_path / "bl")))
-    monkeypatch.setattr(hf_tokenizer, "CALL_BUDGET", int(50 * tok.growth))
-    monkeypatch.setattr(hf_tokenizer, "MAX_PROMPT_TOKENS", 300)
+    monkeypatch.setattr(tokenizer_pieces, "CALL_BUDGET", int(50 * tok.growth))
+    monkeypatch.setattr(tokenizer_pieces, "MAX_PROMPT_TOKENS", 300)
     with pytest.raises(ModelError, match="more than 300 tokens"):
         tok.encode("the cat sat on the mat " * 200)
 
