@@ -29,10 +29,10 @@ FLAGS = {"add_bos_token": "add_bos", "add_eos_token": "add_eos", "add_prefix_spa
          "legacy": "legacy"}
 MAX_SIDE_FILE = 16 << 20  # tokenizer_config.json may list every added token; the others are tiny
 # Bytes of tokenizer.json per token of the model's vocabulary, past a floor: published files hold
-# 15 (BERT) to 130 (Gemma 3, with its merges) bytes per token. The library takes ~17 times a file's
-# size in memory and seconds per 10 MB to parse it, so a file far larger than its model's
-# vocabulary needs is refused by its size alone.
-MAX_BYTES_PER_TOKEN = 512
+# 15 (BERT) to 130 (Gemma 3, with its merges and added tokens) bytes per token. The library takes
+# ~17 times a file's size in memory and seconds per 10 MB to parse it, so a file far larger than
+# its model's vocabulary needs is refused by its size alone.
+MAX_BYTES_PER_TOKEN = 256
 MIN_TOKENIZER_JSON_LIMIT = 8 << 20
 
 

@@ -256,3 +256,14 @@ def test_console_error_is_one_line_without_traceback(tmp_path):
              "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_prompt_bytes_that_are_not_utf8_are_replaced_with_one_note(ckpt, capsys):
+    """argv bytes that are not UTF-8 reach Python as lone surrogates: read as U+FFFD, said once."""
+    undecodable = b"The caf\xe9 \xff sat".decode("utf-8", "surrogateescape")
+    rc, out, err = cli(capsys, "predict", "--checkpoint", ckpt, "--prompt", undecodable, "--json", "--device", "cpu")
+    assert rc == 0, err
+    assert err.strip() == "note: --prompt holds 2 bytes that are not UTF-8; each is read as U+FFFD, the replacement character"
+    replaced = cli(capsys, "predict", "--checkpoint", ckpt, "--prompt", "The caf\ufffd \ufffd sat", "--json",
+                   "--device", "cpu")[1]
+    assert json.loads(out) == json.loads(replaced)
