@@ -35,6 +35,7 @@ from transformer_viewer.model.errors import CheckpointError
 
 FIX = "restore the model's own tokenizer.json"
 MAX_GROWTH = 1024  # real tokenizers' bound is a few hundred at most
+MAX_STEPS = 64  # steps in a normalizer, pre-tokenizer or decoder; real ones have one to five
 UNICODE_GROWTH = {"NFC": 3, "NFD": 4, "NFKC": 18, "NFKD": 18, "Lowercase": 3, "ByteLevel": 4}
 PRE_TOKENIZER_GROWTH = {"ByteLevel": 4, "Metaspace": 2}
 BERT_CJK_GROWTH = 3  # a space on each side
@@ -145,10 +146,23 @@ def check_before_reading(path: str, text: str) -> None:
         raise CheckpointError(f"{path}: {e}; {FIX}") from None
 
 
+def steps_of(node) -> int:
+    """The steps of a normalizer, pre-tokenizer or decoder spec: its parts, Sequences unfolded."""
+    if isinstance(node, dict):
+        inner = [v for k, v in node.items() if k in ("normalizers", "pretokenizers", "decoders") and isinstance(v, list)]
+        return sum(steps_of(n) for part in inner for n in part) if inner else 1
+    return 0
+
+
 def check_growth(path: str, spec: dict) -> float:
     """The bound on how many characters one character of a prompt can become before the model
     splits it (normalizer, then pre-tokenizer), refused above MAX_GROWTH, as is a decoder that can
-    grow a token's text that much."""
+    grow a token's text that much, or a part of more than MAX_STEPS steps (each passes over the
+    whole text: thousands that each grow nothing would still take minutes on a long prompt)."""
+    for part in ("normalizer", "pre_tokenizer", "decoder"):
+        if (n := steps_of(spec[part])) > MAX_STEPS:
+            raise CheckpointError(f"{path}: its {part.replace('_', '-')} has {n:,} steps, where a real tokenizer's has "
+                                  f"a few (at most {MAX_STEPS}); {FIX}")
     try:
         growth = normalizer_growth(spec["normalizer"]) * pre_tokenizer_growth(spec["pre_tokenizer"])
         decoded = decoder_growth(spec["decoder"])
@@ -156,7 +170,7 @@ def check_growth(path: str, spec: dict) -> float:
         raise CheckpointError(f"{path}: {e}; {FIX}") from None
     for part, g in (("normalizer and pre-tokenizer", growth), ("decoder", decoded)):
         if g > MAX_GROWTH:
-            shown = f"{g:,.0f}" if g < 1e15 else f"{g:.1e}"
+            shown = f"{g:,.0f}" if g < 1e15 else f"{g:.1e}" if math.isfinite(g) else "more than 1e308"
             raise CheckpointError(f"{path}: its {part} can make one character into up to {shown} (their steps' "
                                   f"growth multiplied), where a real tokenizer's make at most a few hundred "
                                   f"(at most {MAX_GROWTH:,}); {FIX}")

@@ -101,6 +101,12 @@ def build(root: str) -> list[CliCase]:
     info("decoder_chain", "bombs", edited(decoder=chain(doubling, 24, "decoders")), "its decoder can make")
     info("charsmap_growth_chain", "bombs", edited(normalizer=chain(precompiled(charsmap({a: "a" * 16})), 3)),
          "up to 8,192")
+    info("normalizer_of_a_hundred_steps", "bombs", edited(normalizer=chain({"type": "Strip", "strip_left": True,
+                                                                            "strip_right": True}, 100)),
+         "its normalizer has 100 steps")
+    info("decoder_past_any_float", "bombs", edited(decoder=chain(
+        {"type": "Replace", "pattern": {"String": "a"}, "content": "b" * 100_000}, 64, "decoders")),
+         "its decoder can make one character into up to more than 1e308")
     # Below the bound but a long prompt: encoded in pieces, its tokens counted as they come.
     eightfold = edited(normalizer=chain(doubling, 9))
     predict("prompt_tokens_past_the_cap", "bombs", eightfold, "a" * 9000, "more than 4,000,000 tokens")

@@ -196,6 +196,10 @@ CASES = [
         "version": "1.0", "normalizer": {"type": "Sequence", "normalizers": [DOUBLING] * 24},
         "model": {"type": "WordLevel", "vocab": {**WORDS, "[UNK]": 2}, "unk_token": "[UNK]"}}),
         "its normalizer and pre-tokenizer can make one character into up to 16,777,216"),
+    Case("normalizer of a hundred steps", written("steps", {
+        "version": "1.0", "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}] * 100},
+        "model": {"type": "WordLevel", "vocab": {**WORDS, "[UNK]": 2}, "unk_token": "[UNK]"}}),
+        "its normalizer has 100 steps, where a real tokenizer's has a few (at most 64)"),
     Case("tokenizer used after it panicked", dropped_after_a_panic,
          "tokenizer.json: this tokenizer panicked earlier and was dropped; open the model again"),
     Case("prompt past the token cap", too_many_tokens, "the prompt makes more than 100 tokens with this tokenizer"),

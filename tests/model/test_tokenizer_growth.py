@@ -120,3 +120,16 @@ def test_check_precompiled_finds_a_charsmap_at_any_depth():
     with pytest.raises(GrowthError, match="not base64"):
         check_precompiled({"type": "Precompiled", "precompiled_charsmap": "%%"})
     check_precompiled({"type": "Sequence", "normalizers": [{"type": "NFC"}]})  # nothing to check
+
+
+def test_each_part_is_bounded_in_steps(tmp_path):
+    from transformer_viewer.model.errors import CheckpointError
+    from transformer_viewer.model.tokenizer_growth import MAX_STEPS, check_growth, steps_of
+
+    strip = {"type": "Strip", "strip_left": True, "strip_right": True}
+    nested = {"type": "Sequence", "normalizers": [strip, {"type": "Sequence", "normalizers": [strip] * 3}]}
+    assert steps_of(nested) == 4 and steps_of(None) == 0 and steps_of(strip) == 1
+    many = {"type": "Sequence", "normalizers": [strip] * (MAX_STEPS + 1)}
+    assert check_growth("t.json", {"normalizer": nested, "pre_tokenizer": None, "decoder": None}) == 1
+    with pytest.raises(CheckpointError, match=f"its normalizer has {MAX_STEPS + 1} steps"):
+        check_growth("t.json", {"normalizer": many, "pre_tokenizer": None, "decoder": None})
