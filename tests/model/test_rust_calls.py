@@ -1,7 +1,7 @@
 """Calls into the Rust-backed tokenizers: a panic (a BaseException) or a library error is one line
-and a tokenizer that panicked is dropped, while KeyboardInterrupt and SystemExit pass; a prompt
-too long for one call is encoded in pieces to the same ids; bytes that are not UTF-8 are read as
-U+FFFD by both tokenizers alike; ids and regex counts are read from ASCII digits only."""
+and a tokenizer that panicked is dropped, while KeyboardInterrupt and SystemExit pass; bytes that
+are not UTF-8 are read as U+FFFD by both tokenizers alike; ids and regex counts are read from
+ASCII digits only."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 from tests.helpers.panics import a_panic
 from tests.model import tokenizer_common as tc
-from transformer_viewer.model import tokenizer_pieces
 from transformer_viewer.model.errors import CheckpointError, ModelError
 from transformer_viewer.model.rust_calls import is_panic, library_call
 from transformer_viewer.model.tokenizer import Tokenizer, load_tokenizer, parse_token, replace_undecodable
@@ -69,40 +68,6 @@ def test_a_tokenizer_that_panicked_is_dropped(tmp_path):
         tok.tokenize("the cat")
     again = load_tokenizer(folder)  # read anew from its files
     assert again is not tok and again.encode("the cat")
-
-
-LONG = " ".join(tc.CORPUS[:6]) * 6 + "\n\nand a last line with   spaces  "
-
-
-@pytest.mark.parametrize("kind", ["byte_level", "llama3_style"])
-def test_a_prompt_past_one_calls_budget_gives_the_same_ids_in_pieces(tmp_path, monkeypatch, kind):
-    """Where the pre-tokenizer splits before a word, pieces cut there tokenize exactly as one call."""
-    tok = load_tokenizer(getattr(tc, kind)(str(tmp_path / kind)))
-    whole, whole_ids = tok.tokenize_last(LONG, 40), tok.encode(LONG)
-    monkeypatch.setattr(tokenizer_pieces, "CALL_BUDGET", int(100 * tok.growth))  # pieces of ~100 characters
-    assert len(LONG) > 10 * 100
-    assert tok.tokenize_last(LONG, 40) == whole
-    assert tok.encode(LONG) == whole_ids
-
-
-@pytest.mark.parametrize("kind", ["metaspace", "gemma_style"])
-def test_pieces_of_a_tokenizer_whose_tokens_span_words_still_spell_the_prompt(tmp_path, monkeypatch, kind):
-    """Without a split at spaces, merges may span a cut: the ids there may differ, the text may not."""
-    tok = load_tokenizer(getattr(tc, kind)(str(tmp_path / kind)))
-    whole = tok.encode(LONG, add_special_tokens=False)
-    monkeypatch.setattr(tokenizer_pieces, "CALL_BUDGET", int(100 * tok.growth))
-    pieces = tok.encode(LONG, add_special_tokens=False)
-    assert tok.decode(pieces) == tok.decode(whole)
-    last = tok.tokenize_last(LONG, 40)[0]
-    assert last.text == LONG[len(LONG) - len(last.text):] and last.spans[-1][1] == len(last.text)
-
-
-def test_the_token_count_is_checked_as_the_pieces_come(tmp_path, monkeypatch):
-    tok = load_tokenizer(tc.byte_level(str(tmp_path / "bl")))
-    monkeypatch.setattr(tokenizer_pieces, "CALL_BUDGET", int(50 * tok.growth))
-    monkeypatch.setattr(tokenizer_pieces, "MAX_PROMPT_TOKENS", 300)
-    with pytest.raises(ModelError, match="more than 300 tokens"):
-        tok.encode("the cat sat on the mat " * 200)
 
 
 def test_bytes_that_are_not_utf8_read_as_replacement_by_both_tokenizers(tmp_path):
