@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from transformer_viewer.model.rust_calls import PASS_THROUGH, detail_of, is_panic
+from transformer_viewer.model.rust_calls import detail_of, is_panic
 from transformer_viewer.viewer.worker.priority import lower_this_thread
 from transformer_viewer.viewer.worker.requests import (
     Cancelled,
@@ -148,7 +148,7 @@ class Worker(QObject):
         except Cancelled:
             self.failed.emit(Failure(request, "cancelled", cancelled=True))
             return
-        except PASS_THROUGH:
+        except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # noqa: BLE001 - every failure (a Rust panic too) becomes one line for the GUI
             self.failed.emit(Failure(request, describe_error(e)))
