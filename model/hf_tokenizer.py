@@ -18,7 +18,12 @@ the settings as transformers 4 and a `PreTrainedTokenizerFast` given them apply 
 
 Every regex of the normalizer and pre-tokenizer is checked before the first prompt meets it
 (`tokenizer_spec`): the library's regex engine backtracks, so a hostile pattern could stall
-on one line of text.
+on one line of text. How much the normalizer, pre-tokenizer and decoder can grow a text is bounded
+from their specs (`tokenizer_growth`), and a Precompiled charsmap, on which the library panics
+rather than failing, is checked before the library reads the file (`charsmap`). A prompt whose
+bound passes what one encode call may make is encoded in pieces cut before a word, its token
+count checked after each (`tokenizer_pieces`). Every call into the library is guarded
+(`rust_calls`): a panic or a library error is one line, and a tokenizer that panicked is dropped.
 """
 
 from __future__ import annotations
@@ -30,8 +35,15 @@ import re
 
 from tokenizers import Tokenizer as BackendTokenizer
 
-from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.tokenizer import Tokenized, check_prompt_length, visible_label
+from transformer_viewer.model.errors import CheckpointError, ModelError
+from transformer_viewer.model.rust_calls import library_call
+from transformer_viewer.model.tokenizer import (
+    Tokenized,
+    check_prompt_length,
+    forget_loaded_tokenizers,
+    replace_undecodable,
+    visible_label,
+)
 from transformer_viewer.model.tokenizer_files import (
     MAX_TOKENIZER_JSON,
     SpecialTokens,
@@ -39,6 +51,8 @@ from transformer_viewer.model.tokenizer_files import (
     read_text,
     tokenizer_json_path,
 )
+from transformer_viewer.model.tokenizer_growth import check_before_reading, check_growth
+from transformer_viewer.model.tokenizer_pieces import Encoded, encode_in_pieces
 from transformer_viewer.model.tokenizer_spec import (
     MAX_INSERT,
     check_patterns,
@@ -50,6 +64,8 @@ from transformer_viewer.model.tokenizer_spec import (
 )
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+FIX = "restore the model's own tokenizer.json"
+UNKNOWN_TOKEN_MODELS = ("WordLevel", "WordPiece")  # models that fail on any word outside the vocabulary
 
 
 @functools.lru_cache(maxsize=1)
@@ -73,16 +89,20 @@ class HFTokenizer:
 
     def __init__(self, folder: str):
         self.spec = os.path.abspath(folder)
-        path = tokenizer_json_path(folder)
+        path = self._path = tokenizer_json_path(folder)
+        self._broken: str | None = None  # the message of a panic, after which the tokenizer is not used
         text = read_text(path, MAX_TOKENIZER_JSON, "tokenizer.json")
-        try:
-            # The library's parser bounds nesting (128 levels) and numbers; what it refuses is one line.
+        check_before_reading(path, text)
+        # The library's parser bounds nesting (128 levels) and numbers; what it refuses is one line.
+        with library_call(f"{path}: not a tokenizer the tokenizers library can read", FIX, CheckpointError,
+                          library_errors=True):
             self._tk = BackendTokenizer.from_str(text)
-        except Exception as e:  # noqa: BLE001 - the library raises plain Exception for every malformed file
-            line = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-            raise CheckpointError(f"{path}: not a tokenizer the tokenizers library can read ({line}); "
-                                  "restore the model's own tokenizer.json") from None
         del text
+        with library_call(f"{path}: the tokenizers library cannot set this tokenizer up", FIX, CheckpointError,
+                          library_errors=True):
+            self._set_up(path, folder)
+
+    def _set_up(self, path: str, folder: str) -> None:
         # A prompt is never cut or padded behind our back: truncation is ours (tokenize_last).
         self._tk.no_truncation()
         self._tk.no_padding()
@@ -97,8 +117,13 @@ class HFTokenizer:
             raise CheckpointError(f"{path}: its normalizer inserts {longest} characters at a time, where a real "
                                   f"tokenizer inserts one or two (at most {MAX_INSERT}); restore the model's own "
                                   "tokenizer.json")
+        self.growth = check_growth(path, spec)
         self._byte_fallback = bool(getattr(self._tk.model, "byte_fallback", False))
         self._kind = type(self._tk.model).__name__  # BPE, Unigram, WordPiece, WordLevel
+        unk = getattr(self._tk.model, "unk_token", None)
+        if self._kind in UNKNOWN_TOKEN_MODELS and isinstance(unk, str) and self._tk.token_to_id(unk) is None:
+            raise CheckpointError(f"{path}: its {self._kind} model's unknown token {unk!r} is not in its vocabulary, "
+                                  f"so any word outside the vocabulary would fail to encode; {FIX}")
         added = self._tk.get_added_tokens_decoder()
         self._special = frozenset(i for i, t in added.items() if t.special)
         # Ids run from 0; added tokens may sit past the model's own (get_vocab would build a
@@ -107,8 +132,8 @@ class HFTokenizer:
         self._setup_special(read_special_tokens(folder, self.n_vocab))
 
     def _setup_special(self, st: SpecialTokens) -> None:
-        self.bos_id = self._tk.token_to_id(st.bos) if st.bos is not None else st.bos_id
-        self.eos_id = self._tk.token_to_id(st.eos) if st.eos is not None else st.eos_id
+        self.bos_id = self._tk.token_to_id(st.bos) if st.bos is not None else self._known_id("bos", st.bos_id)
+        self.eos_id = self._tk.token_to_id(st.eos) if st.eos is not None else self._known_id("eos", st.eos_id)
         if st.add_bos is None:
             self.prefix = tuple(self._post_processor_prefix())
         else:
@@ -119,6 +144,15 @@ class HFTokenizer:
         # BOS and EOS are shown as special even where the file forgot to mark them so.
         self._special |= {i for i in (self.bos_id, self.eos_id, *self.prefix, *self.suffix) if i is not None}
         self._set_prefix_space(st.add_prefix_space, st.legacy)
+
+    def _known_id(self, kind: str, token_id: int | None) -> int | None:
+        """A BOS/EOS id from generation_config.json, which must be one of the tokenizer's ids."""
+        if token_id is not None and not 0 <= token_id < self.n_vocab:
+            shown = str(token_id) if len(str(token_id)) <= 20 else str(token_id)[:20] + "…"
+            raise CheckpointError(f"{os.path.join(self.spec, 'generation_config.json')}: {kind}_token_id {shown} is "
+                                  f"not a token of tokenizer.json (ids 0..{self.n_vocab - 1}); restore the model's "
+                                  "own generation_config.json")
+        return token_id
 
     def _required(self, kind: str, token_id: int | None, text: str | None) -> int:
         """The id of the BOS/EOS tokenizer_config.json asks to add, which must exist."""
@@ -151,12 +185,30 @@ class HFTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """The ids the model sees for `text` (with the BOS it expects unless add_special_tokens=False).
         Special tokens typed in the text (`<s>`) are those tokens, as in the model's own tokenizer."""
-        check_prompt_length(text)
-        ids = self._tk.encode(text, add_special_tokens=False).ids
+        ids = self._encode(replace_undecodable(text)).ids
         return [*self.prefix, *ids, *self.suffix] if add_special_tokens else ids
 
     def decode(self, ids) -> str:
-        return self._tk.decode([int(i) for i in ids], skip_special_tokens=False)
+        with self._call("cannot decode these token ids"):
+            return self._tk.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    # -- guarded library calls ------------------------------------------------------------
+    def _call(self, what: str):
+        """A call into the library: its errors are one line; a panic drops this tokenizer."""
+        if self._broken is not None:
+            raise ModelError(f"{self._path}: this tokenizer panicked earlier and was dropped; open the model again")
+        return library_call(f"{self._path}: the tokenizer {what}", FIX, library_errors=True, on_panic=self._drop)
+
+    def _drop(self, message: str) -> None:
+        """After a panic the library's object may be half-changed: never use it again."""
+        self._broken = message
+        forget_loaded_tokenizers()
+
+    def _encode(self, text: str) -> Encoded:
+        """`text` without BOS/EOS, through the library in as many calls as its growth bound needs."""
+        check_prompt_length(text)
+        return encode_in_pieces(lambda piece: self._tk.encode(piece, add_special_tokens=False), text, self.growth,
+                                lambda: self._call("cannot encode this text"))
 
     def document_prefix(self) -> list[int]:
         """What a document starts with for this model: its BOS when it adds one, else its BOS or
@@ -170,9 +222,16 @@ class HFTokenizer:
     def is_special(self, i: int) -> bool:
         return int(i) in self._special
 
+    def _piece(self, i: int) -> str | None:
+        """The vocabulary entry of id `i` (None: not an id of this tokenizer)."""
+        if not 0 <= int(i) < self.n_vocab:
+            return None
+        with self._call(f"cannot look up token {int(i)}"):
+            return self._tk.id_to_token(int(i))
+
     def token_bytes(self, i: int) -> bytes:
         """The bytes a token stands for (a special token: its text)."""
-        piece = self._tk.id_to_token(int(i))
+        piece = self._piece(i)
         if piece is None:
             raise KeyError(f"token id {i} is not in the vocabulary")
         if int(i) in self._special:
@@ -190,7 +249,7 @@ class HFTokenizer:
 
     def label(self, i: int) -> str:
         if int(i) in self._special:
-            return self._tk.id_to_token(int(i))
+            return self._piece(i) or f"<{int(i)}>"
         return visible_label(self.token_bytes(i))
 
     # -- prompts --------------------------------------------------------------------------
@@ -201,8 +260,8 @@ class HFTokenizer:
         """The text's tokens, keeping the last `n` (the BOS stays first and an EOS the config asks
         for last: the model expects them) and how many were dropped; the kept text starts where
         the first kept token does."""
-        check_prompt_length(text)
-        enc = self._tk.encode(text, add_special_tokens=False)
+        text = replace_undecodable(text)
+        enc = self._encode(text)
         ids = enc.ids
         prefix, suffix = list(self.prefix), list(self.suffix)
         if n is not None:  # a context too short for them all keeps their last n
@@ -213,11 +272,9 @@ class HFTokenizer:
         if dropped:
             # Spans of the kept tokens only (and the one before, where the first kept span starts):
             # a 1 MB paste costs its encoding, not a Python pass over every token.
-            first = dropped - 1
-            offsets = [enc.token_to_chars(i) or (0, 0) for i in range(first, len(ids))]
-            spans = _spans(offsets, len(text))[1:]
+            spans = _spans(enc.offsets_from(dropped - 1), len(text))[1:]
         else:
-            spans = _spans(enc.offsets, len(text))
+            spans = _spans(enc.offsets_from(0), len(text))
         ids = ids[dropped:]
         start = spans[0][0] if dropped and spans else (len(text) if dropped else 0)
         tail = text[start:]

@@ -23,7 +23,7 @@ class ExamplePrompt:
 
 def parse_layer_head(text: str) -> tuple[int, int] | None:
     """"2.2" -> (2, 2); None for anything else."""
-    match = re.fullmatch(r"\s*(\d{1,6})\.(\d{1,6})\s*", text)
+    match = re.fullmatch(r"\s*([0-9]{1,6})\.([0-9]{1,6})\s*", text)  # ASCII digits: `\d` takes `٣` too
     return (int(match[1]), int(match[2])) if match else None
 
 

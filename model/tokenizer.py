@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Protocol
@@ -20,7 +21,8 @@ from typing import Protocol
 import tiktoken
 import tiktoken.load
 
-from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.errors import CheckpointError, ModelError
+from transformer_viewer.model.rust_calls import library_call
 
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -36,6 +38,11 @@ GPT2_PADDED_VOCAB = -(-GPT2_VOCAB // VOCAB_PADDING) * VOCAB_PADDING  # nanoGPT's
 MAX_PROMPT_CHARS = 4_000_000
 
 _VISIBLE = {" ": "·", "\n": "⏎", "\t": "⇥", "\r": "␍"}
+# Lone surrogates: what Python makes of bytes that are not UTF-8 (a command line's, read with
+# surrogateescape), which no tokenizer can encode.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+GPT2_FIX = "reinstall transformer-viewer (its GPT-2 tokenizer is damaged)"
 
 
 def ranks_path() -> str:
@@ -44,14 +51,16 @@ def ranks_path() -> str:
 
 @functools.lru_cache(maxsize=1)
 def gpt2_encoding() -> tiktoken.Encoding:
-    ranks = tiktoken.load.load_tiktoken_bpe(ranks_path(), expected_hash=GPT2_RANKS_SHA256)
-    return tiktoken.Encoding(
-        name="gpt2",
-        pat_str=GPT2_PATTERN,
-        mergeable_ranks=ranks,
-        special_tokens={ENDOFTEXT: ENDOFTEXT_ID},
-        explicit_n_vocab=GPT2_VOCAB,
-    )
+    with library_call(f"{ranks_path()}: GPT-2's tokenizer cannot be built", GPT2_FIX, CheckpointError,
+                      library_errors=True):
+        ranks = tiktoken.load.load_tiktoken_bpe(ranks_path(), expected_hash=GPT2_RANKS_SHA256)
+        return tiktoken.Encoding(
+            name="gpt2",
+            pat_str=GPT2_PATTERN,
+            mergeable_ranks=ranks,
+            special_tokens={ENDOFTEXT: ENDOFTEXT_ID},
+            explicit_n_vocab=GPT2_VOCAB,
+        )
 
 
 def visible_label(piece: bytes) -> str:
@@ -72,6 +81,18 @@ def visible_label(piece: bytes) -> str:
             out.append(f"\\x{piece[i]:02x}")
             i += 1
     return "".join(out)
+
+
+def undecodable_count(text: str) -> int:
+    """How many characters of `text` stand for bytes that were not UTF-8 (lone surrogates)."""
+    return len(_SURROGATES.findall(text))
+
+
+def replace_undecodable(text: str) -> str:
+    """`text` with every byte that was not UTF-8 read as U+FFFD, as `bytes.decode(errors="replace")`
+    would: both tokenizers take it the same way (tiktoken would do so silently, the tokenizers
+    library refuses a lone surrogate with a TypeError)."""
+    return _SURROGATES.sub(REPLACEMENT, text) if _SURROGATES.search(text) else text
 
 
 def check_prompt_length(text: str) -> None:
@@ -124,7 +145,12 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         # `<|endoftext|>` typed by the user is the special token, not five ordinary pieces.
         check_prompt_length(text)
-        return self.enc.encode(text, allowed_special={ENDOFTEXT})
+        with self._call("cannot encode this text"):
+            return self.enc.encode(replace_undecodable(text), allowed_special={ENDOFTEXT})
+
+    def _call(self, what: str):
+        """A guarded call into tiktoken: its panics and errors become one line."""
+        return library_call(f"GPT-2's tokenizer {what}", "check the prompt or the token ids", library_errors=True)
 
     def is_special(self, i: int) -> bool:
         return int(i) == ENDOFTEXT_ID
@@ -137,15 +163,18 @@ class Tokenizer:
         return "gpt2"
 
     def decode(self, ids) -> str:
-        return self.enc.decode(list(ids), errors="replace")
+        with self._call("cannot decode these token ids"):
+            return self.enc.decode(list(ids), errors="replace")
 
     def token_bytes(self, i: int) -> bytes:
-        return self.enc.decode_single_token_bytes(int(i))
+        with self._call(f"has no token {i}"):
+            return self.enc.decode_single_token_bytes(int(i))
 
     def label(self, i: int) -> str:
         return visible_label(self.token_bytes(i))
 
     def tokenize(self, text: str) -> Tokenized:
+        text = replace_undecodable(text)
         ids = self.encode(text)
         return self._tokenized(ids, tuple(self.spans(ids, text)), text)
 
@@ -158,12 +187,14 @@ class Tokenizer:
         tokens were dropped before them. Same result as slicing `tokenize(text)`, but labels and
         spans are made for the kept tokens only: a 1 MB paste costs its encoding, not seconds
         of per-token Python."""
+        text = replace_undecodable(text)
         ids = self.encode(text)
         dropped = max(0, len(ids) - n)
         if not dropped:
             return self._tokenized(ids, self.spans(ids, text), text), 0
         kept = ids[dropped:]
-        head = self.enc.decode_bytes(ids[:dropped])
+        with self._call("cannot decode these token ids"):
+            head = self.enc.decode_bytes(ids[:dropped])
         complete = _complete_prefix(head)
         start = min(len(complete.decode("utf-8", errors="replace")), len(text))
         tail = text[start:]
@@ -205,10 +236,11 @@ def load_tokenizer(spec: str = "gpt2", vocab_size: int | None = None):
     if spec == "gpt2":
         return Tokenizer()
     from transformer_viewer.model.hf_tokenizer import HFTokenizer
-    from transformer_viewer.model.tokenizer_files import SIDE_FILES, tokenizer_json_path
+    from transformer_viewer.model.tokenizer_files import SIDE_FILES, check_tokenizer_size, tokenizer_json_path
 
     folder = os.path.abspath(spec)
-    tokenizer_json_path(folder, vocab_size)  # a missing file is refused before anything is cached
+    path = tokenizer_json_path(folder, vocab_size)  # a missing file is refused before anything is cached
+    check_tokenizer_size(path, vocab_size)  # by its size, before the library spends seconds parsing it
     stamp = []
     for name in ("tokenizer.json", *SIDE_FILES):
         try:
@@ -224,6 +256,11 @@ def _load_folder(cls, folder: str, _stamp: tuple):
     return cls(folder)
 
 
+def forget_loaded_tokenizers() -> None:
+    """Drop the cached folder tokenizers (one panicked: the next load reads its files again)."""
+    _load_folder.cache_clear()
+
+
 def decode_after(tokenizer, prefix_ids, new_ids) -> str:
     """The text `new_ids` add after `prefix_ids`. Decoding them alone can differ: a SentencePiece
     decoder drops the space a text starts with, and a character may begin before them."""
@@ -236,11 +273,10 @@ def decode_after(tokenizer, prefix_ids, new_ids) -> str:
 
 def parse_token(spec: str | None, tokenizer, n_vocab: int, what: str = "--target") -> int | None:
     """A token given as an integer id or as text that is exactly one token of `tokenizer`."""
-    from transformer_viewer.model.errors import ModelError
-
     if spec is None:
         return None
-    if spec.strip().lstrip("-").isdigit() and spec == spec.strip():
+    digits = spec[1:] if spec.startswith("-") else spec
+    if digits.isascii() and digits.isdigit():  # ASCII only: `'²'.isdigit()` is true, `int('²')` fails
         i = int(spec)
         if not 0 <= i < n_vocab:
             raise ModelError(f"{what} {i}: token ids run from 0 to {n_vocab - 1}")

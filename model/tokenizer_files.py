@@ -29,6 +29,12 @@ MAX_TOKENIZER_JSON = 128 << 20
 FLAGS = {"add_bos_token": "add_bos", "add_eos_token": "add_eos", "add_prefix_space": "add_prefix_space",
          "legacy": "legacy"}
 MAX_SIDE_FILE = 16 << 20  # tokenizer_config.json may list every added token; the others are tiny
+# Bytes of tokenizer.json per token of the model's vocabulary, past a floor: published files hold
+# 15 (BERT) to 130 (Gemma 3, with its merges and added tokens) bytes per token. The library takes
+# ~17 times a file's size in memory and seconds per 10 MB to parse it, so a file far larger than
+# its model's vocabulary needs is refused by its size alone.
+MAX_BYTES_PER_TOKEN = 256
+MIN_TOKENIZER_JSON_LIMIT = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,26 @@ def read_text(path: str, limit: int, what: str) -> str:
         return data[:limit].decode("utf-8")
     except UnicodeDecodeError:
         raise CheckpointError(f"{path}: not UTF-8 text; restore the model's own {os.path.basename(path)}") from None
+
+
+def tokenizer_size_limit(vocab_size: int | None) -> int:
+    """The most bytes a tokenizer.json may have for a model of `vocab_size` tokens (None: unknown)."""
+    if not isinstance(vocab_size, int) or vocab_size <= 0:
+        return MAX_TOKENIZER_JSON
+    return min(MAX_TOKENIZER_JSON, max(MIN_TOKENIZER_JSON_LIMIT, vocab_size * MAX_BYTES_PER_TOKEN))
+
+
+def check_tokenizer_size(path: str, vocab_size: int | None) -> None:
+    """Refuse, before it is parsed, a tokenizer.json larger than a vocabulary of `vocab_size` needs."""
+    limit = tokenizer_size_limit(vocab_size)
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return  # reading it says what is wrong
+    if size > limit:
+        per = f" for a model of {vocab_size:,} tokens" if limit < MAX_TOKENIZER_JSON else ""
+        raise CheckpointError(f"{path}: {size:,} bytes, more than the {limit >> 20} MiB a tokenizer.json may have"
+                              f"{per}; restore the model's own tokenizer.json")
 
 
 def read_json_object(path: str, what: str) -> dict:

@@ -109,8 +109,8 @@ def _quantifier(pattern: str, i: int) -> tuple[bool, int]:
         end = pattern.find("}", i)
         body = pattern[i + 1:end] if end > 0 else ""
         lo, sep, hi = body.partition(",")
-        if end < 0 or not lo.strip().isdigit() or (hi.strip() and not hi.strip().isdigit()):
-            return False, i + 1  # a literal brace, as Oniguruma reads it
+        if end < 0 or not _digits(lo.strip()) or (hi.strip() and not _digits(hi.strip())):
+            return False, i + 1  # a literal brace, as Oniguruma reads it (`a{²}` too: no ASCII digits)
         unbounded = bool(sep) and (not hi.strip() or int(hi) > MAX_BOUNDED_REPEAT)
         unbounded = unbounded or int(lo) > MAX_BOUNDED_REPEAT
         i = end + 1
@@ -120,6 +120,11 @@ def _quantifier(pattern: str, i: int) -> tuple[bool, int]:
     if i < len(pattern) and pattern[i] in "?+":
         i += 1
     return unbounded, i
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` is also true for `²` and `٣`, which no regex engine counts."""
+    return text.isascii() and text.isdigit()
 
 
 def _class_end(pattern: str, i: int) -> int:

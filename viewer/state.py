@@ -104,6 +104,7 @@ class ViewerState(QObject):
         """A new model (or the same one on another device). Resets what no longer fits."""
         old = self.model_info
         self.model_info = info
+        self._tokenizer = None  # looked up again: the worker's load may have replaced a dropped one
         same_shape = old is not None and info is not None and (old.n_layer, old.n_head) == (info.n_layer, info.n_head)
         if not same_shape or old.source != info.source:
             self.trace = None

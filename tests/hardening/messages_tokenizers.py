@@ -85,6 +85,44 @@ def vocabulary_larger_than_embedding(ctx):
     return raised(lambda: load_checkpoint(folder))
 
 
+def written(name: str, spec: dict, **side):
+    """A trigger loading a folder whose tokenizer.json is `spec` (and side files `side`)."""
+    def trigger(ctx):
+        folder = ctx.tmp / name
+        folder.mkdir()
+        _write(folder, "tokenizer.json", json.dumps(spec))
+        for file, data in side.items():
+            _write(folder, f"{file}.json", json.dumps(data))
+        return raised(lambda: load_tokenizer(str(folder)))
+    return trigger
+
+
+def dropped_after_a_panic(ctx):
+    from tests.helpers.panics import a_panic
+
+    class Panicking:
+        def encode(self, *_a, **_kw):
+            raise a_panic("index out of bounds")
+
+    tok = load_tokenizer(_folder(ctx, "panicky", "byte_level"))
+    tok._tk = Panicking()
+    raised(lambda: tok.encode("the cat"))
+    return raised(lambda: tok.encode("the cat"))
+
+
+def too_many_tokens(ctx):
+    from transformer_viewer.model import tokenizer_pieces
+
+    tok = load_tokenizer(_folder(ctx, "counted", "byte_level"))
+    ctx.mp.setattr(tokenizer_pieces, "CALL_BUDGET", int(50 * tok.growth))
+    ctx.mp.setattr(tokenizer_pieces, "MAX_PROMPT_TOKENS", 100)
+    return raised(lambda: tok.encode("the cat sat on the mat " * 100))
+
+
+WORDS = {"the": 0, "cat": 1}
+DOUBLING = {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}
+
+
 def cli_with_broken_tokenizer(ctx):
     from tests.helpers.models import hf_config, hf_model
 
@@ -136,6 +174,26 @@ CASES = [
     Case("BOS not in the vocabulary", bos_not_in_vocabulary, "add_bos_token is true but its bos_token '<|begin|>' "
          "is not in tokenizer.json"),
     Case("BOS not named", bos_not_named, "add_bos_token is true but it names no bos_token"),
+    Case("WordLevel without its unknown token", written("nounk", {
+        "version": "1.0", "pre_tokenizer": {"type": "Whitespace"},
+        "model": {"type": "WordLevel", "vocab": WORDS, "unk_token": "[UNK]"}}),
+        "its WordLevel model's unknown token '[UNK]' is not in its vocabulary"),
+    Case("generation_config.json BOS id past the vocabulary", written("bigbos", {
+        "version": "1.0", "pre_tokenizer": {"type": "Whitespace"},
+        "model": {"type": "WordLevel", "vocab": {**WORDS, "[UNK]": 2}, "unk_token": "[UNK]"}},
+        generation_config={"bos_token_id": 10**30}),
+        "generation_config.json: bos_token_id 10000000000000000000… is not a token of tokenizer.json (ids 0..2)"),
+    Case("normalizer doubling the text 24 times", written("doubling", {
+        "version": "1.0", "normalizer": {"type": "Sequence", "normalizers": [DOUBLING] * 24},
+        "model": {"type": "WordLevel", "vocab": {**WORDS, "[UNK]": 2}, "unk_token": "[UNK]"}}),
+        "its normalizer and pre-tokenizer can make one character into up to 16,777,216"),
+    Case("normalizer of a hundred steps", written("steps", {
+        "version": "1.0", "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}] * 100},
+        "model": {"type": "WordLevel", "vocab": {**WORDS, "[UNK]": 2}, "unk_token": "[UNK]"}}),
+        "its normalizer has 100 steps, where a real tokenizer's has a few (at most 64)"),
+    Case("tokenizer used after it panicked", dropped_after_a_panic,
+         "tokenizer.json: this tokenizer panicked earlier and was dropped; open the model again"),
+    Case("prompt past the token cap", too_many_tokens, "the prompt makes more than 100 tokens with this tokenizer"),
     Case("tokenizer larger than the embedding", vocabulary_larger_than_embedding,
          "tokens but the model's embedding only 100 rows; the tokenizer belongs to another model"),
 ]

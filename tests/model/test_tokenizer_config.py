@@ -192,3 +192,24 @@ def test_a_context_shorter_than_bos_and_eos(eos_folders, n):
     bos, *text, eos = tok.tokenize("hello world").ids
     expected = {0: (), 1: (eos,), 2: (bos, eos), 3: (bos, text[-1], eos)}  # the EOS goes last, the BOS next
     assert kept.ids == expected[n] and len(kept.spans) == n
+
+
+def test_tokenizer_json_size_is_bounded_by_the_vocabulary_before_parsing(tmp_path):
+    from transformer_viewer.model.tokenizer_files import (
+        MAX_BYTES_PER_TOKEN,
+        MAX_TOKENIZER_JSON,
+        MIN_TOKENIZER_JSON_LIMIT,
+        tokenizer_size_limit,
+    )
+
+    assert tokenizer_size_limit(None) == MAX_TOKENIZER_JSON
+    assert tokenizer_size_limit(1000) == MIN_TOKENIZER_JSON_LIMIT
+    assert tokenizer_size_limit(262_144) == 262_144 * MAX_BYTES_PER_TOKEN  # Gemma 3's 33 MB fits twice
+    assert tokenizer_size_limit(10**9) == MAX_TOKENIZER_JSON
+    folder = tmp_path / "big"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(b"{" + b" " * MIN_TOKENIZER_JSON_LIMIT + b"}")  # not even parsed
+    with pytest.raises(CheckpointError, match="more than the 8 MiB a tokenizer.json may have for a model of 500 tokens"):
+        load_tokenizer(str(folder), vocab_size=500)
+    with pytest.raises(CheckpointError, match="not a tokenizer the tokenizers library can read"):
+        load_tokenizer(str(folder))  # no vocabulary to compare with: parsed, and refused by the library

@@ -9,9 +9,22 @@ import time
 from transformer_viewer.model.errors import ModelError
 
 
+def ascii_int(text: str) -> int:
+    """An integer written in ASCII digits. `int` also reads other scripts' digits (`'٣'` is 3) and
+    `str.isdigit` calls `'²'` a digit that `int` refuses: a number the user types is ASCII."""
+    if not text.isascii():
+        raise ValueError(f"invalid literal for int() with base 10: {text!r}")
+    return int(text)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, plus: a command with `add_checkpoint_arguments` gets args.checkpoint from either
-    spelling, and two different checkpoints are a usage error like any other."""
+    spelling, and two different checkpoints are a usage error like any other; every `type=int`
+    option reads ASCII digits only (`ascii_int`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("type", int, ascii_int)
 
     def parse_known_args(self, args=None, namespace=None):
         ns, extras = super().parse_known_args(args, namespace)
@@ -127,9 +140,9 @@ def check_mask_syntax(specs: list[str] | None) -> None:
 def _split_mask_spec(spec: str) -> tuple[int, str]:
     try:
         layer_s, head_s = spec.split(".")
-        layer = int(layer_s)
+        layer = ascii_int(layer_s)
         if head_s != "*":
-            int(head_s)
+            ascii_int(head_s)
     except ValueError:
         raise ModelError(f"bad --mask {spec!r}: write LAYER.HEAD (0-based), e.g. --mask 3.1, or LAYER.* for a whole layer") from None
     return layer, head_s
@@ -142,7 +155,7 @@ def parse_mask_spec(specs: list[str] | None, n_layer: int, n_head: int):
     mask = np.zeros((n_layer, n_head), dtype=bool)
     for spec in specs or []:
         layer, head_s = _split_mask_spec(spec)
-        heads = range(n_head) if head_s == "*" else [int(head_s)]
+        heads = range(n_head) if head_s == "*" else [ascii_int(head_s)]
         if not 0 <= layer < n_layer:
             raise ModelError(f"--mask {spec}: layer {layer} does not exist; the model has layers 0..{n_layer - 1}")
         for h in heads:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from transformer_viewer.viewer.cli.common import ArgumentParser
@@ -26,6 +27,9 @@ SUBCOMMANDS = {
     "rollout": ("transformer_viewer.viewer.cli.rollout", "attention rollout through a range of layers"),
 }
 GUI_MODULE = "transformer_viewer.viewer.cli.gui"
+# Options holding text for the tokenizer (not paths: a file name that is not UTF-8 is still its name).
+TEXT_OPTIONS = ("prompt", "target", "distractor")
+_UNDECODABLE = re.compile("[\ud800-\udfff]")  # how Python passes argv bytes that are not UTF-8
 
 
 def build_parser(name: str) -> argparse.ArgumentParser:
@@ -79,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = gui_parser().parse_args(argv)
         module = importlib.import_module(GUI_MODULE)
+    decode_text_options(args)
     return run_guarded(module.run, args)
 
 
@@ -90,6 +95,20 @@ def _print_paths_as_named() -> None:
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None and getattr(sys.stdout, "errors", None) == "strict":
         reconfigure(errors="surrogateescape")
+
+
+def decode_text_options(args) -> None:
+    """Read the bytes of a text option that are not UTF-8 as U+FFFD, with one note saying so, the
+    same for every tokenizer (the window's and the library's alike)."""
+    for name in TEXT_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and _UNDECODABLE.search(value):
+            from transformer_viewer.model.tokenizer import replace_undecodable, undecodable_count
+
+            n = undecodable_count(value)
+            setattr(args, name, replace_undecodable(value))
+            print(f"note: --{name} holds {n} byte{'s' if n != 1 else ''} that {'are' if n != 1 else 'is'} not UTF-8; "
+                  "each is read as U+FFFD, the replacement character", file=sys.stderr)
 
 
 def run_guarded(fn, args) -> int:

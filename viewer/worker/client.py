@@ -1,5 +1,9 @@
 """One worker thread owns the model; the GUI talks to it only through `WorkerClient`.
 
+A handler that fails in any way (a Rust library's panic, a BaseException, included; only
+KeyboardInterrupt and SystemExit pass) answers its request with a one-line failure, and the
+thread goes on serving.
+
 `WorkerClient.submit(request, on_result=..., on_failure=..., on_progress=...)` stamps the
 request with a fresh id, queues it and returns its `RequestHandle`: that request's result,
 failure (a cancelled one too), and progress come back to those callbacks, on the GUI thread,
@@ -27,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
+from transformer_viewer.model.rust_calls import detail_of, is_panic
 from transformer_viewer.viewer.worker.priority import lower_this_thread
 from transformer_viewer.viewer.worker.requests import (
     Cancelled,
@@ -143,7 +148,9 @@ class Worker(QObject):
         except Cancelled:
             self.failed.emit(Failure(request, "cancelled", cancelled=True))
             return
-        except Exception as e:  # noqa: BLE001 - every failure becomes one line for the GUI
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - every failure (a Rust panic too) becomes one line for the GUI
             self.failed.emit(Failure(request, describe_error(e)))
             return
         self.result.emit(Result(request, value, (time.perf_counter() - t0) * 1000.0))
@@ -163,6 +170,8 @@ def describe_error(e: BaseException) -> str:
     if isinstance(e, MemoryError) or "out of memory" in str(e).lower():
         return "out of memory; use a shorter prompt, a smaller model, or the CPU"
     log.error("worker handler failed:\n%s", "".join(traceback.format_exception(e)))
+    if is_panic(e):
+        return _one_line(f"a library the model uses panicked ({detail_of(e)}); the previous state is kept")
     return _one_line(f"internal error ({type(e).__name__}: {e}); the previous state is kept")
 
 

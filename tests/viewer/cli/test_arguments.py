@@ -135,3 +135,15 @@ def test_scan_prints_no_progress_bar_into_a_log(tiny_ckpt, capsys):
     assert main(["scan", tiny_ckpt, "--device", "cpu", "--prompt", "The cat sat on the"]) == 0
     err = capsys.readouterr().err
     assert "head/s" not in err and "\r" not in err
+
+
+@pytest.mark.parametrize("name, option", [("predict", "--top-k"), ("heads", "--top"), ("export", "--layer")])
+def test_numbers_are_ascii_digits_only(name, option, capsys):
+    """`int` reads '٣' as 3 and refuses '²', which `isdigit` accepts: every int option wants ASCII."""
+    parser = build_parser(name)
+    rest = REQUIRED.get(name, [])
+    assert getattr(parser.parse_args([*rest, option, "12"]), option[2:].replace("-", "_")) == 12
+    for typed in ("٣", "²", "1٣"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*rest, option, typed])
+        assert f"invalid int value: {typed!r}" in capsys.readouterr().err

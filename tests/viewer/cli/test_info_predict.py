@@ -304,3 +304,14 @@ def test_a_hugging_face_folder_is_not_called_training(capsys, tmp_path):
     facts = json.loads(out)
     assert facts["training"] == {} and facts["read"] == {"architectures": ["GPT2LMHeadModel"]}
     assert facts["family"] == "GPT-2" and facts["format"] == "huggingface"
+
+
+def test_prompt_bytes_that_are_not_utf8_are_replaced_with_one_note(ckpt, capsys):
+    """argv bytes that are not UTF-8 reach Python as lone surrogates: read as U+FFFD, said once."""
+    undecodable = b"The caf\xe9 \xff sat".decode("utf-8", "surrogateescape")
+    rc, out, err = cli(capsys, "predict", "--checkpoint", ckpt, "--prompt", undecodable, "--json", "--device", "cpu")
+    assert rc == 0, err
+    assert err.strip() == "note: --prompt holds 2 bytes that are not UTF-8; each is read as U+FFFD, the replacement character"
+    replaced = cli(capsys, "predict", "--checkpoint", ckpt, "--prompt", "The caf\ufffd \ufffd sat", "--json",
+                   "--device", "cpu")[1]
+    assert json.loads(out) == json.loads(replaced)
