@@ -132,8 +132,9 @@ class HFTokenizer:
         self._setup_special(read_special_tokens(folder, self.n_vocab))
 
     def _setup_special(self, st: SpecialTokens) -> None:
-        self.bos_id = self._tk.token_to_id(st.bos) if st.bos is not None else self._known_id("bos", st.bos_id)
-        self.eos_id = self._tk.token_to_id(st.eos) if st.eos is not None else self._known_id("eos", st.eos_id)
+        # generation_config.json's ids are checked against this vocabulary as they are read.
+        self.bos_id = self._tk.token_to_id(st.bos) if st.bos is not None else st.bos_id
+        self.eos_id = self._tk.token_to_id(st.eos) if st.eos is not None else st.eos_id
         if st.add_bos is None:
             self.prefix = tuple(self._post_processor_prefix())
         else:
@@ -144,15 +145,6 @@ class HFTokenizer:
         # BOS and EOS are shown as special even where the file forgot to mark them so.
         self._special |= {i for i in (self.bos_id, self.eos_id, *self.prefix, *self.suffix) if i is not None}
         self._set_prefix_space(st.add_prefix_space, st.legacy)
-
-    def _known_id(self, kind: str, token_id: int | None) -> int | None:
-        """A BOS/EOS id from generation_config.json, which must be one of the tokenizer's ids."""
-        if token_id is not None and not 0 <= token_id < self.n_vocab:
-            shown = str(token_id) if len(str(token_id)) <= 20 else str(token_id)[:20] + "…"
-            raise CheckpointError(f"{os.path.join(self.spec, 'generation_config.json')}: {kind}_token_id {shown} is "
-                                  f"not a token of tokenizer.json (ids 0..{self.n_vocab - 1}); restore the model's "
-                                  "own generation_config.json")
-        return token_id
 
     def _required(self, kind: str, token_id: int | None, text: str | None) -> int:
         """The id of the BOS/EOS tokenizer_config.json asks to add, which must exist."""

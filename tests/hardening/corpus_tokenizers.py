@@ -166,8 +166,8 @@ def build(root: str) -> list[CliCase]:
         "type": "Split", "pattern": {"Regex": "a{1,²}"}, "behavior": "Isolated", "invert": False}), None)
 
     # -- special-token ids past the vocabulary (generation_config.json beside tokenizer.json) ------
-    info("bos_id_huge", "special_ids", None, "bos_token_id 1000000000000000000", generation_config={
+    info("bos_id_huge", "special_ids", None, "bos_token_id is an integer of about 31 digits", generation_config={
         "bos_token_id": 10**30, "eos_token_id": 2})
-    info("eos_id_list_huge", "special_ids", None, "eos_token_id 1000000000000000000", generation_config={
+    info("eos_id_list_huge", "special_ids", None, "eos_token_id is an integer of about 31 digits", generation_config={
         "bos_token_id": 1, "eos_token_id": [10**30, 2]})
     return cases

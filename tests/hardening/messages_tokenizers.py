@@ -182,7 +182,7 @@ CASES = [
         "version": "1.0", "pre_tokenizer": {"type": "Whitespace"},
         "model": {"type": "WordLevel", "vocab": {**WORDS, "[UNK]": 2}, "unk_token": "[UNK]"}},
         generation_config={"bos_token_id": 10**30}),
-        "generation_config.json: bos_token_id 10000000000000000000… is not a token of tokenizer.json (ids 0..2)"),
+        "generation_config.json: bos_token_id is an integer of about 31 digits, outside the tokenizer's vocabulary"),
     Case("normalizer doubling the text 24 times", written("doubling", {
         "version": "1.0", "normalizer": {"type": "Sequence", "normalizers": [DOUBLING] * 24},
         "model": {"type": "WordLevel", "vocab": {**WORDS, "[UNK]": 2}, "unk_token": "[UNK]"}}),

@@ -12,8 +12,9 @@ import pytest
 from transformer_viewer.model import checkpoint as checkpoint_module
 from transformer_viewer.viewer.cli.main import SUBCOMMANDS, build_parser, gui_parser, main
 
-COMMANDS_WITH_CHECKPOINT = ["info", "predict", "heads", "scan", "export"]
-REQUIRED = {"predict": ["--prompt", "x"], "scan": ["--prompt", "x"], "export": ["--prompt", "x", "--out", "x.png"]}
+COMMANDS_WITH_CHECKPOINT = ["info", "predict", "heads", "scan", "export", "attribute", "routes", "rollout"]
+REQUIRED = {"predict": ["--prompt", "x"], "scan": ["--prompt", "x"], "export": ["--prompt", "x", "--out", "x.png"],
+            "attribute": ["--prompt", "x"], "routes": ["--prompt", "x"], "rollout": ["--prompt", "x"]}
 
 
 def one_error(capsys) -> str:

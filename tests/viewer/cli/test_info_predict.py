@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers.cli import cli
+from tests.helpers.cli import cli, error_line
 from tests.helpers.models import TINY, hf_config, hf_model, nanogpt_checkpoint, save_tiny
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
 from transformer_viewer.model.linear import Linear
@@ -168,8 +168,9 @@ def test_commands_that_run_the_model_pack_its_weights_and_info_does_not(ckpt):
         assert all((m._packed is not None) == (for_inference and m.can_pack()) for m in layers)
 
 
-def test_predict_json_stays_strict_json_when_logits_overflow(capsys, tmp_path):
-    """Finite weights can still overflow float32 (3e38 * 4): the logits are NaN, and JSON has no NaN."""
+def test_predict_refuses_logits_that_overflow_in_one_line(capsys, tmp_path):
+    """Finite weights can still overflow float32 (3e38 * 4): the logits are NaN, which is no
+    answer: one line and exit 2, with or without --json (and never JSON's invalid NaN)."""
     from tests.helpers.models import tiny_gpt
     from transformer_viewer.model.checkpoint import save_checkpoint
 
@@ -178,10 +179,8 @@ def test_predict_json_stays_strict_json_when_logits_overflow(capsys, tmp_path):
         model.blocks[0].mlp.c_proj.weight.fill_(3e38)
     path = tmp_path / "overflowing.safetensors"
     save_checkpoint(model, str(path))
-    rc, out, _ = cli(capsys, "predict", str(path), "--prompt", PROMPT, "--json", "--top-k", "3")
-    assert rc == 0
-    result = json.loads(out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
-    assert any(t["logit"] is None for t in result["top"])
+    rc, out, err = cli(capsys, "predict", str(path), "--prompt", PROMPT, "--json", "--top-k", "3")
+    assert "not finite" in error_line(rc, out, err) and out == ""
 
 
 def test_predict_with_masks_position_and_mean_ablation(capsys, ckpt):
