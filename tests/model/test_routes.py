@@ -11,10 +11,15 @@ import torch
 
 from tests.helpers.families import family_session
 from tests.helpers.models import tiny_session
+from transformer_viewer.model.checkpoint import LoadedModel
+from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.hooks import caching
 from transformer_viewer.model.norms import RMSNorm
 from transformer_viewer.model.routes import EDGE_KINDS, KINDS, information_routes
+from transformer_viewer.model.session import Session
+from transformer_viewer.model.tokenizer import Tokenized
 
 
 def _contrib(parts: np.ndarray, whole: np.ndarray) -> np.ndarray:
@@ -147,6 +152,48 @@ def test_renormalised_routes_conserve_the_flow_to_the_tokens():
     assert r.expanded >= r.n_layer  # at least the chosen position's node in each layer
     kinds = {KINDS[k] for k in r.nodes[:, 0]}
     assert {"embed", "out"} <= kinds
+
+
+def _previous_token_session(T: int = 8) -> Session:
+    """Two one-head layers that attend to the previous token by construction: position i is one
+    dimension of its own, the queries read i as i - 1, and each layer writes +/- its value, so
+    the mean a LayerNorm removes stays that of the positions alone, into dimensions of its own,
+    large enough to outweigh the residual it lands on."""
+    C = 6 * T
+    config = GPTConfig(n_layer=2, n_head=1, n_embd=C, block_size=T, vocab_size=16, bias=False, tie_embeddings=False)
+    model = GPT(config).eval()
+    shift = torch.zeros(C, C)
+    shift[torch.arange(T - 1), torch.arange(1, T)] = 1.0  # query i reads key i - 1
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.zero_()
+        model.wpe.weight[:, :T] = torch.eye(T)  # the tokens embed to nothing: only positions count
+        for layer, (gain, sharpness) in enumerate([(30.0, 200.0), (3e4, 2e5)]):
+            w = torch.zeros(3 * C, C)
+            w[:C] = sharpness * shift  # queries
+            w[C:C + T, :T] = torch.eye(T)  # keys: the position dimensions
+            w[2 * C:2 * C + T, :T] = torch.eye(T)  # values: the same
+            out = torch.zeros(C, C)
+            base = T + 2 * T * layer
+            out[base:base + T, :T] = gain * torch.eye(T)
+            out[base + T:base + 2 * T, :T] = -gain * torch.eye(T)
+            model.blocks[layer].attn.c_attn.weight.copy_(w)
+            model.blocks[layer].attn.c_proj.weight.copy_(out)
+    s = Session(LoadedModel(model=model, config=config, format="native", source="<test>", name="previous-token"))
+    s.set_tokens(Tokenized(ids=(1,) * T, labels=tuple(f"t{i}" for i in range(T)),
+                           spans=tuple((i, i + 1) for i in range(T)), text="x" * T))
+    return s
+
+
+def test_heads_that_attend_to_the_previous_token_give_the_diagonal_route():
+    s = _previous_token_session()
+    r = information_routes(s)
+    attention = [(int(r.nodes[src, 2]), int(r.nodes[dst, 2])) for (src, dst), k in zip(r.edges, r.edge_kind,
+                                                                                        strict=True) if k == 0]
+    assert attention and all(k == q - 1 for k, q in attention)
+    assert (6, 7) in attention and (5, 6) in attention  # 7 <- 6 in layer 1, 6 <- 5 in layer 0
+    assert int(np.argmax(r.token_share)) == 5 and r.token_share[5] > 0.5
 
 
 def test_a_masked_head_sends_nothing(tmp_path):
