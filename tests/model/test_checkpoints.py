@@ -24,7 +24,7 @@ from tests.helpers.models import (
     save_tiny,
     tiny_gpt,
 )
-from tests.model.tolerances import assert_float32_close, model_reduction
+from tests.helpers.tolerances import assert_float32_close, model_reduction
 from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
@@ -39,7 +39,7 @@ def ids(vocab: int = SMALL_VOCAB, T: int = 12, seed: int = 1) -> torch.Tensor:
 
 
 def assert_logits_match(loaded, ours, reference) -> None:
-    """Within float32 rounding for this model's sums and depth (tests/model/tolerances.py): another
+    """Within float32 rounding for this model's sums and depth (tests/helpers/tolerances.py): another
     implementation's kernels may add in another order, nothing more."""
     c = loaded.config
     assert_float32_close(ours, reference, reduction=model_reduction(c), depth=c.n_layer + 1, what="logits")
