@@ -27,12 +27,12 @@ def make_folder(folder: str) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     sys.path.insert(0, ".")  # the tests' tokenizer builder: a byte-level BPE tokenizer.json
-    from tests.model import tokenizer_common
+    from tests.helpers import tokenizers
 
     quiet_transformers()
     torch.manual_seed(0)
     Qwen2ForCausalLM(Qwen2Config(**SHAPE)).to(torch.bfloat16).save_pretrained(folder, max_shard_size="500MB")
-    tokenizer_common.byte_level(folder)
+    tokenizers.byte_level(folder)
 
 
 def main() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.hardening import corpus as corpus_module
-from tests.hardening.common import save_tiny
+from tests.helpers.hardening import save_tiny
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +21,7 @@ def tiny_ckpt(tmp_path_factory) -> str:
 
 @pytest.fixture
 def dialogs(monkeypatch):
-    from tests.hardening.common import Dialogs
+    from tests.helpers.hardening import Dialogs
 
     return Dialogs(monkeypatch)
 

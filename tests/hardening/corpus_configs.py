@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.hardening.cli_cases import CliCase
-from tests.hardening.common import TINY
-from tests.model import hf_family_models as fm
+from tests.helpers import hf_family_models as fm
+from tests.helpers.hardening import TINY
 from transformer_viewer.model.checkpoint import save_checkpoint
 from transformer_viewer.model.formats import native
 from transformer_viewer.model.gpt import GPT

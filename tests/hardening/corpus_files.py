@@ -21,10 +21,10 @@ import socket
 import struct
 
 from tests.hardening.cli_cases import CliCase
-from tests.hardening.common import save_tiny
 from tests.hardening.corpus import _hf_folder, _model
+from tests.helpers import tokenizers as tc
+from tests.helpers.hardening import save_tiny
 from tests.helpers.hf_hub import cache_entry, repo_dir
-from tests.model import tokenizer_common as tc
 
 GROUPS = ("not_regular", "changing", "names")
 PROMPT = ("--prompt", "The cat sat")

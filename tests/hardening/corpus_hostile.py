@@ -420,7 +420,7 @@ def add_leaving_links(root: str, add, sharded, model) -> None:
 def add_hostile_tokenizers(root: str, add, model) -> None:
     """GPT-2-layout folders with a 512-token vocabulary bringing their own tokenizer.json: a plain
     one (loads) and ones whose pre-tokenizer regex could stall the library (refused at load)."""
-    from tests.model import tokenizer_common as tc
+    from tests.helpers import tokenizers as tc
 
     def folder(name, pattern=None):
         path = _hf_folder(os.path.join(root, name), model)

@@ -18,7 +18,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from tests.hardening.cli_cases import CliCase
-from tests.hardening.common import save_tiny
+from tests.helpers.hardening import save_tiny
 from transformer_viewer.model.config import GPTConfig
 
 GROUPS = ("compressed", "heads_text", "prompt_size", "train_record")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from tests.hardening.cli_cases import CliCase
-from tests.hardening.common import save_tiny
+from tests.helpers.hardening import save_tiny
 
 GROUPS = ("outputs",)
 TRAIN_FLAGS = ("--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--steps", "2",

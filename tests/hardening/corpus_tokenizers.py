@@ -12,9 +12,9 @@ import os
 import shutil
 
 from tests.hardening.cli_cases import CliCase
-from tests.hardening.common import save_tiny
+from tests.helpers import tokenizers as tc
 from tests.helpers.charsmaps import charsmap, precompiled
-from tests.model import tokenizer_common as tc
+from tests.helpers.hardening import save_tiny
 
 GROUPS = ("panics", "bombs", "unknown_token", "prompts", "digits", "special_ids")
 VOCAB = 456  # the model's rows: the Metaspace test tokenizer's 200 pieces and 256 byte pieces fit

@@ -11,7 +11,7 @@ import os
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.model.hf_family_models import build
+from tests.helpers.hf_family_models import build
 
 
 def llama_folder(folder: str, config_edit=None, state_edit=None, name: str = "smollm_tied") -> str:

@@ -9,7 +9,7 @@ import json
 import os
 
 from tests.hardening.message_case import Case, raised
-from tests.model import tokenizer_common as tc
+from tests.helpers import tokenizers as tc
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.tokenizer import MAX_PROMPT_CHARS, load_tokenizer
 

@@ -8,8 +8,8 @@ import json
 import os
 
 from tests.hardening.message_case import Case, raised
+from tests.helpers import tokenizers as tc
 from tests.helpers.failing_open import fail_opens
-from tests.model import tokenizer_common as tc
 from transformer_viewer.model.tokenizer import load_tokenizer
 
 

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from tests.hardening.common import new_window, one_line, wait_idle
 from tests.hardening.corpus import EXTENSIONS, GOOD
 from tests.helpers.cli import cli, error_line
-from tests.helpers.failing_open import fail_opens
+from tests.helpers.failing_open import refuse_reads_of
+from tests.helpers.hardening import new_window, one_line, wait_idle
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.viewer.cli.main import main
@@ -75,16 +75,6 @@ def test_code_carrying_pickles_are_refused_without_running(corpus):
         message = load_error(b.path)
         assert "needs code to load" in message or "unknown checkpoint format" in message, message
         assert not os.path.exists(marker), f"{b.name}: the payload created {marker}"
-
-
-def refuse_reads_of(monkeypatch, path: str) -> str:
-    """We run as root, for whom chmod 000 does not stop reads: make open() refuse `path` as the
-    kernel would for a normal user (PermissionError, errno 13). Returns how it was simulated."""
-    os.chmod(path, 0)
-    if not os.access(path, os.R_OK):
-        return "chmod"  # a normal user: the real thing
-    fail_opens(monkeypatch, path, lambda name: PermissionError(13, "Permission denied", name))
-    return "monkeypatched opens"
 
 
 def test_a_file_without_read_permission(tmp_path, monkeypatch, tiny_ckpt, capsys):

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.hardening.common import new_window, one_line, wait_idle
+from tests.helpers.hardening import new_window, one_line, wait_idle
 from transformer_viewer.model import atomic_write
 from transformer_viewer.model import device as device_module
 from transformer_viewer.model.checkpoint import load_checkpoint

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.hardening.common import Dialogs, new_window, one_line, wait_idle
+from tests.helpers.hardening import Dialogs, new_window, one_line, wait_idle
 from tests.helpers.window import make_checkpoint
 
 

@@ -12,9 +12,9 @@ import os
 import pytest
 import torch
 
-from tests.hardening.common import PROMPT, TINY, one_line
 from tests.hardening.message_case import raised
-from tests.model.test_train import write_text
+from tests.helpers.hardening import PROMPT, TINY, one_line
+from tests.helpers.training import write_text
 from transformer_viewer.model import atomic_write
 from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.errors import CheckpointError

@@ -15,7 +15,7 @@ import pytest
 from PySide6.QtWidgets import QFileDialog
 
 from tests.hardening import corpus_hostile
-from tests.hardening.common import new_window, one_line, wait_idle
+from tests.helpers.hardening import new_window, one_line, wait_idle
 from tests.helpers.hf_hub import cache_entry
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError

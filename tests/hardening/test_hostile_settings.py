@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hardening.common import UncaughtExceptions, new_window, one_line
+from tests.helpers.hardening import UncaughtExceptions, new_window, one_line
 from transformer_viewer.viewer.window.settings import EXPORT_DIR_KEY, RECENT_KEY, RECENT_MAX
 
 MANY = 100_000

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.hardening.common import TINY, one_line
 from tests.hardening.message_case import Case, Ctx, area_cases, raised
 from tests.helpers.failing_open import fail_opens
+from tests.helpers.hardening import TINY, one_line
 from transformer_viewer.model import atomic_write
 from transformer_viewer.model import device as device_module
 from transformer_viewer.model.checkpoint import load_checkpoint
@@ -118,7 +118,7 @@ def unreadable(ctx, kind):
     """Root reads anything, so a user's "permission denied" is simulated at open()/listdir()."""
     import builtins
 
-    from tests.hardening.test_bad_checkpoints import refuse_reads_of
+    from tests.helpers.failing_open import refuse_reads_of
 
     if kind == "file":
         path = ctx.tmp / "locked.safetensors"
@@ -166,7 +166,7 @@ def export_error(ctx, fn):
 
 def window_export_without_trace(ctx, what, path):
     """The dialog-free core of File > Export on a window with nothing run yet (and a bad kind)."""
-    from tests.hardening.common import Dialogs
+    from tests.helpers.hardening import Dialogs
 
     shown = Dialogs(ctx.mp)
 
@@ -334,7 +334,7 @@ def data_error(ctx, kind):
     if kind == "missing":
         return raised(lambda: load_corpus([str(ctx.tmp / "missing.txt")]))
     if kind == "unreadable":
-        from tests.hardening.test_bad_checkpoints import refuse_reads_of
+        from tests.helpers.failing_open import refuse_reads_of
 
         (ctx.tmp / "locked.txt").write_text("hello")
         refuse_reads_of(ctx.mp, str(ctx.tmp / "locked.txt"))
@@ -392,7 +392,7 @@ def export_button_without_data(ctx):
     button = ExportButton(EmptyView(), "empty")
     messages = []
     button.failed.connect(messages.append)
-    from tests.hardening.common import Dialogs
+    from tests.helpers.hardening import Dialogs
 
     Dialogs(ctx.mp)
     assert button.export(str(ctx.tmp / "x.npy")) is None

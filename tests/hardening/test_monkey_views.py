@@ -21,8 +21,8 @@ import time
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from tests.hardening.common import UncaughtExceptions, new_window, save_tiny, wait_idle
-from tests.hardening.test_monkey import Monkey
+from tests.helpers.hardening import UncaughtExceptions, new_window, save_tiny, wait_idle
+from tests.helpers.monkey import Monkey
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.viewer.window.pattern_export import export_pattern
 
@@ -163,11 +163,11 @@ class ViewsMonkey(Monkey):
 
 def gemma2_folder(folder) -> str:
     """A random Gemma 2 model saved as Hugging Face does, with a tokenizer.json of its style."""
-    from tests.model import tokenizer_common
-    from tests.model.hf_family_models import build
+    from tests.helpers import tokenizers
+    from tests.helpers.hf_family_models import build
     from transformer_viewer.model.tokenizer import load_tokenizer
 
-    tokenizer_common.metaspace(str(folder))
+    tokenizers.metaspace(str(folder))
     build("gemma2", vocab_size=load_tokenizer(str(folder)).n_vocab, max_position_embeddings=1024,
           sliding_window=200).save_pretrained(str(folder))
     return str(folder)

@@ -8,7 +8,7 @@ from transformer_viewer.model import tokenizer
 
 
 def test_the_window_refuses_a_prompt_past_the_bound(qtbot, tmp_path, tiny_ckpt, dialogs, monkeypatch):
-    from tests.hardening.common import new_window, wait_idle
+    from tests.helpers.hardening import new_window, wait_idle
 
     window = new_window(qtbot, tmp_path, tiny_ckpt)
     before = window.state.trace

@@ -4,7 +4,6 @@ position outside it), and tokens map back onto the text they came from."""
 
 from __future__ import annotations
 
-import random
 import re
 
 import numpy as np
@@ -12,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.hardening.common import TINY, one_line
+from tests.helpers.hardening import TINY, one_line
+from tests.helpers.hostile_prompts import HOSTILE_PIECES, one_megabyte
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.session import Session
@@ -24,12 +24,6 @@ SETTINGS = dict(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 HYPOTHESIS_CASES = {"general": 260, "hostile alphabet": 220, "masks and positions": 120, "tail": 150}  # 750
 
-HOSTILE_PIECES = [
-    ENDOFTEXT, "<|endoftext", "|>", "<|", " ", "  ", "\n", "\r\n", "\t", "\x00", "\x01", "\x1b[31m", "\x7f", "\x85",
-    "\u00a0", "\u200b", "\u200d", "\u2028", "\u202e", "\u202c", "\ufeff", "\ufffd", "e\u0301", "\u0308\u0308\u0308",
-    "🤗", "👩‍👩‍👧‍👦", "🏳️‍🌈", "日本語", "中文", "한국어", "שלום", "مرحبا", "Ωμέγα", "naïve", "’", "…", "\\x41", "·", "⏎",
-    "\U0010ffff", "\ue000", "A", "the", " cat", "123", "$$", "'s", "don't",
-]
 hostile_text = st.lists(st.sampled_from(HOSTILE_PIECES), max_size=40).map("".join)
 LABEL_ALPHABET = set("·⏎⇥␍\\")  # characters a label uses for itself: a span holding them is ambiguous
 _VISIBLE_BACK = {"·": " ", "⏎": "\n", "⇥": "\t", "␍": "\r"}
@@ -38,7 +32,7 @@ _ESCAPE = re.compile(r"\\x([0-9a-f]{2})|\\u([0-9a-f]{4})")
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
-    from tests.hardening.common import save_tiny
+    from tests.helpers.hardening import save_tiny
 
     path = save_tiny(tmp_path_factory.mktemp("prompts") / "tiny.safetensors")
     return Session(load_checkpoint(path, device="cpu"))
@@ -163,12 +157,6 @@ def test_keeping_the_last_tokens_equals_slicing_them(tok, text, n):
     assert got == expected
 
 
-def one_megabyte(seed: int = 0) -> str:
-    rng = random.Random(seed)
-    words = ["the", " cat", "日本語", "🤗", "naïve", ENDOFTEXT, "\n", "  ", "\x00", "שלום", "e\u0301", "x" * 40]
-    return "".join(rng.choice(words) for _ in range(300_000))[: 1 << 20]
-
-
 FIXED = {
     "empty": "",
     "space": " ",
@@ -234,7 +222,7 @@ APP_PROMPTS = ["", " ", "\n\n", ENDOFTEXT, ENDOFTEXT * 100, "\x00", "a\x00b", "�
 
 def test_the_app_takes_every_hostile_prompt(qtbot, tmp_path, tiny_ckpt, dialogs):
     """In the window: an empty prompt is a notice (not a dialog), every other one gives a trace."""
-    from tests.hardening.common import new_window, wait_idle
+    from tests.helpers.hardening import new_window, wait_idle
 
     window = new_window(qtbot, tmp_path, tiny_ckpt)
     st = window.state

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hardening.common import UncaughtExceptions, new_window, one_line, wait_idle
+from tests.helpers.hardening import UncaughtExceptions, new_window, one_line, wait_idle
 from tests.helpers.panics import a_panic
 from transformer_viewer.viewer.worker import requests
 from transformer_viewer.viewer.worker.requests import TraceRequest, lookup_handler

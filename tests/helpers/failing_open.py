@@ -33,3 +33,13 @@ def fail_opens(monkeypatch, path, make_error, from_call: int = 1) -> None:
 
     monkeypatch.setattr(builtins, "open", failing_open)
     monkeypatch.setattr(os, "open", failing_os_open)
+
+
+def refuse_reads_of(monkeypatch, path: str) -> str:
+    """We run as root, for whom chmod 000 does not stop reads: make open() refuse `path` as the
+    kernel would for a normal user (PermissionError, errno 13). Returns how it was simulated."""
+    os.chmod(path, 0)
+    if not os.access(path, os.R_OK):
+        return "chmod"  # a normal user: the real thing
+    fail_opens(monkeypatch, path, lambda name: PermissionError(13, "Permission denied", name))
+    return "monkeypatched opens"

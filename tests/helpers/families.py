@@ -1,4 +1,4 @@
-"""Sessions on the tiny random Hugging Face model of each family (tests/model/hf_family_models.py),
+"""Sessions on the tiny random Hugging Face model of each family (tests/helpers/hf_family_models.py),
 loaded through our reader, for the analyses that must hold on every family."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tests.model.hf_family_models import build, save
+from tests.helpers.hf_family_models import build, save
 from transformer_viewer.model.checkpoint import LoadedModel, build_model
 from transformer_viewer.model.formats import huggingface
 from transformer_viewer.model.session import Session
@@ -41,3 +41,14 @@ def family_session(name: str, folder, T: int = 12, seed: int = 7) -> Session:
     vocab = hf.config.get_text_config().vocab_size
     ids = torch.randint(3, vocab, (1, T), generator=torch.Generator().manual_seed(seed + 1))
     return session_on(load_folder(save(hf, str(folder))), ids)
+
+
+def assert_logits_and_patterns_match(hf, loaded: LoadedModel, ids: torch.Tensor) -> None:
+    """Our logits within 1e-4 of Hugging Face's and every captured pattern within 1e-5 of its eager one."""
+    with torch.no_grad():
+        out = hf(ids, output_attentions=True)
+        ours = loaded.model(ids)[0]
+    assert (ours - out.logits).abs().max().item() <= 1e-4
+    trace = session_on(loaded, ids).run()
+    for layer in range(loaded.config.n_layer):
+        assert np.abs(trace.attention[layer] - out.attentions[layer][0].numpy()).max() <= 1e-5, layer

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -41,6 +43,34 @@ def idle(window) -> bool:
 
 def wait_idle(qtbot, window, condition=lambda: True, timeout: int = WAIT_MS) -> None:
     qtbot.waitUntil(lambda: idle(window) and bool(condition()), timeout=timeout)
+
+
+def idle_and(window, cond=lambda: True):
+    """A waitUntil condition: the worker idle and `cond` true."""
+    return lambda: not window.worker.busy and cond()
+
+
+def open_window(qtbot, tmp_path, ckpt: str, prompt: str):
+    """A window that loads `ckpt`, then runs `prompt` as a typed prompt (a short debounce)."""
+    from PySide6.QtCore import QSettings
+
+    from transformer_viewer.viewer.window.main_window import MainWindow
+
+    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat), debounce_ms=20)
+    qtbot.addWidget(w)
+    w.show()
+    w.load(ckpt, device="cpu")
+    qtbot.waitUntil(idle_and(w, lambda: w.state.model_info is not None), timeout=WAIT_MS)
+    w.run_prompt(prompt)
+    qtbot.waitUntil(idle_and(w, lambda: w.state.trace is not None and w.state.trace.text == prompt), timeout=WAIT_MS)
+    return w
+
+
+def analysis_views(window) -> SimpleNamespace:
+    """The analysis views of a window by what they show."""
+    v = window.views
+    return SimpleNamespace(residual=v["Residual stream"], mlp=v["MLP neurons"], lens=v["Logit lens"],
+                           scan=v["Head scan"], diff=v["Attention diff"], generate=v["Continue"])
 
 
 def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT, debounce_ms: int = 30):

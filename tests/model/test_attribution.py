@@ -62,14 +62,14 @@ FAMILY_CASES = ["llama", "gemma2", "gemma3", "olmo", "olmo2", "pythia", "qwen3",
 
 @pytest.fixture(scope="module")
 def family_sessions(tmp_path_factory):
-    from tests.model.hf_family_models import build, save
-    from tests.model.test_parity_families import load, session
+    from tests.helpers.families import load_folder, session_on
+    from tests.helpers.hf_family_models import build, save
 
     out = {}
     for name in FAMILY_CASES:
         hf = build(name, seed=7)
         ids = torch.randint(3, hf.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(8))
-        out[name] = session(load(save(hf, str(tmp_path_factory.mktemp(name)))), ids)
+        out[name] = session_on(load_folder(save(hf, str(tmp_path_factory.mktemp(name)))), ids)
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import sys
 
 import pytest
 import torch
@@ -24,8 +25,8 @@ from tests.helpers.models import (
     save_tiny,
     tiny_gpt,
 )
-from tests.model.tolerances import assert_float32_close, model_reduction
-from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint, save_checkpoint
+from tests.helpers.tolerances import assert_float32_close, model_reduction
+from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import native
@@ -39,7 +40,7 @@ def ids(vocab: int = SMALL_VOCAB, T: int = 12, seed: int = 1) -> torch.Tensor:
 
 
 def assert_logits_match(loaded, ours, reference) -> None:
-    """Within float32 rounding for this model's sums and depth (tests/model/tolerances.py): another
+    """Within float32 rounding for this model's sums and depth (tests/helpers/tolerances.py): another
     implementation's kernels may add in another order, nothing more."""
     c = loaded.config
     assert_float32_close(ours, reference, reduction=model_reduction(c), depth=c.n_layer + 1, what="logits")
@@ -350,10 +351,13 @@ def test_file_not_found(tmp_path):
     assert "file not found" in load_error(str(tmp_path / "missing.pt"))
 
 
-def test_bundled_model_missing_is_a_clear_error():
-    if os.path.exists(bundled_checkpoint_path()):
-        pytest.skip("the bundled model is installed")
-    assert "bundled model" in load_error(None)
+def test_bundled_model_missing_is_a_clear_error(tmp_path, monkeypatch):
+    """An install without the bundled model (as if its file were deleted): loading it says so."""
+    missing = str(tmp_path / "bundled.safetensors")
+    # Where load_checkpoint looks the bundled path up (it imports the name into its module).
+    monkeypatch.setattr(sys.modules[load_checkpoint.__module__], "bundled_checkpoint_path", lambda: missing)
+    message = load_error(None)
+    assert "bundled model is not installed" in message and missing in message and "checkpoint path" in message
 
 
 def test_unknown_format_says_what_was_found(tmp_path):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.hf_family_models import save_with_tokenizer
 from tests.helpers.models import save_tiny
-from tests.model.hf_family_models import save_with_tokenizer
 from transformer_viewer.model.attribution import head_attribution
 from transformer_viewer.model.checkpoint import LoadedModel, load_checkpoint
 from transformer_viewer.model.config import GPTConfig

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.hf_family_models import build, published_form, save
-from tests.model.test_parity_families import assert_logits_and_patterns_match, load, session
+from tests.helpers.families import assert_logits_and_patterns_match, load_folder, session_on
+from tests.helpers.hf_family_models import build, published_form, save
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.families import switches
 from transformer_viewer.model.rotary import inverse_frequencies
@@ -43,7 +43,7 @@ def fresh(name: str):
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def pair(request, tmp_path_factory):
     name = request.param
-    return name, load(save(fresh(name), str(tmp_path_factory.mktemp(name))))
+    return name, load_folder(save(fresh(name), str(tmp_path_factory.mktemp(name))))
 
 
 def _ids(T: int) -> torch.Tensor:
@@ -90,7 +90,7 @@ def test_a_longer_prompt_rotates_every_position_by_its_own_base(pair):
     lengths = (ORIGINAL, ORIGINAL + 8, 2 * ORIGINAL)
     ours, theirs = [], []
     for n in lengths:  # layer 0's pattern among the first ORIGINAL tokens
-        ours.append(session(loaded, ids[:, :n]).run().attention[0][:, :ORIGINAL, :ORIGINAL])
+        ours.append(session_on(loaded, ids[:, :n]).run().attention[0][:, :ORIGINAL, :ORIGINAL])
         with torch.no_grad():
             theirs.append(fresh(name)(ids[:, :n], output_attentions=True).attentions[0][0, :, :ORIGINAL, :ORIGINAL].numpy())
     for a, b in ((0, 1), (1, 2)):
@@ -104,14 +104,14 @@ def test_prediction_and_recompute_use_the_prompts_own_base(pair):
     (both rotate by the base of the prompt's length, not of whatever ran before)."""
     _, loaded = pair
     ids = _ids(ORIGINAL + 9)
-    s = session(loaded, ids)
+    s = session_on(loaded, ids)
     s.run()
     mask = np.zeros((loaded.config.n_layer, loaded.config.n_head), dtype=bool)
     mask[-1, 0] = True
     fast = s.predict(mask).probs
     with torch.no_grad():
         loaded.model(_ids(2 * ORIGINAL))  # another length in between, with frequencies of its own
-    full = session(loaded, ids).run(mask=mask).next.probs
+    full = session_on(loaded, ids).run(mask=mask).next.probs
     assert np.abs(fast - full).max() <= 1e-6
 
 
@@ -122,7 +122,7 @@ def test_published_config_loads_the_same_model(pair, tmp_path):
     published_form(folder)
     with open(os.path.join(folder, "config.json")) as f:
         assert json.load(f)["rope_scaling"]["type"] == "dynamic"
-    assert load(folder).config == native.config
+    assert load_folder(folder).config == native.config
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -141,6 +141,6 @@ def test_every_family_reading_the_shared_rope_settings_extends_its_context(name,
     with Hugging Face's past the original one."""
     over = dict(DYNAMIC, partial_rotary_factor=0.5) if name == "phi" else DYNAMIC
     hf = build(name, rope_parameters=over, max_position_embeddings=ORIGINAL)
-    loaded = load(save(hf, str(tmp_path)))
+    loaded = load_folder(save(hf, str(tmp_path)))
     assert (loaded.config.rope_scaling, loaded.config.block_size) == ("dynamic", int(ORIGINAL * FACTOR))
     assert_logits_and_patterns_match(hf, loaded, _ids(int(ORIGINAL * FACTOR)))

@@ -7,8 +7,8 @@ import json
 
 import torch
 
-from tests.model.hf_family_models import build, save
-from tests.model.test_parity_families import load
+from tests.helpers.families import load_folder
+from tests.helpers.hf_family_models import build, save
 from transformer_viewer.model.checkpoint import save_checkpoint
 from transformer_viewer.model.config import PRESETS, GPTConfig
 from transformer_viewer.model.families import family_name, switches
@@ -27,7 +27,7 @@ def test_our_checkpoints_are_named_by_preset():
 
 
 def test_a_folder_names_its_family_and_its_switches(tmp_path):
-    loaded = load(save(build("gemma2"), str(tmp_path)))
+    loaded = load_folder(save(build("gemma2"), str(tmp_path)))
     assert family_name(loaded.config, loaded.training) == "Gemma 2"
     got = switches(loaded.config)
     for part in ("RMSNorm (1 + w)", "norms before and after each sublayer", "2 key/value heads for 4 query heads",

@@ -12,8 +12,8 @@ import os
 import pytest
 import torch
 
+from tests.helpers.hf_family_models import FAMILY_OF, WITH_GPT2, save_with_tokenizer, vocab
 from tests.helpers.hf_hub import cache_entry
-from tests.model.hf_family_models import FAMILY_OF, WITH_GPT2, save_with_tokenizer, vocab
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.viewer.cli.main import main
 

@@ -9,8 +9,8 @@ import os
 import pytest
 import torch
 
-from tests.model.hf_family_models import COMMON, build, published_form, save, vocab
-from tests.model.test_parity_families import load
+from tests.helpers.families import load_folder
+from tests.helpers.hf_family_models import COMMON, build, published_form, save, vocab
 from transformer_viewer.model.checkpoint import build_model
 from transformer_viewer.model.formats import detect, hf_families, huggingface
 
@@ -25,7 +25,7 @@ def test_sharded_safetensors_with_index(tmp_path):
     hf = build("qwen2")
     hf.save_pretrained(tmp_path, max_shard_size="20KB")
     assert (tmp_path / "model.safetensors.index.json").exists() and len(list(tmp_path.glob("*-of-*"))) > 2
-    loaded = load(tmp_path)
+    loaded = load_folder(tmp_path)
     ids = _ids(hf)
     with torch.no_grad():
         assert (loaded.model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
@@ -35,7 +35,7 @@ def test_sharded_safetensors_with_index(tmp_path):
 def test_half_precision_weights_compute_in_float32(tmp_path, dtype):
     hf = build("gemma2")
     hf.to(dtype).save_pretrained(tmp_path)
-    loaded = load(tmp_path)
+    loaded = load_folder(tmp_path)
     assert all(p.dtype == torch.float32 for p in loaded.model.parameters())
     reference = hf.to(torch.float32)  # the same rounded weights, computed in float32
     ids = _ids(hf)
@@ -87,7 +87,7 @@ def test_saved_rotary_tables_are_ignored(tmp_path):
     save_file(state, path, metadata={"format": "pt"})
     ids = _ids(hf)
     with torch.no_grad():
-        assert (load(tmp_path).model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
+        assert (load_folder(tmp_path).model(ids)[0] - hf(ids).logits).abs().max().item() <= 1e-4
 
 
 def _gemma3_published(folder) -> None:
@@ -139,7 +139,7 @@ def test_a_multimodal_gemma3_opens_as_its_text_decoder(tmp_path, layout):
     family = hf_families.FAMILIES["Gemma3ForConditionalGeneration"]
     kept = huggingface.load_weights(weights, skip=family.skip)
     assert kept and not any("vision_tower" in k or "multi_modal_projector" in k for k in kept)
-    loaded = load(tmp_path)
+    loaded = load_folder(tmp_path)
     assert loaded.training["family"] == "Gemma 3 text decoder"
     assert loaded.config.rope_scaling == "linear" and loaded.config.rope_local_base == 1e4
     assert loaded.config.layer_types == ("sliding", "full", "sliding", "full")
@@ -155,7 +155,7 @@ def test_a_qwen2_5_vl_opens_as_its_text_decoder(tmp_path, layout):
     config, with the multimodal model's logits for a text prompt; the vision tower is never read."""
     hf = build("qwen2_5_vl")
     save(hf, str(tmp_path))
-    nested = load(tmp_path).config
+    nested = load_folder(tmp_path).config
     weights = str(tmp_path / "model.safetensors")
     if layout == "published":
         published_form(str(tmp_path))  # Qwen's flat file, mrope and all
@@ -165,7 +165,7 @@ def test_a_qwen2_5_vl_opens_as_its_text_decoder(tmp_path, layout):
     family = hf_families.FAMILIES["Qwen2_5_VLForConditionalGeneration"]
     kept = huggingface.load_weights(weights, skip=family.skip)
     assert kept and not any("visual" in k for k in kept)
-    loaded = load(tmp_path)
+    loaded = load_folder(tmp_path)
     assert loaded.training["family"] == "Qwen2.5-VL text decoder"
     assert loaded.config == nested and loaded.config.tie_embeddings and loaded.config.sliding_window == 6
     ids = _ids(hf)
@@ -258,7 +258,7 @@ def test_a_tied_config_keeps_a_head_of_its_own_as_transformers_does(tmp_path):
     path.write_text(json.dumps(cfg))
     reference = transformers.Mistral3ForConditionalGeneration.from_pretrained(tmp_path).eval()
     assert reference.config.tie_word_embeddings
-    loaded = load(tmp_path)
+    loaded = load_folder(tmp_path)
     assert not loaded.config.tie_embeddings and "lm_head.weight" in dict(loaded.model.named_parameters())
     ids = _ids(hf)
     with torch.no_grad():
@@ -274,7 +274,7 @@ def test_a_tied_file_with_an_equal_copy_of_its_head_stays_tied(tmp_path):
     state = load_file(weights)
     state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
     save_file(state, weights, metadata={"format": "pt"})
-    loaded = load(tmp_path)
+    loaded = load_folder(tmp_path)
     assert loaded.config.tie_embeddings and loaded.model.lm_head.weight is loaded.model.wte.weight
 
 
@@ -316,7 +316,7 @@ def test_a_gpt2_file_with_a_head_ties_as_transformers_does(tmp_path, head):
     state["lm_head.weight"] = torch.randn_like(wte) if head == "its own" else wte.clone()
     save_file(state, weights, metadata={"format": "pt"})
     reference = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
-    loaded = load(tmp_path)
+    loaded = load_folder(tmp_path)
     assert loaded.config.tie_embeddings == (head == "an equal copy")
     ids = torch.randint(0, 96, (1, T), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.hf_family_models import FAMILIES, build, save, vocab
-from tests.model.test_parity_families import load, session
-from tests.model.tolerances import assert_float32_close, model_reduction
+from tests.helpers.families import load_folder, session_on
+from tests.helpers.hf_family_models import FAMILIES, build, save, vocab
+from tests.helpers.tolerances import assert_float32_close, model_reduction
 from transformer_viewer.model.generate import generate
 from transformer_viewer.model.lens import logit_lens
 from transformer_viewer.model.scan import head_scan
@@ -22,7 +22,7 @@ T = 16
 @pytest.fixture(scope="module", params=["smollm_tied", "pythia"])
 def pair(request, tmp_path_factory):
     hf = build(request.param, seed=3)
-    loaded = load(save(hf, str(tmp_path_factory.mktemp(request.param))))
+    loaded = load_folder(save(hf, str(tmp_path_factory.mktemp(request.param))))
     ids = torch.randint(3, vocab(hf), (1, T), generator=torch.Generator().manual_seed(4))
     return request.param, hf, loaded, ids
 
@@ -51,14 +51,14 @@ def test_mean_ablation_matches_the_reference(pair):
     ref = hf_logits_with(hf, name, layer, mean_head)
     mask = np.zeros((c.n_layer, c.n_head), dtype=bool)
     mask[layer, head] = True
-    trace = session(loaded, ids).run(mask, ablation="mean")
+    trace = session_on(loaded, ids).run(mask, ablation="mean")
     assert_float32_close(trace.next.probs, torch.softmax(ref[-1], -1), reduction=model_reduction(c),
                          depth=c.n_layer + 1, scale=1.0, what=f"{name} mean-ablated next token")
 
 
 def test_logit_lens_final_row_is_the_models_prediction(pair):
     name, hf, loaded, ids = pair
-    s = session(loaded, ids)
+    s = session_on(loaded, ids)
     s.run()
     lens = logit_lens(s)
     with torch.no_grad():
@@ -77,7 +77,7 @@ def test_logit_lens_final_row_is_the_models_prediction(pair):
 def test_head_scan_effects_match_ablating_in_the_reference(pair):
     name, hf, loaded, ids = pair
     c = loaded.config
-    s = session(loaded, ids)
+    s = session_on(loaded, ids)
     s.run()
     result = head_scan(s)
     assert result.done.all() and not result.cancelled
@@ -96,7 +96,7 @@ def test_head_scan_effects_match_ablating_in_the_reference(pair):
 
 def test_greedy_generation_follows_the_reference(pair):
     name, hf, loaded, ids = pair
-    s = session(loaded, ids[:, :8])
+    s = session_on(loaded, ids[:, :8])
     gen = generate(s, 5)
     seq = ids[:, :8]
     expected = []

@@ -9,37 +9,12 @@ import math
 import pytest
 import torch
 
+from tests.helpers.family_switches import BASE, VARIANTS, switch_model
 from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.gpt import GPT, QUERY_BLOCK, AttentionWorkspace, attention_workspace
+from transformer_viewer.model.gpt import QUERY_BLOCK, AttentionWorkspace, attention_workspace
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.linear import plain_kernels
 from transformer_viewer.model.rotary import Rotary
-
-BASE = dict(n_layer=2, n_head=4, n_embd=32, block_size=3 * QUERY_BLOCK + 16, vocab_size=300)
-VARIANTS = {
-    "llama_gqa": dict(positional="rotary", norm="rmsnorm", mlp="gated", activation="silu", bias=False, n_kv_head=2),
-    "window_softcap": dict(positional="rotary", sliding_window=37, layer_types=("sliding", "full"),
-                           attn_softcap=5.0, attn_scale=0.3, logit_softcap=3.0, norm_placement="sandwich",
-                           norm="rmsnorm", norm_offset=True, embed_scale=True, n_kv_head=1, head_dim=12),
-    "neox_parallel": dict(positional="rotary", rotary_pct=0.25, block="parallel", qkv_bias=True, proj_bias=False),
-    "gptj_shared": dict(positional="rotary", rotary_style="gptj", rotary_pct=0.5, block="parallel_shared_norm"),
-    "olmo2_post": dict(positional="rotary", norm="rmsnorm", norm_placement="post", qk_norm="all", bias=False),
-    "qwen3_headnorm": dict(positional="rotary", norm="rmsnorm", qk_norm="head", head_dim=16, n_kv_head=2,
-                           rope_scaling="llama3", rope_factor=8.0, rope_original_context=64),
-    "nope_longrope": dict(positional="rotary", nope_layers=(1,), rotary_pct=0.5, rope_scaling="longrope",
-                          rope_original_context=QUERY_BLOCK, rope_short_factor=(1.0, 3.0), rope_long_factor=(2.0, 9.0),
-                          rope_attention_factor=1.2),
-}
-
-
-def _model(name, seed=0):
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(**BASE, **VARIANTS[name])).eval()
-    with torch.no_grad():  # random norm gains and biases, so a mixed-up parameter shows
-        for p in model.parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn_like(p) * 0.2)
-    return model
 
 
 def _patterns(model, ids, grad: bool, workspace=None):
@@ -58,7 +33,7 @@ def _patterns(model, ids, grad: bool, workspace=None):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 @pytest.mark.parametrize("T", [7, QUERY_BLOCK + 1, 3 * QUERY_BLOCK + 16])
 def test_blocked_attention_is_bit_identical_for_every_switch(name, T):
-    model = _model(name)
+    model = switch_model(name)
     ids = torch.randint(0, 300, (2, T), generator=torch.Generator().manual_seed(T))
     full, logits_full = _patterns(model, ids, grad=True)
     blocked, logits_blocked = _patterns(model, ids, grad=False)
@@ -75,7 +50,7 @@ def test_blocked_attention_is_bit_identical_for_every_switch(name, T):
 
 
 def test_sliding_window_sees_exactly_its_window():
-    model = _model("window_softcap")
+    model = switch_model("window_softcap")
     T, window = 100, 37
     pats, _ = _patterns(model, torch.randint(0, 300, (1, T)), grad=False)
     q = torch.arange(T)[:, None]
@@ -86,7 +61,7 @@ def test_sliding_window_sees_exactly_its_window():
 
 
 def test_gqa_key_heads_are_shared_by_query_groups():
-    model = _model("llama_gqa")
+    model = switch_model("llama_gqa")
     got = {}
     with hooks(model, [("blocks.0.attn.hook_rot_k", lambda _m, _i, out: got.__setitem__("k", out)),
                        ("blocks.0.attn.hook_v", lambda _m, _i, out: got.__setitem__("v", out))]), torch.no_grad():
@@ -107,7 +82,7 @@ def test_rotary_rotates_pairs_by_position_and_keeps_norms():
 
 
 def test_nope_layers_leave_queries_and_keys_unrotated():
-    model = _model("nope_longrope")
+    model = switch_model("nope_longrope")
     got = {}
     named = [(f"blocks.{i}.attn.{h}", lambda _m, _i, out, key=(i, h): got.__setitem__(key, out.detach().clone()))
              for i in range(2) for h in ("hook_q", "hook_rot_q", "hook_k", "hook_rot_k")]
@@ -156,9 +131,9 @@ def test_bad_values_are_one_line_value_errors(changes, message):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 @pytest.mark.parametrize("T", [1, 9, QUERY_BLOCK + 40])
 def test_a_block_computing_its_last_rows_alone_equals_the_whole_blocks_rows(name, T):
-    from tests.model.tolerances import assert_float32_close, model_reduction
+    from tests.helpers.tolerances import assert_float32_close, model_reduction
 
-    model = _model(name)
+    model = switch_model(name)
     ids = torch.randint(0, 300, (2, T), generator=torch.Generator().manual_seed(T))
     with torch.inference_mode():
         x = model.embed(ids)

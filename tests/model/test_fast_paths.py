@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import transformer_viewer.model.linear as linear_module
-from tests.model.tolerances import assert_float32_close, model_reduction
+from tests.helpers.tolerances import assert_float32_close, model_reduction
 from transformer_viewer.model.checkpoint import LoadedModel
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT, QUERY_BLOCK, AttentionWorkspace, attention_workspace

@@ -10,19 +10,10 @@ import os
 
 import pytest
 
-from tests.model import tokenizer_common as tc
+from tests.helpers import tokenizers as tc
+from tests.helpers.tokenizers import TEXTS
 from transformer_viewer.model.hf_tokenizer import HFTokenizer
 from transformer_viewer.model.tokenizer import decode_after, load_tokenizer, parse_token, visible_label
-
-TEXTS = [
-    "Hello world, the quick brown fox.",
-    "  two spaces, a\ttab and\nnew lines\n\n",
-    tc.UNSEEN + " mixed with the word",
-    "Paris is the capital of France",
-    "<s> typed as text, and </s> too",
-    "",
-    "x",
-]
 
 
 @pytest.fixture(scope="module")

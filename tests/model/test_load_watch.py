@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.model.hf_family_models import save_with_tokenizer
+from tests.helpers.hf_family_models import save_with_tokenizer
 from transformer_viewer.model import load_watch
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import Cancelled

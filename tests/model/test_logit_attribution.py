@@ -11,7 +11,7 @@ import torch
 
 from tests.helpers.families import README_FAMILIES, family_session
 from tests.helpers.models import tiny_session
-from tests.model.tolerances import assert_float32_close, model_reduction
+from tests.helpers.tolerances import assert_float32_close, model_reduction
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.hooks import caching, count_hooks, hooks
 from transformer_viewer.model.interventions import head_mask_hooks

@@ -12,8 +12,8 @@ import os
 import pytest
 import torch
 
-from tests.model.hf_family_models import LONGROPE, LONGROPE_ORIGINAL, build, published_form, save
-from tests.model.test_parity_families import assert_logits_and_patterns_match, load
+from tests.helpers.families import assert_logits_and_patterns_match, load_folder
+from tests.helpers.hf_family_models import LONGROPE, LONGROPE_ORIGINAL, build, published_form, save
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.families import switches
 
@@ -21,7 +21,7 @@ from transformer_viewer.model.families import switches
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     hf = build("phi3_longrope")
-    return hf, load(save(hf, str(tmp_path_factory.mktemp("phi3_longrope"))))
+    return hf, load_folder(save(hf, str(tmp_path_factory.mktemp("phi3_longrope"))))
 
 
 def _ids(hf, T: int) -> torch.Tensor:
@@ -73,7 +73,7 @@ def test_published_configs_and_older_scaling_names_load_the_same_model(pair, tmp
     cfg["rope_scaling"]["type"] = name
     with open(path, "w") as f:
         json.dump(cfg, f)
-    loaded = load(folder)
+    loaded = load_folder(folder)
     assert loaded.config == native.config
     ids = _ids(hf, LONGROPE_ORIGINAL + 3)
     with torch.no_grad():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.helpers.models import randomize_, tiny_loaded
-from tests.model.tolerances import assert_float32_close
+from tests.helpers.tolerances import assert_float32_close
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.gpt import GPT, MLP, GatedMLP
 from transformer_viewer.model.hooks import hooks, reading

@@ -249,7 +249,7 @@ FAMILIES = ["window_softcap", "llama_gqa", "neox_parallel"]  # window + soft-cap
 
 
 def family_session(name: str, T: int) -> Session:
-    from tests.model.test_family_switches import _model
+    from tests.helpers.family_switches import switch_model as _model
 
     model = _model(name, seed=3)
     loaded = LoadedModel(model=model, config=model.config, format="native", source="<test>", name=name)

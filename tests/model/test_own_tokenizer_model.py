@@ -10,22 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers.models import hf_config, hf_model
-from tests.model import tokenizer_common as tc
+from tests.helpers import tokenizers as tc
+from tests.helpers.tokenizers import own_tokenizer_folder
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.hf_tokenizer import HFTokenizer
 from transformer_viewer.model.session import Session
 from transformer_viewer.viewer.cli.main import main
 
 PROMPT = "Hello world, the capital of France"
-
-
-def own_tokenizer_folder(folder: str, kind: str = "metaspace", seed: int = 7) -> str:
-    """A random GPT2LMHeadModel sized to the tokenizer trained into the same folder."""
-    getattr(tc, kind)(folder)
-    n_vocab = HFTokenizer(folder).n_vocab
-    hf_model(hf_config(vocab_size=n_vocab, bos_token_id=1, eos_token_id=2), seed=seed).save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +129,7 @@ def _family_folder(folder: str, family: str, tokenizer_kind: str | None) -> tupl
     None: sized like the Metaspace one, which is then left out of the folder), and that size."""
     import transformers
 
-    from tests.model.hf_family_models import FAMILIES
+    from tests.helpers.hf_family_models import FAMILIES
 
     tokenizer_folder = folder if tokenizer_kind else folder + "-tokenizer"
     getattr(tc, tokenizer_kind or "metaspace")(tokenizer_folder)

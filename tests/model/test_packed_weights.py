@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.helpers.models import TINY, tiny_gpt, tiny_loaded
-from tests.model.tolerances import assert_float32_close
+from tests.helpers.tolerances import assert_float32_close
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.linear import Linear, fast_path_enabled, plain_kernels
 from transformer_viewer.model.packing import pack_for_inference

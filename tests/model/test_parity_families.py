@@ -2,7 +2,7 @@
 model built with `transformers`, saved with save_pretrained and read by our loader, gives the
 same logits, attention patterns (eager `output_attentions`), residual stream, head-ablation
 effects and incremental recomputes. Tolerances follow from float32 arithmetic
-(tests/model/tolerances.py), so they hold on any CPU."""
+(tests/helpers/tolerances.py), so they hold on any CPU."""
 
 from __future__ import annotations
 
@@ -10,41 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.hf_family_models import FAMILIES, build, published_form, save, text_params, vocab
-from tests.model.tolerances import assert_float32_close, float32_atol, model_reduction
-from transformer_viewer.model.checkpoint import LoadedModel, build_model
-from transformer_viewer.model.formats import huggingface
-from transformer_viewer.model.session import Session
-from transformer_viewer.model.tokenizer import Tokenized
+from tests.helpers.families import load_folder, session_on
+from tests.helpers.hf_family_models import FAMILIES, build, published_form, save, text_params, vocab
+from tests.helpers.tolerances import assert_float32_close, float32_atol, model_reduction
 
 T = 20  # longer than every sliding window in the tiny configs
-
-
-def load(folder) -> LoadedModel:
-    """Through the reader and build_model (not the app's tokenizer check: these vocabularies are tiny)."""
-    config, state, info = huggingface.read_folder(str(folder))
-    model = build_model(config, state, str(folder), key_name=info["key_name"])
-    return LoadedModel(model=model, config=config, format="huggingface", source=str(folder), name=info["name"],
-                       training=info["training"])
-
-
-def session(loaded: LoadedModel, ids: torch.Tensor) -> Session:
-    s = Session(loaded, pattern_dtype=np.float32, keep_full=True)  # the full patterns, to compare with eager HF
-    n = ids.shape[1]
-    s.set_tokens(Tokenized(ids=tuple(int(i) for i in ids[0]), labels=tuple(f"t{i}" for i in range(n)),
-                           spans=tuple((i, i + 1) for i in range(n)), text="x" * n))
-    return s
-
-
-def assert_logits_and_patterns_match(hf, loaded: LoadedModel, ids: torch.Tensor) -> None:
-    """Our logits within 1e-4 of Hugging Face's and every captured pattern within 1e-5 of its eager one."""
-    with torch.no_grad():
-        out = hf(ids, output_attentions=True)
-        ours = loaded.model(ids)[0]
-    assert (ours - out.logits).abs().max().item() <= 1e-4
-    trace = session(loaded, ids).run()
-    for layer in range(loaded.config.n_layer):
-        assert np.abs(trace.attention[layer] - out.attentions[layer][0].numpy()).max() <= 1e-5, layer
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -52,7 +22,7 @@ def pair(request, tmp_path_factory):
     hf = build(request.param)
     folder = save(hf, str(tmp_path_factory.mktemp(request.param)))
     ids = torch.randint(3, vocab(hf), (1, T), generator=torch.Generator().manual_seed(1))
-    return request.param, hf, load(folder), ids, folder
+    return request.param, hf, load_folder(folder), ids, folder
 
 
 def test_logits_patterns_and_residual_stream(pair):
@@ -65,7 +35,7 @@ def test_logits_patterns_and_residual_stream(pair):
     assert loaded.n_params == text_params(hf)
     assert (ours - out.logits).abs().max().item() <= 1e-4
     assert_float32_close(ours, out.logits, reduction=K, depth=L + 1, what=f"{name} logits")
-    s = session(loaded, ids)
+    s = session_on(loaded, ids)
     trace = s.run()
     for layer in range(L):
         hf_pattern = out.attentions[layer][0].numpy()  # (nh, T, T)
@@ -83,7 +53,7 @@ def test_sliding_windows_hide_old_keys(pair):
     c = loaded.config
     if not c.sliding_window:
         pytest.skip("no sliding window in this family's tiny config")
-    trace = session(loaded, ids).run()
+    trace = session_on(loaded, ids).run()
     sliding = [layer for layer in range(c.n_layer) if c.layer_is_sliding(layer)]
     assert sliding and c.sliding_window < T
     for layer in sliding:
@@ -113,7 +83,7 @@ def test_head_ablation_matches_a_pre_hook_on_the_output_projection(pair):
         handle.remove()
     mask = np.zeros((c.n_layer, c.n_head), dtype=bool)
     mask[layer, head] = True
-    s = session(loaded, ids)
+    s = session_on(loaded, ids)
     clean = s.run()
     ablated = s.run(mask)
     assert ablated.first_layer_run == layer  # incremental: the layers before were reused
@@ -124,7 +94,7 @@ def test_head_ablation_matches_a_pre_hook_on_the_output_projection(pair):
     # The ablation did something, far beyond rounding.
     assert np.abs(clean.token_logprobs[1:] - ablated.token_logprobs[1:]).max() > 100 * float32_atol(K, c.n_layer + 1)
     # Incremental recompute equals a full recompute under the same mask.
-    full = session(loaded, ids).run(mask)
+    full = session_on(loaded, ids).run(mask)
     assert full.first_layer_run == 0
     np.testing.assert_array_equal(ablated.attention, full.attention)
     np.testing.assert_array_equal(ablated.next.probs, full.next.probs)
@@ -136,9 +106,9 @@ def test_head_ablation_matches_a_pre_hook_on_the_output_projection(pair):
 def test_published_config_form_loads_the_same_model(name, tmp_path):
     hf = build(name)
     folder = save(hf, str(tmp_path / name))
-    native = load(folder).config
+    native = load_folder(folder).config
     published_form(folder)
-    loaded = load(folder)
+    loaded = load_folder(folder)
     assert loaded.config == native
     ids = torch.randint(3, vocab(hf), (1, T), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.helpers.models import hf_config, hf_model
-from tests.model.tolerances import assert_float32_close, float32_atol, model_reduction
+from tests.helpers.tolerances import assert_float32_close, float32_atol, model_reduction
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.hooks import hooks
 from transformer_viewer.model.interventions import head_mask_hooks
@@ -51,7 +51,7 @@ def _hf_forward(hf, ids, **kw):
 
 def check_parity(hf, loaded):
     """Logits, every layer's patterns, the residual stream and token log-probabilities agree
-    with Hugging Face's within float32's rounding for this model's sums (tests/model/tolerances.py):
+    with Hugging Face's within float32's rounding for this model's sums (tests/helpers/tolerances.py):
     the kernels of another CPU, oneDNN or another thread count reorder the sums, nothing more."""
     s = _session(loaded)
     ids = torch.from_numpy(np.asarray(s.tokens.ids))[None]  # (1, T)
@@ -147,7 +147,7 @@ def small(tmp_path_factory):
 def test_gpt2_small_sized_parity(small, kernel):
     """torch's default GEMM (MKL: AVX2 or AVX-512 by CPU) and the app's inference GEMM (oneDNN,
     model/linear.py) sum in other orders than Hugging Face's run: both are held to the same
-    float32 bound for 3072-term sums (tests/model/tolerances.py), which at layer 11 is still
+    float32 bound for 3072-term sums (tests/helpers/tolerances.py), which at layer 11 is still
     finer than the float16 the app stores patterns in (3e-5 apart near 0.03)."""
     hf, loaded = small
     assert loaded.n_params == sum(p.numel() for p in hf.parameters())

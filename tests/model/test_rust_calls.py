@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import tokenizers as tc
 from tests.helpers.panics import a_panic
-from tests.model import tokenizer_common as tc
 from transformer_viewer.model.errors import CheckpointError, ModelError
 from transformer_viewer.model.rust_calls import is_panic, library_call
 from transformer_viewer.model.tokenizer import Tokenizer, load_tokenizer, parse_token, replace_undecodable

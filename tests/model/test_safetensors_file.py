@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.hardening.common import one_line, save_tiny
+from tests.helpers.hardening import one_line, save_tiny
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.formats import safetensors_file

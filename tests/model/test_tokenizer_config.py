@@ -13,8 +13,8 @@ import warnings
 
 import pytest
 
-from tests.model import tokenizer_common as tc
-from tests.model.test_hf_tokenizer import TEXTS
+from tests.helpers import tokenizers as tc
+from tests.helpers.tokenizers import TEXTS
 from transformer_viewer.model.errors import CheckpointError, ModelError
 from transformer_viewer.model.tokenizer import MAX_PROMPT_CHARS, Tokenizer, load_tokenizer
 

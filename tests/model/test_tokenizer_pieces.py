@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.model import tokenizer_common as tc
+from tests.helpers import tokenizers as tc
 from transformer_viewer.model import tokenizer_pieces
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.tokenizer import load_tokenizer

@@ -1,10 +1,10 @@
-"""The float32 tolerance rule (tests/model/tolerances.py) against float32 arithmetic itself:
+"""The float32 tolerance rule (tests/helpers/tolerances.py) against float32 arithmetic itself:
 the same dot products summed in other orders stay inside it, a real difference does not."""
 
 import numpy as np
 import pytest
 
-from tests.model.tolerances import F32_EPS, assert_float32_close, float32_atol
+from tests.helpers.tolerances import F32_EPS, assert_float32_close, float32_atol
 
 
 @pytest.mark.parametrize("k", [32, 768, 3072])

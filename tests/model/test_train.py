@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.training import write_text
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.data import load_corpus
@@ -26,14 +27,6 @@ from transformer_viewer.model.train import (
 
 TINY = GPTConfig(block_size=16, n_layer=1, n_head=2, n_embd=16)
 TC = TrainConfig(steps=6, batch_size=4, lr=1e-2, warmup=2, eval_every=3, eval_batches=2, seed=11)
-
-
-def write_text(path, n=60):
-    rng = np.random.default_rng(0)
-    words = ["the", "king", "said", "unto", "him", "and", "lord", "of", "hosts", "thou", "art", "my", "son"]
-    lines = [" ".join(rng.choice(words, size=8)).capitalize() + "." for _ in range(n)]
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
 
 
 @pytest.fixture(scope="module")

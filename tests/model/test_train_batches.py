@@ -106,8 +106,7 @@ def test_training_with_repeats_records_the_fraction_and_validates_on_natural_tex
 
 
 def test_the_train_command_takes_the_fraction(tmp_path, capsys):
-    from tests.model.test_train import write_text
-    from tests.viewer.cli.test_train import TINY_FLAGS
+    from tests.helpers.training import TINY_FLAGS, write_text
     from transformer_viewer.model.checkpoint import load_checkpoint
     from transformer_viewer.viewer.cli.main import main
 

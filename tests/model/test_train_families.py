@@ -5,11 +5,10 @@ resumes; the single switches reach the config."""
 import pytest
 import torch
 
+from tests.helpers.training import write_text
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.viewer.cli.main import main
-
-from .test_train import write_text
 
 FLAGS = ["--n-layer", "2", "--n-head", "4", "--n-embd", "32", "--block-size", "16", "--batch-size", "8",
          "--warmup", "2", "--eval-every", "15", "--eval-batches", "2", "--val-fraction", "0.2", "--device", "cpu",

@@ -6,14 +6,10 @@ import os
 
 import pytest
 
-from tests.model.test_train import write_text
+from tests.helpers.training import TINY_FLAGS, write_text
 from transformer_viewer.model.checkpoint import load_checkpoint
 from transformer_viewer.model.tokenizer import Tokenizer
 from transformer_viewer.viewer.cli.main import main
-
-TINY_FLAGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
-              "--steps", "4", "--warmup", "1", "--eval-every", "2", "--eval-batches", "2", "--val-fraction", "0.2",
-              "--device", "cpu", "--seed", "5"]
 
 
 @pytest.fixture(scope="module")

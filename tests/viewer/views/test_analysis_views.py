@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 
 from tests.helpers.models import scaled_init_loaded
+from tests.helpers.window import analysis_views, idle_and, open_window
 from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.generate import generate
@@ -41,12 +41,6 @@ def wide_ckpt(tmp_path_factory):
     return str(path)
 
 
-def analysis_views(window) -> SimpleNamespace:
-    v = window.views
-    return SimpleNamespace(residual=v["Residual stream"], mlp=v["MLP neurons"], lens=v["Logit lens"],
-                           scan=v["Head scan"], diff=v["Attention diff"], generate=v["Continue"])
-
-
 def seen(qtbot, window, title: str):
     """The view `title`, brought to the front as a user would before reading it (a view behind
     another tab draws when it is shown)."""
@@ -56,26 +50,9 @@ def seen(qtbot, window, title: str):
     return view
 
 
-def idle_and(window, cond=lambda: True):
-    return lambda: not window.worker.busy and cond()
-
-
-def open_window(qtbot, tmp_path, ckpt, prompt=PROMPT):
-    from transformer_viewer.viewer.window.main_window import MainWindow
-
-    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat), debounce_ms=20)
-    qtbot.addWidget(w)
-    w.show()
-    w.load(ckpt, device="cpu")
-    qtbot.waitUntil(idle_and(w, lambda: w.state.model_info is not None), timeout=WAIT_MS)
-    w.run_prompt(prompt)
-    qtbot.waitUntil(idle_and(w, lambda: w.state.trace is not None and w.state.trace.text == prompt), timeout=WAIT_MS)
-    return w
-
-
 @pytest.fixture
 def window(qtbot, tmp_path, ckpt):
-    w = open_window(qtbot, tmp_path, ckpt)
+    w = open_window(qtbot, tmp_path, ckpt, PROMPT)
     yield w
     w.close()
 
@@ -280,7 +257,7 @@ def test_scan_view_runs_matches_the_library_and_click_masks(window, qtbot, ckpt)
 
 
 def test_cancel_stops_a_scan_within_a_layer_and_the_window_stays_usable(qtbot, tmp_path, wide_ckpt):
-    w = open_window(qtbot, tmp_path, wide_ckpt)
+    w = open_window(qtbot, tmp_path, wide_ckpt, PROMPT)
     try:
         a = analysis_views(w)
         model = w.worker.worker.session.model

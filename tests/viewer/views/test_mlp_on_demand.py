@@ -105,7 +105,7 @@ def test_a_superseded_request_s_answer_is_dropped(qtbot, compact):
 
 
 def test_a_long_prompt_is_pooled_with_its_spikes_kept(qtbot):
-    from tests.viewer.views.fake_traces import fake_state
+    from tests.helpers.fake_traces import fake_state
     from transformer_viewer.viewer.views.mlp_view import MLPView
 
     state = fake_state(n_tokens=3000, n_mlp=2048, keep_full=True)
@@ -150,7 +150,7 @@ def test_an_inline_worker_answers_a_hidden_view_for_the_token_strip(qtbot):
 
 
 def test_sixteen_thousand_neurons_rank_all_and_draw_at_most_a_thousand(qtbot):
-    from tests.viewer.views.fake_traces import fake_state
+    from tests.helpers.fake_traces import fake_state
     from transformer_viewer.viewer.views.mlp_view import MAX_ROWS, MLPView
 
     state = fake_state(n_tokens=40, n_mlp=16384, keep_full=True)

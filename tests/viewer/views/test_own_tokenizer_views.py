@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.tokenizers import own_tokenizer_folder
 from tests.helpers.window import new_window, wait_idle
-from tests.model.test_own_tokenizer_model import own_tokenizer_folder
 from transformer_viewer.model.tokenizer import load_tokenizer
 
 PROMPT = "Hello world, the capital of France"
@@ -62,7 +62,7 @@ def test_special_chips_are_drawn_differently(qtbot, window, folder):
 
 
 def test_lens_and_scan_use_the_models_tokenizer(qtbot, tmp_path, folder):
-    from tests.viewer.views.test_analysis_views import analysis_views, idle_and, open_window
+    from tests.helpers.window import analysis_views, idle_and, open_window
 
     w = open_window(qtbot, tmp_path, folder, PROMPT)
     try:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
 
+from tests.helpers.fake_traces import fake_next, fake_state, fake_trace
 from tests.helpers.models import scaled_init_loaded
-from tests.viewer.views.fake_traces import fake_next, fake_state, fake_trace
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.lens import logit_lens
 
@@ -64,7 +64,7 @@ def test_next_token_panel_with_a_200k_vocabulary(qtbot):
 
 
 def test_mask_grid_at_32_by_32_scrolls_and_toggles(qtbot):
-    from tests.viewer.views.fake_traces import fake_info
+    from tests.helpers.fake_traces import fake_info
     from transformer_viewer.viewer.state import ViewerState
     from transformer_viewer.viewer.views.mask_grid import MaskGrid
 

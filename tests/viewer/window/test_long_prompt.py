@@ -1,13 +1,13 @@
 """The window, whose worker session keeps only pooled overviews: a 16k-token prompt loads, zooms (a
-full-resolution tile arrives and is drawn) and toggles a head without stalling the GUI thread;
-and the selected head's full pattern exports as .npy through the worker."""
+full-resolution tile arrives and is drawn) and toggles a head (bench/gui_stalls.py measures how
+long the GUI thread stalls meanwhile); and the selected head's full pattern exports as .npy
+through the worker."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.hardening.test_responsiveness import STALL_LIMIT_S, Heartbeat, overloaded
 from tests.helpers.window import PROMPT, make_checkpoint, new_window, wait_idle
 from transformer_viewer.model.on_demand import head_pattern, pattern_tile
 
@@ -27,12 +27,10 @@ def worker_session(window):
 
 
 @pytest.mark.slow
-def test_a_16k_token_prompt_loads_zooms_and_toggles_without_stalling(qtbot, tmp_path, long_ckpt):
+def test_a_16k_token_prompt_loads_zooms_and_toggles(qtbot, tmp_path, long_ckpt):
     words = " ".join(f"w{i % 997}" for i in range(LONG_T))  # two tokens a word: cut to the context
     window = new_window(qtbot, tmp_path, long_ckpt, prompt=None)
     st = window.state
-    beat = Heartbeat(interval_ms=10)
-    beat.start()
     st.set_prompt(words)
     wait_idle(qtbot, window, lambda: st.trace is not None)
     trace = st.trace
@@ -54,16 +52,6 @@ def test_a_16k_token_prompt_loads_zooms_and_toggles_without_stalling(qtbot, tmp_
     wait_idle(qtbot, window)
     tile, rows, cols = hm.tile()
     np.testing.assert_array_equal(tile, pattern_tile(worker_session(window), masked, 0, 1, rows, cols))
-    beat.stop()
-    wall, cpu = beat.worst()
-    print(f"longest GUI-thread gap: {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms of its own CPU")
-    # On a quiet machine both gaps are held to 100 ms. On an overloaded one (more runnable work
-    # than half the cores) the scheduler decides wall time, and even the thread's own CPU time
-    # for the same work grows (cores shared by hyperthreads: one token axis measured 2 ms quiet,
-    # 18 ms loaded), so the bounds there only catch a real stall.
-    busy = overloaded()
-    assert cpu < (2.5 * STALL_LIMIT_S if busy else STALL_LIMIT_S)
-    assert wall < (1.0 if busy else STALL_LIMIT_S)
     window.close()
 
 

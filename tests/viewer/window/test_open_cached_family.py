@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import tokenizers as tc
+from tests.helpers.hf_family_models import FAMILY_OF, WITH_GPT2, build, save_with_tokenizer
 from tests.helpers.hf_hub import cache_entry
 from tests.helpers.window import new_window, wait_idle
-from tests.model import tokenizer_common as tc
-from tests.model.hf_family_models import FAMILY_OF, WITH_GPT2, build, save_with_tokenizer
 from transformer_viewer.model.tokenizer import load_tokenizer
 
 

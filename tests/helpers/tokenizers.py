@@ -1,6 +1,7 @@
 """Tokenizer folders built in the tests with the `tokenizers` trainers: a byte-level BPE (GPT-2's
 style) and a SentencePiece-style Metaspace BPE with byte fallback (Llama 2's style), each saved as
-tokenizer.json with the side files a Hugging Face folder carries."""
+tokenizer.json with the side files a Hugging Face folder carries; the prompts every tokenizer is
+checked on; and a random GPT-2-architecture model saved beside its own trained tokenizer."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import json
 import os
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from tests.helpers.models import hf_config, hf_model
+from transformer_viewer.model.hf_tokenizer import HFTokenizer
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -19,6 +23,17 @@ CORPUS = [
 ] * 20
 # Characters the Metaspace tokenizer never saw: they can only be spelled with byte-fallback pieces.
 UNSEEN = "naïve café 🤗\n"
+# Prompts every tokenizer is checked on: spaces, tabs and new lines, unseen characters, typed
+# special tokens, the empty prompt and one character.
+TEXTS = [
+    "Hello world, the quick brown fox.",
+    "  two spaces, a\ttab and\nnew lines\n\n",
+    UNSEEN + " mixed with the word",
+    "Paris is the capital of France",
+    "<s> typed as text, and </s> too",
+    "",
+    "x",
+]
 
 
 def byte_level(folder: str, vocab_size: int = 320, config: dict | None = None) -> str:
@@ -127,3 +142,12 @@ def reference(folder: str):
     keys = ("bos_token", "eos_token", "add_bos_token", "add_eos_token")
     return PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"),
                                    **{k: config[k] for k in keys if k in config})
+
+
+def own_tokenizer_folder(folder: str, kind: str = "metaspace", seed: int = 7) -> str:
+    """A random GPT2LMHeadModel sized to the tokenizer trained into the same folder; `kind` names
+    one of the tokenizer builders above."""
+    globals()[kind](folder)
+    n_vocab = HFTokenizer(folder).n_vocab
+    hf_model(hf_config(vocab_size=n_vocab, bos_token_id=1, eos_token_id=2), seed=seed).save_pretrained(folder)
+    return folder
