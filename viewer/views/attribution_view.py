@@ -156,6 +156,8 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         state.trace_changed.connect(self._on_trace)
         state.model_changed.connect(lambda _i: self._forget_tokens())
         state.selection_changed.connect(self.request)  # the position follows the selected token, the split the head
+        if state.trace is not None:  # built after the run (the export command)
+            self._fill_candidates(state.trace)
 
     # -- tokens ---------------------------------------------------------------------------
     def _forget_tokens(self) -> None:

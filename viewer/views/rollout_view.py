@@ -27,8 +27,9 @@ CACHE_BLOCKS = 16  # blocks kept: 16 x 256 rows x 8,192 keys x 4 bytes = 128 MB 
 HEADS = ("mean", "max")
 
 
-def block_of(query: int, n_tokens: int, rows: int = BLOCK_ROWS) -> tuple[int, int]:
-    """The rows first..stop-1 of the block that holds `query`."""
+def block_of(query: int, n_tokens: int, rows: int | None = None) -> tuple[int, int]:
+    """The rows first..stop-1 of the block (of BLOCK_ROWS rows) that holds `query`."""
+    rows = BLOCK_ROWS if rows is None else rows
     first = query // rows * rows
     return first, min(n_tokens, first + rows)
 

@@ -176,7 +176,8 @@ class RoutesView(QtWidgets.QWidget):
 
     def _on_trace(self, trace) -> None:
         self.state.set_token_overlay(None, owner=self)  # the shares were of another run
-        self.position = None
+        if trace is None or trace.labels != self.labels:  # another prompt: follow the selected query again
+            self.position = None
         if trace is None:
             self.result = None
             self._draw()
