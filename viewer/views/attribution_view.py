@@ -61,6 +61,18 @@ def term_name(t: dict) -> str:
             "unembed_bias": "unembedding bias"}[c]
 
 
+def token_pair(a, b, tokenizer, n_vocab: int) -> tuple[int, ...]:
+    """() for the top token, (A,) or (A, B) from `a` and `b`: each an id, text that is exactly
+    one token, or None. Raises ModelError with one line for a bad one."""
+    from transformer_viewer.model.tokenizer import parse_token
+
+    first = parse_token(None if a is None else str(a), tokenizer, n_vocab, "token")
+    second = parse_token(None if b is None else str(b), tokenizer, n_vocab, "minus token")
+    if first is None and second is not None:
+        raise ModelError("choose the token A as well: the difference is logit(A) - logit(B)")
+    return () if first is None else ((first,) if second is None else (first, second))
+
+
 class TokenChoice(QtWidgets.QComboBox):
     """An editable box: a token typed as text or id, or one of the next-token panel's candidates."""
 
@@ -79,6 +91,14 @@ class TokenChoice(QtWidgets.QComboBox):
             self.addItem(label, token_id)
         self.setEditText(text)
         self.blockSignals(False)
+
+    def show_token(self, spec, tokenizer) -> None:
+        """Show `spec`: text as typed, an id by its candidate's label (or as the id itself)."""
+        if spec is None or isinstance(spec, str):
+            self.setEditText(spec or "")
+            return
+        label = token_label(int(spec), tokenizer)
+        self.setEditText(label if self.findText(label) >= 0 else str(int(spec)))
 
     def spec(self) -> str | int | None:
         """The chosen token: an id picked from the list, the typed text, or None (empty)."""
@@ -116,8 +136,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         bar = view_bar(self.info, self.export_button, QtWidgets.QLabel("Token"), self.token_a,
                        QtWidgets.QLabel("\u2212"), self.token_b)
 
-        self.bars = depth_plot("other writers: grey embedding, positions, biases; per layer blue attention bias, "
-                               "orange MLP",
+        self.bars = depth_plot("other writers (blue: attention bias, orange: MLP)",
                                left="direct effect")
         self.bar_items: list[pg.BarGraphItem] = []
         self.table = QtWidgets.QTableWidget(0, 3)
@@ -174,25 +193,12 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
     def set_tokens(self, a=None, b=None) -> None:
         """Split the logit of `a` (minus `b`'s): each a token id, text that is one token, or
         None (`a` None: the top token). Raises ModelError for a bad token."""
-        from transformer_viewer.model.tokenizer import parse_token
-
         tok = self.state.tokenizer()
         info = self.state.model_info
         n_vocab = min(info.vocab_size or tok.n_vocab, tok.n_vocab) if info else tok.n_vocab
-
-        def one(spec, what):
-            if spec is None or isinstance(spec, int | np.integer):
-                if spec is not None and not 0 <= int(spec) < n_vocab:
-                    raise ModelError(f"{what} {int(spec)}: token ids run from 0 to {n_vocab - 1}")
-                return None if spec is None else int(spec)
-            return parse_token(str(spec), tok, n_vocab, what)
-
-        first, second = one(a, "token"), one(b, "minus token")
-        if first is None and second is not None:
-            raise ModelError("choose the token A as well: the difference is logit(A) - logit(B)")
-        tokens = () if first is None else ((first,) if second is None else (first, second))
+        tokens = token_pair(a, b, tok, n_vocab)
         for box, spec in ((self.token_a, a), (self.token_b, b)):  # the boxes say what is split
-            box.setEditText("" if spec is None else str(spec) if isinstance(spec, str) else token_label(int(spec), tok))
+            box.show_token(spec, tok)
         if tokens != self.tokens:
             self.tokens = tokens
             self._asked = None

@@ -138,3 +138,7 @@ def test_a_pair_picked_from_the_candidates_and_a_stale_answer_dropped(qtbot, tin
     np.testing.assert_allclose(view.matrix(), logit_attribution(ref, tokens=(top[1], top[0])).heads,
                                rtol=1e-5, atol=1e-6)
     assert "\u2212 logit" in view.heatmap.title()
+    asked = len(worker.held)
+    view.token_a.setEditText(" the cat")  # two tokens: said in the view's line, nothing asked
+    view.apply_tokens()
+    assert "not one" in view.info.text() and len(worker.held) == asked
