@@ -128,7 +128,7 @@ VIEWS: tuple[ViewEntry, ...] = (
               export_size=(760, 560), configure=_configure_scan),
     ViewEntry("Attention diff", f"{_V}.diff_view:AttentionDiffView", "tab", uses_worker=True, export_name="diff",
               configure=_configure_diff, needs_trace=True),
-    ViewEntry("Logit attribution", f"{_V}.attribution_view:AttributionView", "tab", uses_worker=True,
+    ViewEntry("Attribution", f"{_V}.attribution_view:AttributionView", "tab", uses_worker=True,
               export_name="attribution", export_size=(1100, 760), configure=_configure_attribution,
               needs_trace=True),
     ViewEntry("Routes", f"{_V}.routes_view:RoutesView", "tab", uses_worker=True, export_name="routes",

@@ -13,7 +13,7 @@ from tests.helpers.held_worker import HeldWorker, state_with_trace
 from tests.helpers.window import PROMPT, mask_of, new_window, reference_session, wait_idle
 from transformer_viewer.model.logit_attribution import head_sources, logit_attribution
 
-TITLE = "Logit attribution"
+TITLE = "Attribution"
 
 
 def test_export_writes_the_models_attribution(tiny_ckpt, capsys, tmp_path):
