@@ -15,6 +15,8 @@ Signals (each emitted only when the value really changed):
 - `prompt_changed(str)`: the prompt text to run (the editor and e.g. generation set it).
 - `activations_changed(int)`: MLP activations of that layer arrived from the worker
   (`layer_activations` has them now).
+- `token_overlay_changed()`: the shown view that colours the tokens (the routes' token shares,
+  the rollout's query row) set or cleared `token_overlay`.
 
 `query` is None for "the last token"; `query_index` resolves it against the current trace.
 """
@@ -39,6 +41,7 @@ class ViewerState(QObject):
     neuron_changed = Signal(object)
     prompt_changed = Signal(object)  # str; `object` passes a long prompt without UTF-16 round trips
     activations_changed = Signal(int)
+    token_overlay_changed = Signal()
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -54,6 +57,8 @@ class ViewerState(QObject):
         self.neuron: int | None = None
         self._tokenizer = None  # (spec, tokenizer) of the model last asked about
         self._activations: dict[tuple[int, int], np.ndarray] = {}  # (run_id, layer) -> (T, n_mlp)
+        # (values (T,), legend, owner): what the token strip colours by while a view showing it is up
+        self.token_overlay: tuple[np.ndarray, str, object] | None = None
 
     # -- derived --------------------------------------------------------------------------
     @property
@@ -185,6 +190,17 @@ class ViewerState(QObject):
         if ablation != self.ablation:
             self.ablation = ablation
             self.mask_changed.emit(self.mask)
+
+    def set_token_overlay(self, values, legend: str = "", owner=None) -> None:
+        """Colour the tokens by `values` (T,) >= 0, described by `legend`, for `owner` (the view
+        that set it); None clears it, but only `owner`'s own overlay (or any, without an owner)."""
+        if values is None:
+            if self.token_overlay is None or (owner is not None and self.token_overlay[2] is not owner):
+                return
+            self.token_overlay = None
+        else:
+            self.token_overlay = (np.asarray(values, dtype=np.float32), legend, owner)
+        self.token_overlay_changed.emit()
 
     def set_neuron(self, neuron: int | None) -> None:
         neuron = None if neuron is None else int(neuron)

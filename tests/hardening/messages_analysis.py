@@ -46,11 +46,20 @@ def every_row_too_large(ctx):
     return cli("rollout")(ctx)
 
 
+def difference_without_its_token(ctx):
+    from transformer_viewer.viewer.views.attribution_view import token_pair
+
+    s = session(ctx)
+    return raised(lambda: token_pair(None, "42", s.tokenizer, s.n_vocab))
+
+
 def cli(*argv):
     return lambda ctx: ctx.cli(argv[0], ctx.ckpt, "--prompt", "The cat sat on the mat", *argv[1:])
 
 
 CASES = [
+    Case("the attribution view's difference without its first token", difference_without_its_token,
+         "choose the token A as well: the difference is logit(A) - logit(B)"),
     Case("direct effects of three tokens", dla(tokens=(1, 2, 3)), "give one token or a pair of tokens, not 3"),
     Case("a head's sources for a head the model lacks", dla(layer=9, head=0), "head 9.0 is not in this model's"),
     Case("a rollout over no head", rollout(0, 1, heads=[]), "choose at least one head for the rollout"),
@@ -64,7 +73,8 @@ CASES = [
          "--tokens takes one token or two"),
     Case("attribute to an image", cli("attribute", "--out", "terms.png"), "the terms are written as .json or .csv"),
     Case("routes at threshold 2", cli("routes", "--threshold", "2"), "give a contribution from 0 up to"),
-    Case("routes to an image", cli("routes", "--out", "routes.pdf"), "the routes are written as .json"),
+    Case("routes to a text file", cli("routes", "--out", "routes.txt"),
+         "the routes are written as .json, or drawn as .svg, .pdf or .png"),
     Case("rollout layers not A:B", cli("rollout", "--layers", "all"), "write A:B, the layers"),
     Case("rollout heads not L.H", cli("rollout", "--heads", "first"), "use mean, max, or heads L.H,L.H"),
     Case("every rollout row of a long prompt", every_row_too_large, "rollout is 0.0 GiB; ask for one row with --query"),

@@ -35,7 +35,8 @@ LLAMA_STYLE = GPTConfig(n_layer=4, n_head=4, n_kv_head=2, n_embd=32, n_mlp=48, b
 PROSE = ("The keeper climbed the stairs of the lighthouse every evening, lit the lamp and wrote the weather "
          "in the log. ")
 TARGETS = ["", " the", "the cat", "0", "50256", "99999999", "-3", "\U0001f917", " keeper", " ", "12 34"]
-ANALYSIS_TABS = ("Residual stream", "MLP neurons", "Logit lens", "Head scan", "Attention diff", "Head attribution")
+ANALYSIS_TABS = ("Residual stream", "MLP neurons", "Logit lens", "Head scan", "Attention diff", "Attribution",
+                 "Routes", "Rollout")
 
 
 class ViewsMonkey(Monkey):

@@ -54,11 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="PNG pixel scale (default: 1; 2 for print)")
     parser.add_argument("--size", type=_size, default=None, metavar="WxH", help="layout size in pixels (default: per view)")
     parser.add_argument("--out", required=True, help="output file: .png, .svg or .pdf (vector), .npy or .csv")
-    g = parser.add_argument_group("residual, mlp, logit-lens, scan and diff views")
+    g = parser.add_argument_group("residual, mlp, logit-lens, scan, attribution and diff views")
     g.add_argument("--diff", action="store_true",
                    help="residual/mlp/logit-lens: show masked minus clean (needs --mask)")
-    g.add_argument("--target", default=None, help="scan: target token (one token of the model's vocabulary as text, or an id)")
-    g.add_argument("--distractor", default=None, help="scan: measure logit(target) - logit(distractor)")
+    g.add_argument("--target", default=None, help="scan, attribution: target token (one token of the model's vocabulary as text, or an id)")
+    g.add_argument("--distractor", default=None, help="scan, attribution: measure logit(target) - logit(distractor)")
     g.add_argument("--show", default="effect", choices=["effect", "kl", "prob"],
                    help="scan: effect on the metric, KL divergence, or p(target) (default: effect)")
     g.add_argument("--sort", default="max", choices=["max", "token", "index"],

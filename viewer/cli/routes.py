@@ -1,6 +1,7 @@
 """`transformer-viewer routes [CHECKPOINT] --prompt TEXT [--position P] [--threshold X]
-[--no-renormalize] [--mask L.H ...] [--ablation zero|mean] [--json | --out FILE.json]`: the
-information-flow routes (Ferrando & Voita 2024) from one position down to the input tokens.
+[--no-renormalize] [--mask L.H ...] [--ablation zero|mean] [--json | --out FILE.json|.svg|.pdf|.png]`:
+the information-flow routes (Ferrando & Voita 2024) from one position down to the input tokens.
+`--out` with .svg, .pdf or .png writes the graph as the window's Routes tab draws it.
 
 `--json` prints {"position", "threshold", "renormalized", "nodes": [{"id", "kind", "layer",
 "position"}...], "edges": [{"source", "target", "kind", "contribution", "heads"?}...],
@@ -10,9 +11,13 @@ information-flow routes (Ferrando & Voita 2024) from one position down to the in
 from __future__ import annotations
 
 import argparse
+import sys
 
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
+
+FIGURES = (".svg", ".pdf", ".png")
+FIGURE_SIZE = (1000, 700)  # the export command's size for the Routes view
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how masked heads are ablated (default: zero)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the graph as one JSON object")
-    out.add_argument("--out", default=None, help="write the graph to FILE.json")
+    out.add_argument("--out", default=None,
+                     help="write the graph to FILE.json, or its figure to FILE.svg, FILE.pdf or FILE.png")
 
 
 def run(args) -> int:
@@ -44,8 +50,13 @@ def run(args) -> int:
 
     if not 0.0 <= args.threshold < 1.0:
         raise ModelError(f"--threshold {args.threshold}: give a contribution from 0 up to (not including) 1")
-    if args.out is not None and not args.out.lower().endswith(".json"):
-        raise ModelError(f"--out {args.out}: the routes are written as .json")
+    figure = args.out is not None and args.out.lower().endswith(FIGURES)
+    if args.out is not None and not (figure or args.out.lower().endswith(".json")):
+        raise ModelError(f"--out {args.out}: the routes are written as .json, or drawn as .svg, .pdf or .png")
+    if args.out is not None:
+        from transformer_viewer.viewer.export import check_writable
+
+        check_writable(args.out)
     check_mask_syntax(args.mask)
     session = session_for_prompt(args)
     from transformer_viewer.model.routes import information_routes
@@ -55,12 +66,36 @@ def run(args) -> int:
         r = information_routes(session, position=args.position, threshold=args.threshold,
                                renormalize=args.renormalize, mask=parse_mask_spec(args.mask, c.n_layer, c.n_head),
                                ablation=args.ablation, step=lambda i, n: bar.update(i, n, "routes"))
+    if figure:
+        print(f"wrote {write_figure(r, session.tokens.labels, args.out)}", file=sys.stderr)
+        return 0
     obj = dict(r.to_json(), tokens=list(session.tokens.labels))
     if args.json or args.out is not None:
         write_json_or_print(obj, args.out)
     else:
         print(format_text(r, session))
     return 0
+
+
+def write_figure(routes, labels, path: str, size: tuple[int, int] = FIGURE_SIZE) -> str:
+    """Draw `routes` over the token `labels` in the Routes tab's widget and export it to `path`
+    (.svg, .pdf or .png) as the window would; returns the path written."""
+    from transformer_viewer.viewer.cli.export import _dispose, _qt_app
+    from transformer_viewer.viewer.export import export_view
+    from transformer_viewer.viewer.state import ViewerState
+    from transformer_viewer.viewer.views.routes_view import RoutesView
+
+    app = _qt_app()
+    view = RoutesView(ViewerState(), worker=None)
+    try:
+        view.resize(*size)
+        view.show()
+        app.processEvents()
+        view.set_result(routes, labels)
+        app.processEvents()
+        return export_view(view, path)
+    finally:
+        _dispose(view, app)
 
 
 def format_text(r, session) -> str:

@@ -99,6 +99,11 @@ def _configure_scan(view, args) -> None:
     view.start(names=("--target", "--distractor"))
 
 
+def _configure_attribution(view, args) -> None:
+    if args.target or args.distractor:  # the logit of --target, minus --distractor's
+        view.set_tokens(args.target, args.distractor)
+
+
 def _configure_diff(view, _args) -> None:
     if not view.state.is_masked:
         print("note: nothing is masked (--mask L.H), so the difference is exactly zero", file=sys.stderr)
@@ -123,8 +128,13 @@ VIEWS: tuple[ViewEntry, ...] = (
               export_size=(760, 560), configure=_configure_scan),
     ViewEntry("Attention diff", f"{_V}.diff_view:AttentionDiffView", "tab", uses_worker=True, export_name="diff",
               configure=_configure_diff, needs_trace=True),
-    ViewEntry("Head attribution", f"{_V}.attribution_view:AttributionView", "tab", uses_worker=True,
-              export_name="attribution", export_size=(760, 560), needs_trace=True),
+    ViewEntry("Attribution", f"{_V}.attribution_view:AttributionView", "tab", uses_worker=True,
+              export_name="attribution", export_size=(1100, 760), configure=_configure_attribution,
+              needs_trace=True),
+    ViewEntry("Routes", f"{_V}.routes_view:RoutesView", "tab", uses_worker=True, export_name="routes",
+              export_size=(1000, 700), needs_trace=True),
+    ViewEntry("Rollout", f"{_V}.rollout_view:RolloutView", "tab", uses_worker=True, export_name="rollout",
+              export_size=(900, 700), needs_trace=True),
     ViewEntry("Continue", f"{_V}.generate_control:GenerateControl", "right-below", uses_worker=True),
 )
 

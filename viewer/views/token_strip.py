@@ -22,6 +22,7 @@ from transformer_viewer.viewer.worker.patterns import PatternRowRequest, tile_so
 MODES = {"none": "nothing", "attention": "attention from the query", "surprisal": "surprisal", "neuron": "MLP neuron"}
 _ACCENT = {"attention": (255, 140, 0), "surprisal": (220, 60, 60)}
 _NEG, _POS = (60, 110, 220), (40, 160, 80)
+_OVERLAY = (150, 70, 200)  # a view's own colouring (routes, rollout)
 _WHITE = (255, 255, 255)
 STOPPED = "surprisal: stopped; press Ctrl+Enter in the prompt to compute it"
 
@@ -110,6 +111,7 @@ class TokenStrip(RefreshWhenShown, QWidget):
         state.trace_changed.connect(lambda _trace: self.refresh())
         state.selection_changed.connect(self.refresh)
         state.neuron_changed.connect(self._on_neuron)
+        state.token_overlay_changed.connect(self.refresh)
         state.activations_changed.connect(lambda _layer: self.refresh() if self.mode == "neuron" else None)
         self._labels: tuple = ((), ())  # (labels, special flags) the chips show
         self._stopped_run: int | None = None  # the trace whose log-probability pass the user cancelled
@@ -159,8 +161,11 @@ class TokenStrip(RefreshWhenShown, QWidget):
             QTimer.singleShot(0, self.show_selected)  # after the scroll area has taken the new height
         self.canvas.set_selected(state.query_index)
         values, legend = chip_values(state, self.mode, self._fetched_row(), self._logprobs_stopped())
+        overlay = self._overlay()
+        if overlay is not None:  # a shown view (routes, rollout) colours the tokens by its own values
+            values, legend = overlay
         self.legend.setText(legend)
-        self.canvas.set_colors(self.colors_for(values))
+        self.canvas.set_colors(self.colors_for(values, accent=None if overlay is None else _OVERLAY))
 
     def _on_failure(self, failure) -> None:
         from transformer_viewer.viewer.worker.requests import LogprobsRequest
@@ -209,8 +214,15 @@ class TokenStrip(RefreshWhenShown, QWidget):
         self._asked = None
         self.refresh()
 
-    def colors_for(self, values: np.ndarray | None) -> np.ndarray:
-        """(n, 3) uint8 RGB of each chip for `values`."""
+    def _overlay(self) -> tuple[np.ndarray, str] | None:
+        """(values, legend) a shown view asks the tokens to be coloured by, if they fit the chips."""
+        overlay = self.state.token_overlay
+        if overlay is None or len(overlay[0]) != len(self.canvas.labels):
+            return None
+        return overlay[0], overlay[1]
+
+    def colors_for(self, values: np.ndarray | None, accent=None) -> np.ndarray:
+        """(n, 3) uint8 RGB of each chip for `values` (`accent`: the colour of the largest)."""
         n = len(self.canvas.labels)
         if values is None or n == 0 or len(values) != n:
             return np.tile(np.array(BASE_RGB, dtype=np.uint8), (n, 1))
@@ -223,7 +235,7 @@ class TokenStrip(RefreshWhenShown, QWidget):
             return np.where((values >= 0)[:, None] | ~np.isfinite(values)[:, None], pos, neg)
         top = float(finite.max()) if finite.size else 1.0
         top = top if top > 0 else 1.0
-        return mix(_WHITE, _ACCENT[self.mode], values / top)
+        return mix(_WHITE, accent or _ACCENT.get(self.mode, _OVERLAY), values / top)
 
     def tooltip_text(self, i: int) -> str:
         trace, clean = self.state.trace, self.state.clean_trace
@@ -243,7 +255,11 @@ class TokenStrip(RefreshWhenShown, QWidget):
             if clean is not None and trace is not clean and clean.token_logprobs is not None and i < clean.n_tokens:
                 lines.append(f"clean model: p = {math.exp(float(clean.token_logprobs[i])):.4g}")
         values, _ = chip_values(self.state, self.mode, self._fetched_row())
+        name = MODES.get(self.mode, self.mode)
+        overlay = self._overlay()
+        if overlay is not None:
+            values, name = overlay[0], overlay[1].split(":")[0]
         if values is not None and math.isfinite(values[i]):
-            lines.append(f"{MODES[self.mode]}: {values[i]:.4g}")
+            lines.append(f"{name}: {values[i]:.4g}")
         lines.append("click to make it the query")
         return "\n".join(lines)

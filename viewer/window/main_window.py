@@ -97,6 +97,9 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.setTabBarAutoHide(True)
+        # Tabs a little narrower than the style's own, so that every tab's title shows at the
+        # default size beside the side columns.
+        self.tabs.tabBar().setStyleSheet("QTabBar::tab { padding: 4px 8px; }")
         self.setCentralWidget(self.tabs)
         top = QSplitter(Qt.Vertical)
         top.setChildrenCollapsible(False)

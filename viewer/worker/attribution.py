@@ -1,6 +1,7 @@
-"""Head logit attribution as a worker request: each head's direct effect on the predicted
-token's logit at one position (model/attribution.py). The handler imports the model code on
-the worker thread only."""
+"""Direct logit attribution as worker requests (model/logit_attribution.py): every writer's
+direct effect on a token's logit (or a pair's logit difference) at one position, and one head's
+term split by the key position it read. The handlers import the model code on the worker
+thread only."""
 
 from __future__ import annotations
 
@@ -16,23 +17,48 @@ class AttributionRequest(Request):
     kind: ClassVar[str] = "attribution"
     text: str = ""
     position: int | None = None  # None: the last token
+    tokens: tuple[int, ...] = ()  # (): the top token; (A,): A's logit; (A, B): logit(A) - logit(B)
     mask: Any = None  # (L, nh) bool ndarray or None
     ablation: str = "zero"
 
 
+@dataclass(frozen=True, eq=False)
+class HeadSourcesRequest(Request):
+    """Head (layer, head)'s term of an attribution, split by the key position it read."""
+
+    kind: ClassVar[str] = "attribution_sources"
+    text: str = ""
+    layer: int = 0
+    head: int = 0
+    position: int | None = None
+    tokens: tuple[int, ...] = ()
+    mask: Any = None
+    ablation: str = "zero"
+
+
 def handle_attribution(session, request: AttributionRequest, progress, is_cancelled):
-    from transformer_viewer.model.attribution import head_attribution
+    from transformer_viewer.model.logit_attribution import logit_attribution
     from transformer_viewer.viewer.worker.handlers import progress_after_delay
 
     session.prepare_analysis(request.text)
-    report = progress_after_delay(progress, "attributing the heads of layer {step} of {total}…")
+    report = progress_after_delay(progress, "attributing the writers of layer {step} of {total}…")
 
     def step(layer: int, n_layer: int) -> None:
         stop_if_cancelled(is_cancelled)
         report(layer, n_layer)
 
-    return head_attribution(session, request.position, mask=session_mask(session, request.mask),
-                            ablation=request.ablation, step=step)
+    return logit_attribution(session, request.position, tokens=request.tokens or None,
+                             mask=session_mask(session, request.mask), ablation=request.ablation, step=step)
+
+
+def handle_head_sources(session, request: HeadSourcesRequest, progress, is_cancelled):
+    from transformer_viewer.model.logit_attribution import head_sources
+
+    session.prepare_analysis(request.text)
+    stop_if_cancelled(is_cancelled)
+    return head_sources(session, request.layer, request.head, request.position, tokens=request.tokens or None,
+                        mask=session_mask(session, request.mask), ablation=request.ablation)
 
 
 register_handler(AttributionRequest, handle_attribution)
+register_handler(HeadSourcesRequest, handle_head_sources)

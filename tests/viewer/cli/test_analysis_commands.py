@@ -71,6 +71,20 @@ def test_routes_json_matches_the_library(ckpt, session, capsys, tmp_path):
     assert rc == 0 and json.loads(out.read_text())["renormalized"] is False
 
 
+@pytest.mark.parametrize("ext, magic", [(".svg", b"<?xml"), (".pdf", b"%PDF"), (".png", b"\x89PNG")])
+def test_routes_figure_is_the_views_drawing(ckpt, session, capsys, tmp_path, ext, magic):
+    """--out FILE.svg|.pdf|.png draws the graph through the Routes tab's widget."""
+    out = tmp_path / f"routes{ext}"
+    rc, _, err = cli(capsys, "routes", ckpt, "--prompt", PROMPT, "--threshold", "0.02", "--out", str(out))
+    assert rc == 0, err
+    data = out.read_bytes()
+    assert data.startswith(magic) and len(data) > 1000
+    if ext == ".svg":  # the view's title, and one circle per node of the library's graph
+        text = data.decode("utf-8")
+        assert "routes to" in text
+        assert text.count("<circle") == len(information_routes(session, threshold=0.02).nodes) > 0
+
+
 def test_rollout_rows_and_files(ckpt, session, capsys, tmp_path):
     T = len(session.tokens.ids)
     path = tmp_path / "rollout.npy"
@@ -95,7 +109,7 @@ def test_rollout_rows_and_files(ckpt, session, capsys, tmp_path):
     (["attribute", "--position", "99"], "position 99 is outside the prompt's"),
     (["attribute", "--out", "x.png"], "the terms are written as .json or .csv"),
     (["routes", "--threshold", "1"], "--threshold 1.0: give a contribution from 0"),
-    (["routes", "--out", "x.svg"], "the routes are written as .json"),
+    (["routes", "--out", "x.txt"], "the routes are written as .json, or drawn as .svg, .pdf or .png"),
     (["rollout", "--layers", "2:1"], "layers 2:1 are not a range"),
     (["rollout", "--layers", "x"], "write A:B"),
     (["rollout", "--heads", "avg"], "use mean, max, or heads L.H"),

@@ -137,7 +137,8 @@ def test_a_registry_entry_is_an_export_choice(ckpt, capsys, tmp_path, monkeypatc
     """The export command offers every view the registry marks exportable, built as the window builds it."""
     from transformer_viewer.viewer.views import registry
 
-    assert {"attention", "grid", "residual", "mlp", "logit-lens", "scan", "diff", "attribution"} == set(registry.exportable())
+    assert {"attention", "grid", "residual", "mlp", "logit-lens", "scan", "diff", "attribution", "routes",
+            "rollout"} == set(registry.exportable())
     probe = registry.ViewEntry("Probe", "transformer_viewer.viewer.views.diff_view:AttentionDiffView", "tab",
                                export_name="probe", export_size=(300, 200))
     monkeypatch.setattr(registry, "VIEWS", (*registry.VIEWS, probe))

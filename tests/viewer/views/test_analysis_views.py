@@ -177,7 +177,7 @@ def test_lens_view_last_row_is_the_models_prediction(window, qtbot, ckpt):
     assert a.lens.table.item(0, 1).text() == ref.tokenizer.label(int(r.lens.top_ids[0, 3]))
 
 
-@pytest.mark.parametrize("title", ["Logit lens", "Head attribution"])
+@pytest.mark.parametrize("title", ["Logit lens", "Attribution"])
 def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, monkeypatch, title):
     """Cancelled on the worker (the status bar's Cancel), the view says it stopped instead of
     "computing…" for ever, and selecting a token asks for it again."""

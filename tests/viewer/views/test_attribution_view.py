@@ -1,13 +1,19 @@
-"""The head attribution view: exported through the command line and shown in the window, it
-draws what model/attribution.py computes for the state's trace and position."""
+"""The logit attribution view: exported through the command line and shown in the window, it
+draws what model/logit_attribution.py computes for the state's trace, position and tokens, and
+a head's split by source position; it answers only to its own requests."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from PySide6 import QtCore
 
 from tests.helpers.cli import cli
+from tests.helpers.held_worker import HeldWorker, state_with_trace
 from tests.helpers.window import PROMPT, mask_of, new_window, reference_session, wait_idle
-from transformer_viewer.model.attribution import head_attribution
+from transformer_viewer.model.logit_attribution import head_sources, logit_attribution
+
+TITLE = "Attribution"
 
 
 def test_export_writes_the_models_attribution(tiny_ckpt, capsys, tmp_path):
@@ -15,25 +21,68 @@ def test_export_writes_the_models_attribution(tiny_ckpt, capsys, tmp_path):
     rc, _, err = cli(capsys, "export", "--checkpoint", tiny_ckpt, "--prompt", PROMPT, "--view", "attribution",
                      "--query", "3", "--out", str(out))
     assert rc == 0, err
-    want = head_attribution(reference_session(tiny_ckpt), position=3).direct
+    want = logit_attribution(reference_session(tiny_ckpt), position=3).heads
     np.testing.assert_allclose(np.load(out), want, rtol=1e-5, atol=1e-6)
+
+
+def test_export_of_a_logit_difference_and_its_figure(tiny_ckpt, capsys, tmp_path):
+    out = tmp_path / "pair.npy"
+    rc, _, err = cli(capsys, "export", "--checkpoint", tiny_ckpt, "--prompt", PROMPT, "--view", "attribution",
+                     "--target", " cat", "--distractor", "42", "--out", str(out))
+    assert rc == 0, err
+    ref = reference_session(tiny_ckpt)
+    cat = ref.tokenizer.encode(" cat", add_special_tokens=False)[0]
+    np.testing.assert_allclose(np.load(out), logit_attribution(ref, tokens=(cat, 42)).heads, rtol=1e-5, atol=1e-6)
+    png = tmp_path / "a.png"
+    rc, _, err = cli(capsys, "export", "--checkpoint", tiny_ckpt, "--prompt", PROMPT, "--view", "attribution",
+                     "--out", str(png))
+    assert rc == 0 and png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 5000, err
 
 
 def test_the_window_view_follows_the_mask_and_the_selected_token(qtbot, tmp_path, tiny_ckpt):
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     try:
-        view = w.views["Head attribution"]
-        w.show_view("Head attribution")
+        view = w.views[TITLE]
+        w.show_view(TITLE)
         wait_idle(qtbot, w, lambda: view.result is not None)
         ref = reference_session(tiny_ckpt)
-        np.testing.assert_allclose(view.matrix(), head_attribution(ref).direct, rtol=1e-5, atol=1e-6)
+        want = logit_attribution(ref)
+        np.testing.assert_allclose(view.matrix(), want.heads, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(view.result.mlp, want.mlp, rtol=1e-5, atol=1e-6)
+        assert view.result.total() == pytest.approx(view.result.logit, rel=1e-4, abs=1e-4)
+        from transformer_viewer.viewer.views.attribution_view import term_name
+
+        top = want.top(3)
+        assert [row[0] for row in view.top_rows()[:3]] == [term_name(t) for t in top]
+        assert view.top_rows()[0][2] == f"{100 * top[0]['share']:.1f}%"
+        assert "frozen at position" in view.note.text()
         w.state.set_mask(mask_of(w, (1, 2)))
         w.state.set_selection(query=2)
         wait_idle(qtbot, w, lambda: view.result is not None and view.result.position == 2
                   and view.result.mask[1, 2])
-        want = head_attribution(ref, position=2, mask=mask_of(w, (1, 2))).direct
+        want = logit_attribution(ref, position=2, mask=mask_of(w, (1, 2))).heads
         np.testing.assert_allclose(view.matrix(), want, rtol=1e-5, atol=1e-6)
         assert view.matrix()[1, 2] == 0.0
+    finally:
+        w.close()
+
+
+def test_clicking_a_head_selects_it_everywhere_and_splits_its_term_by_source(qtbot, tmp_path, tiny_ckpt):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        view = w.views[TITLE]
+        w.show_view(TITLE)
+        wait_idle(qtbot, w, lambda: view.result is not None)
+        hm = view.heatmap
+        QtCore.QCoreApplication.processEvents()
+        pos = hm.graphics.mapFromScene(hm.cell_scene_pos(1, 3))
+        qtbot.mouseClick(hm.graphics.viewport(), QtCore.Qt.MouseButton.LeftButton, pos=pos)
+        assert (w.state.layer, w.state.head) == (1, 3)
+        wait_idle(qtbot, w, lambda: view.sources is not None and view.sources[:2] == (1, 3))
+        split = view.sources[2]
+        ref = reference_session(tiny_ckpt)
+        np.testing.assert_allclose(split, head_sources(ref, 1, 3), rtol=1e-5, atol=1e-6)
+        assert float(split.sum()) == pytest.approx(float(view.result.heads[1, 3]), rel=1e-4, abs=1e-5)
     finally:
         w.close()
 
@@ -49,12 +98,47 @@ def test_the_title_names_the_token_in_the_models_own_vocabulary(qtbot, tmp_path)
     save_with_tokenizer("llama", str(folder))
     w = new_window(qtbot, tmp_path, str(folder))
     try:
-        view = w.views["Head attribution"]
-        w.show_view("Head attribution")
+        view = w.views[TITLE]
+        w.show_view(TITLE)
         wait_idle(qtbot, w, lambda: view.result is not None)
         top = int(w.state.trace.next.top_ids[0])
-        assert view.result.token_id == top
+        assert view.result.tokens == (top,)
         own = token_label(top, load_tokenizer(str(folder)))
         assert f"logit of {own!r}" in view.heatmap.title() and own != token_label(top, load_tokenizer("gpt2"))
     finally:
         w.close()
+
+
+def test_a_pair_picked_from_the_candidates_and_a_stale_answer_dropped(qtbot, tiny_ckpt):
+    """Tokens picked from the next-token candidates ask for the difference; an answer to an
+    earlier request that arrives late is not drawn."""
+    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.viewer.views.attribution_view import AttributionView
+    from transformer_viewer.viewer.worker.handlers import WorkerSession
+
+    ref = reference_session(tiny_ckpt)
+    session = WorkerSession(load_checkpoint(tiny_ckpt, device="cpu"))
+    st = state_with_trace(session, PROMPT)
+    worker = HeldWorker(session)
+    view = AttributionView(st, worker)
+    qtbot.addWidget(view)
+    view.show()
+    first = worker.of_kind("attribution")[-1]
+    assert first.request.tokens == ()
+    top = [int(i) for i in st.trace.next.top_ids[:2]]
+    assert view.token_a.count() >= 2 and int(view.token_a.itemData(1)) == top[1]
+    view.token_a.setCurrentIndex(1)
+    view.token_b.setCurrentIndex(0)
+    view.apply_tokens()
+    second = worker.of_kind("attribution")[-1]
+    assert second.request.tokens == (top[1], top[0])
+    worker.answer(first)  # late: the view wants the pair now
+    assert view.result is None and view.dropped == 1
+    worker.answer(second)
+    np.testing.assert_allclose(view.matrix(), logit_attribution(ref, tokens=(top[1], top[0])).heads,
+                               rtol=1e-5, atol=1e-6)
+    assert "\u2212 logit" in view.heatmap.title()
+    asked = len(worker.held)
+    view.token_a.setEditText(" the cat")  # two tokens: said in the view's line, nothing asked
+    view.apply_tokens()
+    assert "not one" in view.info.text() and len(worker.held) == asked

@@ -64,7 +64,7 @@ def test_clearing_the_prompt_clears_the_scan_and_covers_every_view(qtbot, window
     assert scan.cover.message() is not None and scan.result is None  # still waiting for Run scan
 
 
-@pytest.mark.parametrize("title", ["Logit lens", "Head attribution"])
+@pytest.mark.parametrize("title", ["Logit lens", "Attribution"])
 def test_a_lens_or_attribution_of_the_previous_prompt_is_marked_until_recomputed(qtbot, window, title):
     view = shown(qtbot, window, title)
     wait_idle(qtbot, window, lambda: view.result is not None)

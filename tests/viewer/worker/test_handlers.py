@@ -179,12 +179,33 @@ def test_a_cancelled_load_stops_and_installs_nothing(tiny_ckpt):
     assert flag.polls == 3  # it stopped at the poll that said so
 
 
+@pytest.mark.parametrize("module, request_name, handler_name, text", [
+    ("routes", "RoutesRequest", "handle_routes", "following the routes through layer"),
+    ("rollout", "RolloutRequest", "handle_rollout", "rolling out layer"),
+])
+def test_routes_and_rollout_report_their_layers_and_stop_when_cancelled(session, monkeypatch, module, request_name,
+                                                                        handler_name, text):
+    import importlib
+
+    mod = importlib.import_module(f"transformer_viewer.viewer.worker.{module}")
+    request_type, handler = getattr(mod, request_name), getattr(mod, handler_name)
+    extra = {"stop": 3} if module == "rollout" else {}
+    last, _result = reports_each_layer(handler, session, request_type(text=PROMPT, **extra), monkeypatch)
+    L = session.config.n_layer
+    assert last == f"{text} {L} of {L}…"
+    flag = Flag(after=1)
+    with pytest.raises(Cancelled):
+        handler(session, request_type(text=PROMPT, **extra), lambda *a: None, flag)
+    assert flag.polls == 2  # after the first layer, at the second poll
+
+
 def test_attribution_reports_its_layers_and_stops_when_cancelled(session, monkeypatch):
     from transformer_viewer.viewer.worker.attribution import AttributionRequest, handle_attribution
 
     last, result = reports_each_layer(handle_attribution, session, AttributionRequest(text=PROMPT), monkeypatch)
     L = session.config.n_layer
-    assert last == f"attributing the heads of layer {L} of {L}…" and result.direct.shape[0] == L
+    assert last == f"attributing the writers of layer {L} of {L}…" and result.heads.shape[0] == L
+    assert result.total() == pytest.approx(result.logit, rel=1e-4, abs=1e-4)
     flag = Flag(after=1)
     with pytest.raises(Cancelled):
         handle_attribution(session, AttributionRequest(text=PROMPT), lambda *a: None, flag)
