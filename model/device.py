@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from transformer_viewer.model.errors import DeviceError
@@ -43,3 +45,11 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if dtype != torch.float32 and device.type != "cuda":
         raise DeviceError(f"{name} is supported on CUDA only; use --dtype float32 on the CPU")
     return dtype
+
+
+def physical_memory() -> int:
+    """This machine's memory in bytes."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 8 << 30  # a system that does not say (Windows): count a small laptop's

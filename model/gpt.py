@@ -179,7 +179,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Where nobody reads the pre-activations, the activation runs inside c_fc's product
         # (mlp_kernels.py); None means: step by step.
-        post = activated_product(self.c_fc, x, self.activation, self.hook_pre)
+        post = activated_product(self.c_fc, x, self.activation) if unread(self.hook_pre) else None
         if post is None:
             post = self.act(self.hook_pre(self.c_fc(x)))
         return self.dropout(self.c_proj(self.hook_post(post)))
@@ -206,7 +206,7 @@ class GatedMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Where nobody reads gate and up, act(gate) * up runs inside c_fc's two products
         # (mlp_kernels.py); None means: step by step.
-        post = gated_product(self.c_fc, x, self.activation, self.hook_pre, self.hook_pre_linear)
+        post = gated_product(self.c_fc, x, self.activation) if unread(self.hook_pre, self.hook_pre_linear) else None
         if post is None:
             gate, up = self.c_fc(x).split(self.n_mlp, dim=-1)  # (B, T, n_mlp) each
             post = self.act(self.hook_pre(gate)) * self.hook_pre_linear(up)

@@ -4,8 +4,6 @@ compute on the CPU; and what head scoring holds, checked against the same budget
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from transformer_viewer.model.attention_kernels import LARGEST_BLOCK
@@ -112,11 +110,3 @@ def size_text(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} bytes"
-
-
-def physical_memory() -> int:
-    """This machine's memory in bytes."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return 8 << 30  # a system that does not say (Windows): count a small laptop's

@@ -16,23 +16,19 @@ from __future__ import annotations
 
 import torch
 
-from transformer_viewer.model.hooks import HookPoint, unread
 from transformer_viewer.model.linear import Linear
 
 
-def activated_product(c_fc: Linear, x: torch.Tensor, activation: str, pre: HookPoint) -> torch.Tensor | None:
-    """act(c_fc(x)) with the activation inside the product, or None where that path does not apply."""
-    if not unread(pre):
-        return None
+def activated_product(c_fc: Linear, x: torch.Tensor, activation: str) -> torch.Tensor | None:
+    """act(c_fc(x)) with the activation inside the product, or None where that path does not
+    apply. Only for a caller whose pre-activations nobody reads: they are never made here."""
     return c_fc.epilogue(x, 0, c_fc.out_features, activation)
 
 
-def gated_product(c_fc: Linear, x: torch.Tensor, activation: str, pre: HookPoint,
-                  pre_linear: HookPoint) -> torch.Tensor | None:
+def gated_product(c_fc: Linear, x: torch.Tensor, activation: str) -> torch.Tensor | None:
     """act(x W_gate) * (x W_up) for c_fc = [W_gate; W_up] in two products, or None where that
-    path does not apply. c_fc keeps its packed copies by these halves (`GatedMLP`)."""
-    if not unread(pre, pre_linear):
-        return None
+    path does not apply. c_fc keeps its packed copies by these halves (`GatedMLP`). Only for a
+    caller whose gate and up projections nobody reads: they are never made here."""
     n = c_fc.out_features // 2
     gate = c_fc.epilogue(x, 0, n, activation)  # (..., n)
     return None if gate is None else c_fc.epilogue(x, n, 2 * n, times=gate)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from torch import nn
 
+from transformer_viewer.model.device import physical_memory
 from transformer_viewer.model.linear import Linear
-from transformer_viewer.model.memory_budget import physical_memory
-from transformer_viewer.model.unembedding import VOCAB_BLOCK
+from transformer_viewer.model.vocab_blocks import VOCAB_BLOCK
 
 # Packed copies a model may keep: at most 1 GiB, and at most 1/16 of the machine's memory. The
 # gain is the same share of a product at any model size; the cost, a second copy of the weights,

@@ -12,9 +12,8 @@ import numpy as np
 import torch
 
 from transformer_viewer.model.trace import NextToken
-from transformer_viewer.model.vocab_blocks import VocabBlocks, pick, row_blocks
+from transformer_viewer.model.vocab_blocks import VOCAB_BLOCK, VocabBlocks, pick, row_blocks
 
-VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once
 # Positions unembedded together, at most: a (512, 2048) block of logits stays in a core's cache
 # through its reductions, which saves more than reading the whole head again for each
 # block of positions costs.

@@ -15,6 +15,8 @@ import torch
 
 from transformer_viewer.model.linear import linear
 
+VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once (the packed head is laid out by these blocks too)
+
 
 def row_blocks(n: int, size: int) -> list[tuple[int, int]]:
     """(first, end) of the blocks of at most `size` rows that n residual rows are unembedded in.

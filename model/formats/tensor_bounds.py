@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from transformer_viewer.model.device import physical_memory
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.memory_budget import physical_memory
 
 MAX_PARAMS = 100_000_000_000  # whatever the machine: 400 GB as float32
 MEMORY_SHARE = 0.75  # of the machine's memory the float32 weights may take; the capture needs the rest
