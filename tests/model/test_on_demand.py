@@ -332,6 +332,41 @@ def test_on_demand_patterns_are_the_forwards_own_rows_bit_for_bit(name):
                                       seen[layer, nh - 1, T - 70:, 5:T - 3])
 
 
+# Run in a fresh interpreter, since MKL picks its kernels once per process: its AVX2 path (what
+# an AVX2-only CPU runs; asked for here whatever the CPU) with two threads splits a lone
+# matrix product over threads and rounds it apart from the same matrix in a batched product.
+_HEAD_BATCH_SCRIPT = """
+import torch
+torch.set_num_threads(2)
+from transformer_viewer.model.attention_kernels import pattern_rows, query_blocks
+from transformer_viewer.model.on_demand import heads_computed_with
+g = torch.Generator().manual_seed(0)
+nh, hs, T = 4, 16, 397
+qh = torch.randn(1, T, nh, hs, generator=g).transpose(1, 2)  # (1, nh, T, hs), strided as heads_qkv's
+kh = torch.randn(1, T, nh, hs, generator=g).transpose(1, 2)
+differ = 0
+for a, b in query_blocks(T):
+    every = pattern_rows(qh, kh, a, b, 0, 0.0)  # (1, nh, b - a, b): the forward's batch
+    for head in range(nh):
+        h0, h1 = heads_computed_with(head, nh)
+        some = pattern_rows(qh[:, h0:h1], kh[:, h0:h1], a, b, 0, 0.0)
+        differ += not torch.equal(some[0, head - h0], every[0, head])
+print(differ)
+"""
+
+
+def test_a_heads_rows_recomputed_in_its_batch_equal_the_forwards_on_mkls_avx2_path():
+    """The batch of heads a recomputed tile is scored in gives the bits of the forward's batch
+    of every head, on the kernel path where one head alone would not."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MKL_ENABLE_INSTRUCTIONS="AVX2")
+    done = subprocess.run([sys.executable, "-c", _HEAD_BATCH_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=300, check=True)
+    assert done.stdout.strip() == "0", done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("window,cap", [(0, 0.0), (37, 0.0), (0, 30.0), (37, 30.0)])
 def test_pattern_rows_in_a_reused_buffer_equal_fresh_tensors(window, cap):
     """Scores computed into a buffer that held an earlier, larger block (softmax in place)
