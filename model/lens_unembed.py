@@ -23,8 +23,10 @@ from transformer_viewer.model.vocab_blocks import VocabBlocks, head_logits, pick
 # max, the rank's comparison and count), so it should stay in a core's cache: (512, 4096) blocks
 # (8 MB) ran a lens 12-30% faster than (2,048, 4,096) ones on a 2-core Intel Xeon (2 MB of L2 a
 # core), though each block of rows reads the whole head again. The vocabulary's blocks are the
-# same however many rows ask: a row's log-sum-exp then sums the same blocks in the same order,
-# so a row unembedded again (a masked lens redoing a clean row's position) gets the same numbers.
+# same however many rows ask: a row's log-sum-exp sums the same blocks in the same order. It is
+# still not bit for bit the same among other rows: torch's elementwise exp and log take a vector
+# or a scalar kernel by an element's place in the tensor, an ulp apart (so the lens lends a
+# clean row's cells rather than unembedding its position again; model/lens.py).
 VOCAB_BLOCK = 4096  # vocabulary rows of the head read at once
 ROW_BLOCK = 512  # residual rows unembedded together, at most
 
