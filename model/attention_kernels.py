@@ -1,13 +1,15 @@
 """The speed paths of attention, beside the decoder so `gpt.py` reads as plain attention.
 
 Without autograd, the (T, T) scores are computed by blocks of queries, skipping the keys a
-block can never see, optionally into one reusable workspace. Every path here produces the
-same bits as the plain masked product in `attention_pattern` (tests/model/test_fast_paths.py).
-Where nobody reads the whole pattern, `attend_by_blocks` never holds more than one block of
-query rows: memory O(block x T) per head instead of O(T^2), what makes long prompts fit. Either
-way each block of rows meets the values of its visible keys only (`values_by_blocks`).
-`pattern_rows` is the one computation of a block of rows; a tile recomputed later
-(model/on_demand.py) calls it with the same blocks, so it equals what the forward had.
+block can never see, optionally into one reusable workspace. Every path here computes the plain
+masked product of `attention_pattern`: the same bits on most kernels, within float32 rounding
+where a GEMM sums a block of rows in another order than the whole matrix
+(tests/model/test_fast_paths.py). Where nobody reads the whole pattern, `attend_by_blocks`
+never holds more than one block of query rows: memory O(block x T) per head instead of O(T^2),
+what makes long prompts fit. Either way each block of rows meets the values of its visible keys
+only (`values_by_blocks`). `pattern_rows` is the one computation of a block of rows, on every
+no-grad path alike; a tile recomputed later (model/on_demand.py) calls it with the same blocks
+and a batch of heads, so it equals what the forward had, bit for bit.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ key/value heads, a sliding window, soft-capping. Parameter names follow GPT-2 / 
 
 Every activation passes through a named HookPoint; capture and head masks work by hooking
 those, so this file knows nothing about either. The no-grad speed paths live beside it:
-attention in `attention_kernels.py` (the same bits as the plain path here), the MLP's
+attention in `attention_kernels.py` (the plain path's arithmetic by blocks of rows), the MLP's
 activation inside its products in `mlp_kernels.py` (within float32 rounding of it).
 """
 

@@ -69,8 +69,8 @@ def logit_lens(session, residuals: list[torch.Tensor] | None = None,
     `known`, a lens over the same positions whose first `known_rows` rows were read from the
     same residual streams (the clean lens, for a mask whose first masked layer is
     known_rows - 1: a head in layer l changes resid_pre of l + 1 on), lends those rows: their
-    top tokens are copied, and only the positions whose final top token or reference token
-    differs from `known`'s are unembedded again (for the rank and probability of the new one).
+    cells are copied, and only the positions whose final top token or reference token differs
+    from `known`'s are unembedded again, for the rank and probability of the new one alone.
 
     The final row is unembedded first (it names each position's final top token), then every
     other row at once, over blocks of the vocabulary (model/lens_unembed.py), so memory stays
@@ -120,7 +120,11 @@ def logit_lens(session, residuals: list[torch.Tensor] | None = None,
                            step=None if step is None else lambda d, n: step(1 + (R - 1) * d // n, R))
         n0 = 0
         for row, cols in wanted:
-            out.put(row, cols, cells, slice(n0, n0 + len(cols)))
+            part = slice(n0, n0 + len(cols))
+            if row < known_rows:
+                out.put_asked(row, cols, cells, part, known)
+            else:
+                out.put(row, cols, cells, part)
             n0 += len(cols)
     elif step is not None:
         step(R, R)
@@ -156,6 +160,20 @@ class _Cells:
             ref = self.reference_ids[row]
             # known's probability of a token it names: its top token, else its reference token
             self.ref_probs[row] = np.where(ref == known.top_ids[row], known.top_probs[row], known.reference_probs[row])
+
+    def put_asked(self, row: int, cols: np.ndarray, cells: RowCells, part: slice, known: LogitLens) -> None:
+        """Row `row`, lent from `known`, at columns `cols` unembedded again for a final or
+        reference token `known` does not name: only those tokens' cells come from `cells[part]`.
+        The lent top token and probabilities stay `known`'s: the same residual row unembedded
+        among other rows can round an ulp apart (an elementwise exp or log may take a vector
+        or a scalar kernel by the element's place in the tensor), and a lent row must show
+        exactly the clean numbers."""
+        new_final = self.final_ids_differ(known)[cols]
+        self.final_ranks[row, cols[new_final]] = cells.final_ranks[part][new_final]
+        self.final_probs[row, cols[new_final]] = cells.final_probs[part][new_final]
+        if self.ref_probs is not None:
+            new_ref = self.reference_differs(row, known)[cols]
+            self.ref_probs[row, cols[new_ref]] = cells.reference_probs[part][new_ref]
 
     def final_ids_differ(self, known: LogitLens) -> np.ndarray:
         return self.top_ids[-1] != known.final_ids

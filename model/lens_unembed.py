@@ -22,9 +22,11 @@ from transformer_viewer.model.vocab_blocks import VocabBlocks, head_logits, pick
 # A block of logits is reduced in four passes after the product that makes it (log-softmax,
 # max, the rank's comparison and count), so it should stay in a core's cache: a (512, 4096)
 # block is 8 MB, against 32 MB for (2,048, 4,096), and the passes from cache save more than
-# each block of rows reading the whole head again costs. The vocabulary's blocks are the
-# same however many rows ask: a row's log-sum-exp then sums the same blocks in the same order,
-# so a row unembedded again (a masked lens redoing a clean row's position) gets the same numbers.
+# each block of rows reading the whole head again costs. The vocabulary's blocks are the same
+# however many rows ask: a row's log-sum-exp sums the same blocks in the same order. It is
+# still not bit for bit the same among other rows: torch's elementwise exp and log take a vector
+# or a scalar kernel by an element's place in the tensor, an ulp apart (so the lens lends a
+# clean row's cells rather than unembedding its position again; model/lens.py).
 VOCAB_BLOCK = 4096  # vocabulary rows of the head read at once
 ROW_BLOCK = 512  # residual rows unembedded together, at most
 

@@ -10,8 +10,8 @@ streams the head through it about twice as fast as torch's matrix-vector product
 
 Only inference takes that path: while autograd records (training), `F.linear` runs, so its
 backward is torch's own. The two kernels sum in different orders (differences ~1e-6 relative);
-every inference path of the app goes through here, so capture, predict and scans still agree
-with each other exactly. `plain_kernels()` switches the fast path off (tests compare against
+every inference path of the app goes through here, so capture, predict and scans share one
+kernel per product (a product of other rows may still round apart: see `vocab_blocks.row_blocks`). `plain_kernels()` switches the fast path off (tests compare against
 it); so does TV_ONEDNN=0 in the environment.
 
 Given the weight as torch stores it, oneDNN copies it into its own blocked layout on every

@@ -4,9 +4,10 @@
 Both start from the residual stream the session cached for the trace's run and go through the
 model's own modules: the block runs up to the attention's input (or the MLP's output) and
 stops there, the attention makes its queries and keys with `heads_qkv` and its pattern rows
-with `pattern_rows`, by the same query blocks as the forward. So a recomputed value is the
-value the forward computed, bit for bit on the same kernels, and every family switch the
-attention has (masking, scale, soft-capping, windows) applies without a copy of it here.
+with `pattern_rows`, by the same query blocks as the forward and in a batch of heads as the
+forward's (`heads_computed_with`). So a recomputed value is the value the forward computed, bit
+for bit on the same kernels, and every family switch the attention has (masking, scale,
+soft-capping, windows) applies without a copy of it here.
 """
 
 from __future__ import annotations
@@ -85,15 +86,34 @@ def _row_blocks(session: Session, trace: Trace, layer: int, head: int, first: in
     if not blocks:
         return
     qh, kh = layer_queries_keys(session, trace, layer)
-    qh, kh = qh[:, head:head + 1], kh[:, head:head + 1]  # (1, 1, T, hs)
+    h0, h1 = heads_computed_with(head, session.config.n_head)
+    qh, kh = qh[:, h0:h1], kh[:, h0:h1]  # (1, h1 - h0, T, hs)
     attn = session.model.blocks[layer].attn
-    flat = qh.new_empty(max((b - a) * b for a, b in blocks))
+    n = h1 - h0
+    flat = qh.new_empty(n * max((b - a) * b for a, b in blocks))
     with torch.inference_mode():
         for a, b in blocks:
-            rows = flat[:(b - a) * b].view(1, 1, b - a, b)  # contiguous, as the forward's block
+            rows = flat[:n * (b - a) * b].view(1, n, b - a, b)  # contiguous, as the forward's block
             attn.pattern_rows(qh, kh, a, b, out=rows, scores=rows)
             r0, r1 = max(a, first), min(b, end)
-            yield r0, rows[0, 0, r0 - a:r1 - a]  # (r1 - r0, b)
+            yield r0, rows[0, head - h0, r0 - a:r1 - a]  # (r1 - r0, b)
+
+
+def heads_computed_with(head: int, n_head: int) -> tuple[int, int]:
+    """The heads (h0, h1) whose pattern rows are recomputed together to give `head`'s: two
+    neighbours, or the only head.
+
+    The forward scores a block of rows of all its heads in one batched product, which rounds
+    each head's matrix as a single-threaded product does, whatever the batch. One head's
+    product on its own is a plain matrix product, which MKL (on its AVX2 path, for one) splits
+    over threads and sums in another order: scores a float32 ulp apart. A batch of two heads
+    takes the forward's batched kernel, at twice the work of one head rather than every
+    head's. A model of one head has only the plain product, in both places.
+    """
+    if n_head == 1:
+        return 0, 1
+    h0 = min(head, n_head - 2)
+    return h0, h0 + 2
 
 
 def iter_pattern_rows(session: Session, trace: Trace, layer: int, head: int, first: int = 0,

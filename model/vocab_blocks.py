@@ -21,7 +21,10 @@ VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once (the pack
 def row_blocks(n: int, size: int) -> list[tuple[int, int]]:
     """(first, end) of the blocks of at most `size` rows that n residual rows are unembedded in.
     A lone last row joins the block before it: alone it would get a matrix-vector kernel, which
-    rounds its own way, and a row must get the same numbers whichever rows it goes with."""
+    rounds its own way. Among two rows or more, oneDNN's product gives a row the same logits
+    whichever rows it goes with; torch's own GEMM (MKL) may not for a few rows, and the exp
+    and log after it round an element by its place in the tensor, so what reads a row among
+    other rows holds it to float32 rounding, not to the bit."""
     starts = list(range(0, n, size))
     if len(starts) > 1 and n - starts[-1] == 1:
         starts.pop()

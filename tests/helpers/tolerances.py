@@ -75,3 +75,28 @@ def assert_float32_close(actual, expected, *, reduction: int, depth: int = 1, sc
     assert diff <= atol, (f"{what}: differs by {diff:.3g}, over the float32 bound {atol:.3g} "
                           f"(reduction {reduction}, depth {depth}, scale {scale:.3g})")
     return diff
+
+
+def assert_probs_close(actual, expected, *, logit_scale: float, reduction: int, depth: int = 1,
+                       what: str = "") -> None:
+    """Assert two float32 probability vectors p = exp(logit - logsumexp) agree to the rule.
+
+    A log-probability moves by at most twice its logits' largest error (its logit's and the
+    normaliser's), `float32_atol(reduction, depth, logit_scale)` each, with `logit_scale` the
+    largest |logit| (`largest_logit`); so each probability moves by that much relative to
+    itself, whatever its size (probabilities near zero stay comparable, unlike under an
+    absolute bound of probability 1's scale)."""
+    a, e = _numpy(actual), _numpy(expected)
+    assert a.shape == e.shape, f"{what}: shapes differ, {a.shape} vs {e.shape}"
+    rtol = float32_atol(reduction, depth, 2 * logit_scale)
+    np.testing.assert_allclose(a, e, rtol=rtol, atol=float(np.finfo(np.float32).tiny), err_msg=what)
+
+
+def largest_logit(model, token_ids) -> float:
+    """The largest |logit| of a plain forward of `token_ids` (a 1-d sequence) through `model`:
+    the size its logits' float32 errors scale with."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.as_tensor(np.asarray(token_ids, dtype=np.int64))[None])[0]
+    return float(logits.abs().max())
