@@ -73,7 +73,7 @@ def assert_same_loss(got: float, want: float, config: GPTConfig) -> None:
     """Two float32 cross-entropies of the same logits, normalised over the vocabulary in
     different orders and groupings (V logits, or the seen ones and one collapsed logit): the
     normaliser's sum of V terms is the longest reduction, and its relative rounding is the
-    loss's absolute one (tests/model/tolerances.py)."""
+    loss's absolute one (tests/helpers/tolerances.py)."""
     assert got == pytest.approx(want, abs=float32_atol(config.vocab_size))
 
 

@@ -34,7 +34,7 @@ def mask_cell_center(window, layer: int, head: int) -> QPointF:
 def assert_probs_as_predicted(window, expected) -> None:
     """The window's next-token probabilities against a reference session's prediction: the
     window's trace is a capture, which reads the last layer in other GEMM shapes than a
-    prediction, so they agree to the float32 rule (tests/model/tolerances.py)."""
+    prediction, so they agree to the float32 rule (tests/helpers/tolerances.py)."""
     from tests.helpers.tolerances import assert_probs_close, largest_logit, model_reduction
 
     st = window.state
