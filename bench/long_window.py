@@ -62,7 +62,7 @@ def save_model(folder: str, T: int) -> str:
 
 def prompt_of(T: int) -> str:
     """English text of exactly T GPT-2 tokens (every id inside the model's vocabulary)."""
-    from transformer_viewer.model.tokenizer import load_tokenizer
+    from transformer_viewer.model.tokenizer_loading import load_tokenizer
 
     tok = load_tokenizer("gpt2")
     words = (PROSE * (T // 40 + 2)).split(" ")

@@ -19,15 +19,16 @@ from transformer_viewer.model import load_watch
 from transformer_viewer.model.bundled import bundled_checkpoint_path
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import native, tensor_bounds
+from transformer_viewer.model.expected_state import expected_state, skeleton
+from transformer_viewer.model.formats import detect, native, tensor_bounds
 from transformer_viewer.model.gpt import GPT
 from transformer_viewer.model.tokenizer import (
     GPT2_PADDED_VOCAB,
     GPT2_VOCAB,
     TextTokenizer,
     Tokenizer,
-    load_tokenizer,
 )
+from transformer_viewer.model.tokenizer_loading import load_tokenizer
 
 
 @dataclass
@@ -56,7 +57,6 @@ def load_checkpoint(path_or_name: str | None = None, device: str | torch.device 
 
     `progress(done, total, stage)` hears of each tensor read and checked; once `is_cancelled()`
     is true the load stops at the next tensor with `Cancelled` (see load_watch.py)."""
-    from transformer_viewer.model.formats import detect  # the format readers
 
     source = bundled_checkpoint_path() if path_or_name is None else os.fspath(path_or_name)
     if path_or_name is None and not os.path.exists(source):
@@ -112,7 +112,7 @@ def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,
     a bias to the LM head, which GPT itself never has.
     """
     name = key_name or (lambda k: k)
-    expected = _expected(config)
+    expected = expected_state(config)
     if config.tie_embeddings:
         state = {k: v for k, v in state.items() if k != "lm_head.weight"} if "wte.weight" in state else state
     tensor_bounds.check_param_count(source, sum(ref.numel() for ref in expected.values()))
@@ -140,7 +140,7 @@ def build_model(config: GPTConfig, state: dict[str, torch.Tensor], source: str,
             raise CheckpointError(f"{source}: {name(k)} contains NaN or Inf values; the checkpoint is damaged")
     # Built on the meta device and filled by assignment: no time spent on a random init
     # that would be overwritten at once.
-    model = _skeleton(config)
+    model = skeleton(config)
     if config.tie_embeddings:
         weights["lm_head.weight"] = weights["wte.weight"]
     model.load_state_dict(weights, strict=True, assign=True)
@@ -166,46 +166,6 @@ def _all_finite(t: torch.Tensor) -> bool:
         return True
     lo, hi = torch.aminmax(t)
     return math.isfinite(float(lo)) and math.isfinite(float(hi))
-
-
-class _SkipInit(torch.overrides.TorchFunctionMode):
-    """Makes in-place initialisers no-ops while a skeleton is built on the meta device: there is
-    nothing to fill there, and the first meta `normal_` in a process costs seconds of importing
-    torch._dynamo. Modes are per thread, so other threads keep initialising normally."""
-
-    INITIALISERS = frozenset({"normal_", "uniform_", "zero_", "fill_", "ones_", "zeros_", "kaiming_uniform_",
-                              "trunc_normal_", "constant_", "xavier_uniform_", "xavier_normal_"})
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if getattr(func, "__name__", "") in self.INITIALISERS:
-            target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))  # nn.init passes tensor=
-            if isinstance(target, torch.Tensor) and target.is_meta:
-                return target
-        return func(*args, **kwargs)
-
-
-def check_size(config: GPTConfig, source: str) -> None:
-    """Refuse a config whose weights would not fit this machine, before any weight is read."""
-    tensor_bounds.check_param_count(source, sum(ref.numel() for ref in _expected(config).values()))
-
-
-def _expected(config: GPTConfig) -> dict[str, torch.Tensor]:
-    """The model's parameters by name, on the meta device; a tied head counted once."""
-    expected = _skeleton(config).state_dict()
-    if config.tie_embeddings:
-        expected.pop("lm_head.weight", None)
-    return expected
-
-
-def _skeleton(config: GPTConfig) -> GPT:
-    """A GPT on the meta device, parameters shaped but never initialised."""
-    with torch.device("meta"), _SkipInit():
-        model = GPT(config)
-    if config.extra.get("head_bias"):
-        head = model.lm_head
-        head.bias = torch.nn.Parameter(torch.zeros(head.out_features, device=head.weight.device))
-    return model
 
 
 def save_checkpoint(model: GPT, path: str, tokenizer: str = "gpt2", training: dict | None = None,

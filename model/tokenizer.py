@@ -12,7 +12,6 @@ special flags), `label`, `is_special`, `token_bytes`, `document_prefix`, `n_voca
 from __future__ import annotations
 
 import functools
-import os
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -229,36 +228,15 @@ def _complete_prefix(b: bytes) -> bytes:
     return b  # not UTF-8 at all: count it as it decodes with replacement
 
 
-def load_tokenizer(spec: str = "gpt2", vocab_size: int | None = None):
-    """The tokenizer a spec names: "gpt2", or a folder holding a tokenizer.json (`vocab_size`: the
-    model's, for the message when the file is missing). A folder is read once per state of its
-    files, so the worker and the window share one tokenizer (a 256k vocabulary takes a second)."""
-    if spec == "gpt2":
-        return Tokenizer()
-    from transformer_viewer.model.hf_tokenizer import HFTokenizer
-    from transformer_viewer.model.tokenizer_files import SIDE_FILES, check_tokenizer_size, tokenizer_json_path
-
-    folder = os.path.abspath(spec)
-    path = tokenizer_json_path(folder, vocab_size)  # a missing file is refused before anything is cached
-    check_tokenizer_size(path, vocab_size)  # by its size, before the library spends seconds parsing it
-    stamp = []
-    for name in ("tokenizer.json", *SIDE_FILES):
-        try:
-            st = os.stat(os.path.join(folder, name))
-            stamp.append((name, st.st_size, st.st_mtime_ns))
-        except OSError:
-            stamp.append((name, None, None))
-    return _load_folder(HFTokenizer, folder, tuple(stamp))
-
-
 @functools.lru_cache(maxsize=2)  # the model in use and the one before: a 256k vocabulary is ~100 MB
-def _load_folder(cls, folder: str, _stamp: tuple):
+def load_folder(cls, folder: str, _stamp: tuple):
+    """A folder's tokenizer of class `cls`, kept while the files' sizes and times (`_stamp`) stay."""
     return cls(folder)
 
 
 def forget_loaded_tokenizers() -> None:
     """Drop the cached folder tokenizers (one panicked: the next load reads its files again)."""
-    _load_folder.cache_clear()
+    load_folder.cache_clear()
 
 
 def decode_after(tokenizer, prefix_ids, new_ids) -> str:

@@ -30,10 +30,9 @@ from transformer_viewer.model.formats import (
     schema,
     tutorial,
 )
-from transformer_viewer.model.formats.file_head import read_head
+from transformer_viewer.model.formats.file_head import HEAD_BYTES, describe, read_head
 
 Reader = Callable[..., tuple]
-HEAD_BYTES = 64
 
 
 def find_reader(source: str) -> tuple[str, Reader]:
@@ -88,7 +87,7 @@ def _file(path: str) -> tuple[str, Reader]:
     head = read_head(path, HEAD_BYTES)
     if not head:
         raise CheckpointError(f"{path}: the file is empty (0 bytes); it was not saved completely, re-save it")
-    header = safetensors_header(path, head)
+    header = safetensors_file.header_if_safetensors(path, head)
     if header is not None:
         return _safetensors(path, header)
     if pickle_safe.looks_like_pickle(head):
@@ -96,14 +95,6 @@ def _file(path: str) -> tuple[str, Reader]:
         return _classify_pickle(path, obj)
     raise CheckpointError(f"{path}: unknown checkpoint format: found {describe(head, regular_file.size_of_path(path))}; "
                           "give a .safetensors, nanoGPT ckpt.pt, state-dict .pt or Hugging Face folder")
-
-
-def safetensors_header(path: str, head: bytes) -> safetensors_file.Header | None:
-    """The checked header when the file is safetensors (by its first bytes); truncation and
-    every damage to the header is an error, not None."""
-    if not safetensors_file.looks_like_safetensors(head):
-        return None
-    return safetensors_file.header_of(path)
 
 
 def _safetensors(path: str, header: safetensors_file.Header) -> tuple[str, Reader]:
@@ -160,29 +151,6 @@ def _folder(folder: str) -> tuple[str, Reader]:
     found = f"it holds {_few(entries, 5)}" if entries else "it is empty"
     raise CheckpointError(f"{folder}: a folder with no model in it ({found}); give a checkpoint file, or a "
                           "Hugging Face folder with config.json and model.safetensors")
-
-
-def describe(head: bytes, size: int) -> str:
-    """A few words on what a file seems to be, for the 'unknown format' message."""
-    kinds = [
-        (b"\x1f\x8b", "gzip-compressed data"), (b"\xfd7zXZ", "xz-compressed data"), (b"BZh", "bzip2-compressed data"),
-        (b"\x89HDF", "an HDF5 file (Keras .h5?)"), (b"\x93NUMPY", "a NumPy .npy array"), (b"GGUF", "a GGUF file (llama.cpp)"),
-        (b"PK", "a zip archive"), (b"\x7fELF", "a program (ELF executable)"),
-    ]
-    for magic, what in kinds:
-        if head.startswith(magic):
-            return f"{what}, {size} bytes"
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    # NULs and other control bytes decode as UTF-8 too, but they make binary, not text.
-    if text is None or any(not (c.isprintable() or c.isspace()) for c in text):
-        return f"{size} bytes of binary data starting {head[:8].hex(' ')}"
-    start = " ".join(text.split())[:30]
-    if start.startswith(("{", "[")):
-        return f"JSON text starting {start!r}"
-    return f"text starting {start!r}"
 
 
 def describe_object(obj: object) -> str:

@@ -19,6 +19,7 @@ import torch
 
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.expected_state import check_size
 from transformer_viewer.model.formats import (
     folder_files,
     gpt2_layout,
@@ -60,7 +61,6 @@ def read_folder(folder: str, name: str | None = None, weights: str | None = None
     hf_families.refuse_quantized(hf, folder)
     found = hf_families.family_of(hf, folder)  # None: GPT-2
     config = config_from_hf(hf, folder) if found is None else hf_families.config_for(hf, folder, *found)
-    from transformer_viewer.model.checkpoint import check_size  # checkpoint reads formats: imported here
 
     check_size(config, folder)  # a model too large for this machine is refused before its weights are read
     check_config_token_ids(hf, folder)

@@ -11,6 +11,7 @@ from safetensors.torch import save
 from transformer_viewer.model.atomic_write import write_bytes
 from transformer_viewer.model.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
+from transformer_viewer.model.expected_state import check_size
 from transformer_viewer.model.formats import safetensors_file, schema, untrusted_json
 
 FORMAT_TAG = "transformer-viewer"
@@ -44,7 +45,6 @@ def read_native(path: str) -> tuple[GPTConfig, dict[str, torch.Tensor], dict]:
         config = GPTConfig.from_dict(config_dict)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: bad config: {e}") from None
-    from transformer_viewer.model.checkpoint import check_size  # checkpoint reads formats: imported here
 
     check_size(config, path)  # before any weight is read
     info = {"tokenizer": meta.get("tokenizer", "gpt2"), "training": read_training(path, meta)}

@@ -215,3 +215,11 @@ def _opened(path: str) -> Iterator:
         except OSError as e:  # a read error of the disk or the network file system
             raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); copy the file to a local disk "
                                   "and retry") from None
+
+
+def header_if_safetensors(path: str, head: bytes) -> Header | None:
+    """The checked header when the file is safetensors (by its first bytes, `head`); truncation
+    and every damage to the header is an error, not None."""
+    if not looks_like_safetensors(head):
+        return None
+    return header_of(path)

@@ -18,8 +18,14 @@ import torch
 
 from transformer_viewer.model import load_watch
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import folder_files, regular_file, untrusted_json
-from transformer_viewer.model.formats.file_head import read_head
+from transformer_viewer.model.formats import (
+    folder_files,
+    pickle_safe,
+    regular_file,
+    safetensors_file,
+    untrusted_json,
+)
+from transformer_viewer.model.formats.file_head import HEAD_BYTES, describe, read_head
 
 MAX_SHARDS = 1024  # the largest public models have a few hundred shards
 FIX = "restore the index or download the model again"
@@ -66,19 +72,18 @@ def _shards(index_path: str) -> tuple[dict[str, str], list[tuple[str, str]], dic
 def load_shards(index_path: str, load_safetensors: Callable[[str], dict],
                 load_pickled: Callable[[str], dict]) -> dict[str, torch.Tensor]:
     """Every tensor of every shard, each file read once and by what it holds."""
-    from transformer_viewer.model.formats import detect, pickle_safe  # detect imports the readers
 
     state: dict[str, torch.Tensor] = {}
     weight_map, files, listed_as = _shards(index_path)
     for name, path in files:
         load_watch.check_cancelled()  # a pickled shard is read in one call: stop between them
-        head = read_head(path, detect.HEAD_BYTES)
-        if detect.safetensors_header(path, head) is not None:
+        head = read_head(path, HEAD_BYTES)
+        if safetensors_file.header_if_safetensors(path, head) is not None:
             part = load_safetensors(path)
         elif pickle_safe.looks_like_pickle(head):
             part = load_pickled(path)
         else:
-            found = detect.describe(head, regular_file.size_of_path(path)) if head else "an empty file"
+            found = describe(head, regular_file.size_of_path(path)) if head else "an empty file"
             raise CheckpointError(f"{index_path}: shard {name} is not a weights file (found {found}); the index "
                                   f"names the wrong file: {FIX}")
         check_placement(index_path, name, part, weight_map, listed_as)

@@ -10,7 +10,7 @@ import os
 from tests.hardening.message_case import Case, raised
 from tests.helpers import tokenizers as tc
 from tests.helpers.failing_open import fail_opens
-from transformer_viewer.model.tokenizer import load_tokenizer
+from transformer_viewer.model.tokenizer_loading import load_tokenizer
 
 
 def _folder(ctx, name, kind="metaspace", **kw) -> str:

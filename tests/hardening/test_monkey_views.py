@@ -166,7 +166,7 @@ def gemma2_folder(folder) -> str:
     """A random Gemma 2 model saved as Hugging Face does, with a tokenizer.json of its style."""
     from tests.helpers import tokenizers
     from tests.helpers.hf_family_models import build
-    from transformer_viewer.model.tokenizer import load_tokenizer
+    from transformer_viewer.model.tokenizer_loading import load_tokenizer
 
     tokenizers.metaspace(str(folder))
     build("gemma2", vocab_size=load_tokenizer(str(folder)).n_vocab, max_position_embeddings=1024,

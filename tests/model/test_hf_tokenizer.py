@@ -13,7 +13,8 @@ import pytest
 from tests.helpers import tokenizers as tc
 from tests.helpers.tokenizers import TEXTS
 from transformer_viewer.model.hf_tokenizer import HFTokenizer
-from transformer_viewer.model.tokenizer import decode_after, load_tokenizer, parse_token, visible_label
+from transformer_viewer.model.tokenizer import decode_after, parse_token, visible_label
+from transformer_viewer.model.tokenizer_loading import load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ from tests.helpers import tokenizers as tc
 from tests.helpers.panics import a_panic
 from transformer_viewer.model.errors import CheckpointError, ModelError
 from transformer_viewer.model.rust_calls import is_panic, library_call
-from transformer_viewer.model.tokenizer import Tokenizer, load_tokenizer, parse_token, replace_undecodable
+from transformer_viewer.model.tokenizer import Tokenizer, parse_token, replace_undecodable
+from transformer_viewer.model.tokenizer_loading import load_tokenizer
 from transformer_viewer.model.tokenizer_spec import pattern_problem
 
 

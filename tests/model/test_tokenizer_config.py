@@ -16,7 +16,8 @@ import pytest
 from tests.helpers import tokenizers as tc
 from tests.helpers.tokenizers import TEXTS
 from transformer_viewer.model.errors import CheckpointError, ModelError
-from transformer_viewer.model.tokenizer import MAX_PROMPT_CHARS, Tokenizer, load_tokenizer
+from transformer_viewer.model.tokenizer import MAX_PROMPT_CHARS, Tokenizer
+from transformer_viewer.model.tokenizer_loading import load_tokenizer
 
 MS = {"bos_token": "<s>", "eos_token": "</s>"}
 BL = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}

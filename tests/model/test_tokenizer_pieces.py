@@ -9,7 +9,7 @@ import pytest
 from tests.helpers import tokenizers as tc
 from transformer_viewer.model import tokenizer_pieces
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.tokenizer import load_tokenizer
+from transformer_viewer.model.tokenizer_loading import load_tokenizer
 from transformer_viewer.model.tokenizer_pieces import cut_before_word
 
 LONG = " ".join(tc.CORPUS[:6]) * 6 + "\n\nand a last line with   spaces  "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -201,8 +202,6 @@ def write_json_or_print(obj: dict, out: str | None) -> None:
     """Strict JSON (NaN refused) to stdout, or atomically to `out`."""
     import json
 
-    from transformer_viewer.viewer.cli.info import json_safe
-
     text = json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False)
     if out is None:
         print(text)
@@ -211,3 +210,19 @@ def write_json_or_print(obj: dict, out: str | None) -> None:
 
     path = write_file(out, (text + "\n").encode("utf-8"))
     print(f"wrote {path}", file=sys.stderr)
+
+
+def json_safe(value, depth: int = 0):
+    """`value` as strict JSON allows: NaN and infinities (a loss before the first step, a
+    record from a damaged file) become null, anything else unknown its str()."""
+    if depth > 32:
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v, depth + 1) for v in value]
+    return str(value)

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 
-from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
+from transformer_viewer.viewer.cli.common import add_checkpoint_arguments, json_safe
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,22 +76,6 @@ def run(args) -> int:
     else:
         print(format_text(facts))
     return 0
-
-
-def json_safe(value, depth: int = 0):
-    """`value` as strict JSON allows: NaN and infinities (a loss before the first step, a
-    record from a damaged file) become null, anything else unknown its str()."""
-    if depth > 32:
-        return None
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, bool | int | str) or value is None:
-        return value
-    if isinstance(value, dict):
-        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v, depth + 1) for v in value]
-    return str(value)
 
 
 def format_text(facts: dict) -> str:

@@ -71,7 +71,7 @@ def run(args) -> int:
     refuse_non_finite("next-token probabilities", [t["prob"] for t in result["top"]],
                       [t["logit"] for t in result["top"]])
     if args.json:
-        from transformer_viewer.viewer.cli.info import json_safe
+        from transformer_viewer.viewer.cli.common import json_safe
 
         # Strict JSON: a model whose finite weights overflow gives NaN logits, which JSON cannot hold.
         print(json.dumps(json_safe(result), ensure_ascii=False, allow_nan=False))

@@ -91,7 +91,7 @@ def test_the_title_names_the_token_in_the_models_own_vocabulary(qtbot, tmp_path)
     """A family model with its own tokenizer.json: the title's token is the one the next-token
     panel shows first, labelled by that tokenizer (GPT-2's labels name other tokens)."""
     from tests.helpers.hf_family_models import save_with_tokenizer
-    from transformer_viewer.model.tokenizer import load_tokenizer
+    from transformer_viewer.model.tokenizer_loading import load_tokenizer
     from transformer_viewer.viewer.views.logits_panel import token_label
 
     folder = tmp_path / "llama"

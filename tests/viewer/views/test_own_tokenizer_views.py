@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers.tokenizers import own_tokenizer_folder
 from tests.helpers.window import new_window, wait_idle
-from transformer_viewer.model.tokenizer import load_tokenizer
+from transformer_viewer.model.tokenizer_loading import load_tokenizer
 
 PROMPT = "Hello world, the capital of France"
 
