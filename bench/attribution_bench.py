@@ -44,14 +44,14 @@ def probe(T: int, threads: int, bundled: bool) -> dict:
     import torch
 
     torch.set_num_threads(threads)
-    from transformer_viewer.model.logit_attribution import logit_attribution
-    from transformer_viewer.model.rollout import rollout_rows
-    from transformer_viewer.model.routes import information_routes
+    from transformer_viewer.model.analysis.logit_attribution import logit_attribution
+    from transformer_viewer.model.analysis.rollout import rollout_rows
+    from transformer_viewer.model.analysis.routes import information_routes
 
     if bundled:
-        from transformer_viewer.model.checkpoint import load_checkpoint
-        from transformer_viewer.model.packing import pack_for_inference
-        from transformer_viewer.model.session import Session
+        from transformer_viewer.model.capture.session import Session
+        from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+        from transformer_viewer.model.kernels.packing import pack_for_inference
 
         loaded = load_checkpoint(None, device="cpu")
         pack_for_inference(loaded.model)

@@ -18,8 +18,8 @@ GOAL_VS_HF, GOAL_VS_TL = 0.8, 0.6
 def check_capture(hf, tl, session, T: int = 64) -> dict:
     """Our on-demand patterns and pooled overviews against both peers' patterns (float16
     overview storage: atol 1e-3)."""
-    from transformer_viewer.model.on_demand import head_pattern
-    from transformer_viewer.model.overview import pool_pattern
+    from transformer_viewer.model.capture.on_demand import head_pattern
+    from transformer_viewer.model.capture.overview import pool_pattern
 
     ids = prompt_ids(T)
     session.set_tokens(prompt_tokens(T))

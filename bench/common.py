@@ -68,7 +68,7 @@ def make_hf_folder(folder: str) -> str:
 
 def prompt_ids(T: int) -> torch.Tensor:
     """(1, T) token ids of PROSE repeated."""
-    from transformer_viewer.model.tokenizer import Tokenizer
+    from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
 
     ids = Tokenizer().encode(PROSE)
     reps = -(-T // len(ids))
@@ -77,7 +77,7 @@ def prompt_ids(T: int) -> torch.Tensor:
 
 def prompt_tokens(T: int):
     """The same ids as `prompt_ids`, as the Tokenized our Session takes."""
-    from transformer_viewer.model.tokenizer import Tokenized, Tokenizer
+    from transformer_viewer.model.tokenizers.tokenizer import Tokenized, Tokenizer
 
     tk = Tokenizer()
     ids = tuple(int(i) for i in prompt_ids(T)[0])
@@ -104,12 +104,12 @@ def load_tl(folder: str):
 
 def load_ours(folder: str):
     """(LoadedModel, how it was loaded): our own Hugging Face folder reader."""
-    from transformer_viewer.model.checkpoint import load_checkpoint
-    from transformer_viewer.model.packing import pack_for_inference
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+    from transformer_viewer.model.kernels.packing import pack_for_inference
 
     loaded = load_checkpoint(folder, device="cpu")
     pack_for_inference(loaded.model)  # as the app's worker does after a load
-    return loaded, "load_checkpoint (model/formats/huggingface.py)"
+    return loaded, "load_checkpoint (model/checkpoints/formats/huggingface.py)"
 
 
 # -- agreement ---------------------------------------------------------------------------------

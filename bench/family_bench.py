@@ -43,9 +43,9 @@ def make_folder(folder: str):
 
 def load_ours(folder: str):
     """Through the reader and build_model: the app's path less its tokenizer (random weights have none)."""
-    from transformer_viewer.model.checkpoint import LoadedModel, build_model
-    from transformer_viewer.model.formats import huggingface
-    from transformer_viewer.model.packing import pack_for_inference
+    from transformer_viewer.model.checkpoints.checkpoint import LoadedModel, build_model
+    from transformer_viewer.model.checkpoints.formats import huggingface
+    from transformer_viewer.model.kernels.packing import pack_for_inference
 
     config, state, info = huggingface.read_folder(folder)
     model = build_model(config, state, folder, key_name=info["key_name"])
@@ -55,7 +55,7 @@ def load_ours(folder: str):
 
 
 def tokens(T: int):
-    from transformer_viewer.model.tokenizer import Tokenized
+    from transformer_viewer.model.tokenizers.tokenizer import Tokenized
 
     ids = torch.randint(0, SHAPE["vocab_size"], (T,), generator=torch.Generator().manual_seed(T)).tolist()
     return Tokenized(tuple(ids), tuple("t" for _ in ids), tuple((i, i + 1) for i in range(T)), "t" * T)
@@ -70,8 +70,8 @@ def main() -> int:
     args = ap.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     set_threads(args.threads)
-    from transformer_viewer.model.session import Session
-    from transformer_viewer.model.unembedding import token_logprobs
+    from transformer_viewer.model.capture.session import Session
+    from transformer_viewer.model.capture.unembedding import token_logprobs
 
     with tempfile.TemporaryDirectory() as folder:
         hf = make_folder(folder)

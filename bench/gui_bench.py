@@ -68,7 +68,7 @@ def launch(checkpoint: str | None, threads: int, runs: int = 1) -> dict:
     if why:
         return {"available": False, "reason": why}
     if checkpoint is None:
-        from transformer_viewer.model.checkpoint import bundled_checkpoint_path
+        from transformer_viewer.model.checkpoints.checkpoint import bundled_checkpoint_path
 
         if not os.path.exists(bundled_checkpoint_path()):
             return {"available": False, "reason": "no bundled model (assets/bundled.safetensors) yet"}

@@ -40,8 +40,8 @@ def main(folder: str, threads: int, reps: int, lengths: list[int]) -> dict:
     common.set_threads(threads)
     from PySide6 import QtCore, QtWidgets
 
-    from transformer_viewer.model.on_demand import pattern_tile
-    from transformer_viewer.model.session import Session
+    from transformer_viewer.model.capture.on_demand import pattern_tile
+    from transformer_viewer.model.capture.session import Session
     from transformer_viewer.viewer.views.head_grid import HeadGridView
     from transformer_viewer.viewer.views.heatmap import HeatmapView
 

@@ -26,8 +26,8 @@ CHILD = """
 import contextlib, io, json, resource, sys, time
 from transformer_viewer.viewer.cli.main import main
 import transformer_viewer.viewer.cli.info, transformer_viewer.viewer.cli.predict  # noqa: the start-up, untimed
-import transformer_viewer.model.session, transformer_viewer.model.formats.detect  # noqa
-from transformer_viewer.model.tokenizer import Tokenizer
+import transformer_viewer.model.capture.session, transformer_viewer.model.checkpoints.formats.detect  # noqa
+from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
 Tokenizer()
 print(json.dumps({"name": "(start-up)", "command": "-", "s": 0.0, "rc": 0, "want": 0, "traceback": False,
                   "mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)

@@ -9,7 +9,7 @@ Timed round-robin in one process (medians), each against its peer in the same ru
   by rows x vocabulary x width now (`window_size`);
 - the unembedding: one layer's (P, V) logits and log_softmax at a time, reading the whole head
   once per layer (before, `lens_by_rows` here), against every layer's rows through each block of
-  the head while it is in cache (model/lens_unembed.py);
+  the head while it is in cache (model/analysis/lens_unembed.py);
 - a head toggle's masked lens: every row unembedded, against the clean lens's rows lent up to
   the masked layer (`logit_lens(..., known=clean, known_rows=l + 1)`);
 - the window moved by a click just past its end: the new positions only (the worker keeps the
@@ -33,12 +33,12 @@ WINDOW_BY_VOCABULARY = 256 * 50257 // 151936  # the window the view asked for be
 
 
 def build_session(T: int):
-    from transformer_viewer.model.checkpoint import LoadedModel
-    from transformer_viewer.model.config import GPTConfig
-    from transformer_viewer.model.gpt import GPT
-    from transformer_viewer.model.packing import pack_for_inference
-    from transformer_viewer.model.session import Session
-    from transformer_viewer.model.tokenizer import Tokenized
+    from transformer_viewer.model.capture.session import Session
+    from transformer_viewer.model.checkpoints.checkpoint import LoadedModel
+    from transformer_viewer.model.decoder.config import GPTConfig
+    from transformer_viewer.model.decoder.gpt import GPT
+    from transformer_viewer.model.kernels.packing import pack_for_inference
+    from transformer_viewer.model.tokenizers.tokenizer import Tokenized
 
     torch.manual_seed(0)
     config = GPTConfig(block_size=max(T, 1024), positional="rotary", norm="rmsnorm", mlp="gated",
@@ -108,7 +108,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from transformer_viewer.model.lens import logit_lens
+    from transformer_viewer.model.analysis.lens import logit_lens
     from transformer_viewer.viewer.views.lens_view import window_size
 
     T = args.tokens

@@ -44,7 +44,7 @@ def main() -> int:
     set_threads(args.threads)
     from transformers import AutoModelForCausalLM
 
-    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 
     print(f"{machine()['cpu']}, torch threads {args.threads}", flush=True)
     with tempfile.TemporaryDirectory() as folder:

@@ -43,12 +43,12 @@ def smol_session(T: int):
     random token ids."""
     import torch
 
-    from transformer_viewer.model.checkpoint import LoadedModel
-    from transformer_viewer.model.config import GPTConfig
-    from transformer_viewer.model.gpt import GPT
-    from transformer_viewer.model.packing import pack_for_inference
-    from transformer_viewer.model.session import Session
-    from transformer_viewer.model.tokenizer import Tokenized
+    from transformer_viewer.model.capture.session import Session
+    from transformer_viewer.model.checkpoints.checkpoint import LoadedModel
+    from transformer_viewer.model.decoder.config import GPTConfig
+    from transformer_viewer.model.decoder.gpt import GPT
+    from transformer_viewer.model.kernels.packing import pack_for_inference
+    from transformer_viewer.model.tokenizers.tokenizer import Tokenized
 
     torch.manual_seed(0)
     config = GPTConfig(block_size=max(T, 2048), positional="rotary", norm="rmsnorm", mlp="gated",
@@ -67,7 +67,7 @@ def probe_ours(T: int, threads: int) -> dict:
     import memory_probe
     import torch
 
-    from transformer_viewer.model.on_demand import head_pattern, pattern_tile
+    from transformer_viewer.model.capture.on_demand import head_pattern, pattern_tile
 
     torch.set_num_threads(threads)
     session = smol_session(T)

@@ -48,9 +48,9 @@ TICK_MS = 5
 def save_model(folder: str, T: int) -> str:
     import torch
 
-    from transformer_viewer.model.checkpoint import save_checkpoint
-    from transformer_viewer.model.config import GPTConfig
-    from transformer_viewer.model.gpt import GPT
+    from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
+    from transformer_viewer.model.decoder.config import GPTConfig
+    from transformer_viewer.model.decoder.gpt import GPT
 
     torch.manual_seed(0)
     config = GPTConfig(block_size=T, positional="rotary", norm="rmsnorm", mlp="gated", activation="silu",
@@ -62,7 +62,7 @@ def save_model(folder: str, T: int) -> str:
 
 def prompt_of(T: int) -> str:
     """English text of exactly T GPT-2 tokens (every id inside the model's vocabulary)."""
-    from transformer_viewer.model.tokenizer_loading import load_tokenizer
+    from transformer_viewer.model.tokenizers.tokenizer_loading import load_tokenizer
 
     tok = load_tokenizer("gpt2")
     words = (PROSE * (T // 40 + 2)).split(" ")

@@ -53,7 +53,7 @@ def main(tool: str, folder: str, T: int, threads: int) -> dict:
     common.set_threads(threads)
     ids = common.prompt_ids(T)
     if tool == "ours":
-        from transformer_viewer.model.session import Session
+        from transformer_viewer.model.capture.session import Session
 
         loaded, _ = common.load_ours(folder)
         session = Session(loaded)

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     folder = tempfile.mkdtemp(prefix="tv-bench-model-")
     try:
         common.make_hf_folder(folder)
-        from transformer_viewer.model.session import Session
+        from transformer_viewer.model.capture.session import Session
 
         hf, tl = common.load_hf(folder), common.load_tl(folder)
         loaded, res["ours_loader"] = common.load_ours(folder)

@@ -40,8 +40,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of both ways")
     args = ap.parse_args()
     set_threads(args.threads)
-    from transformer_viewer.model.scan import head_scan
-    from transformer_viewer.model.session import Session
+    from transformer_viewer.model.analysis.scan import head_scan
+    from transformer_viewer.model.capture.session import Session
 
     with tempfile.TemporaryDirectory() as folder:
         make_folder(folder)

@@ -109,8 +109,8 @@ def run_model(name: str, folder: str, out: str, reps: int, scan: bool) -> list[t
     import numpy as np
     from PySide6 import QtWidgets
 
-    from transformer_viewer.model.checkpoint import load_checkpoint
-    from transformer_viewer.model.packing import pack_for_inference
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+    from transformer_viewer.model.kernels.packing import pack_for_inference
     from transformer_viewer.viewer.state import ViewerState
     from transformer_viewer.viewer.views.lens_view import LensView
     from transformer_viewer.viewer.views.logits_panel import LogitsPanel

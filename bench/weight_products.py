@@ -18,8 +18,8 @@ from torch import nn
 def ours(model, T: int, n_vocab: int):
     """A callable running every weight product of our decoder and head on T rows: the blocks'
     layers as the capture calls them, the head by the vocabulary blocks of the log-probabilities."""
-    from transformer_viewer.model.linear import Linear
-    from transformer_viewer.model.unembedding import VOCAB_BLOCK
+    from transformer_viewer.model.capture.unembedding import VOCAB_BLOCK
+    from transformer_viewer.model.kernels.linear import Linear
 
     layers = [m for m in model.blocks.modules() if isinstance(m, Linear)]
     rows = _rows(T, {m.in_features for m in layers} | {model.lm_head.in_features})

@@ -23,8 +23,8 @@ import os
 
 import numpy as np
 
-from transformer_viewer.model.atomic_write import replaced_mode, write_bytes
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.files.atomic_write import replaced_mode, write_bytes
 
 IMAGE_FORMATS = (".png", ".svg", ".pdf")
 MATRIX_FORMATS = (".npy", ".csv")
@@ -65,7 +65,7 @@ def check_writable(path) -> str:
 
 
 def write_file(path, data: bytes) -> str:
-    """Atomically make `path` hold exactly `data` (see model/atomic_write.py); one ExportError
+    """Atomically make `path` hold exactly `data` (see model/files/atomic_write.py); one ExportError
     line on any failure, the previous file untouched. Returns the absolute path."""
     path = check_writable(path)
     try:

@@ -97,7 +97,7 @@ class ViewerState(QObject):
     def tokenizer(self):
         """The loaded model's tokenizer, for labelling token ids. The worker has just loaded it
         from the same files, so this is its cached object; kept per model, never re-read."""
-        from transformer_viewer.model.tokenizer_loading import load_tokenizer  # no torch
+        from transformer_viewer.model.tokenizers.tokenizer_loading import load_tokenizer  # no torch
 
         spec = self.model_info.tokenizer if self.model_info else "gpt2"
         if self._tokenizer is None or self._tokenizer[0] != spec:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 from safetensors.torch import save_file
 
-from transformer_viewer.model.checkpoint import save_checkpoint
-from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.formats import native
-from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
+from transformer_viewer.model.checkpoints.formats import native
+from transformer_viewer.model.decoder.config import GPTConfig
+from transformer_viewer.model.decoder.gpt import GPT
 
 # Small vocabulary: the files stay a few hundred kB; only their defects matter here.
 BASE = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=64, vocab_size=512)

@@ -19,9 +19,9 @@ from safetensors.torch import load_file, save_file
 from tests.hardening.cli_cases import CliCase
 from tests.helpers import hf_family_models as fm
 from tests.helpers.hardening import TINY
-from transformer_viewer.model.checkpoint import save_checkpoint
-from transformer_viewer.model.formats import native
-from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
+from transformer_viewer.model.checkpoints.formats import native
+from transformer_viewer.model.decoder.gpt import GPT
 
 GROUPS = ("rope", "special_ids", "pickled_tensors", "tutorial", "shards", "non_finite")
 YARN = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 32}

@@ -39,8 +39,8 @@ from tests.hardening.corpus import (
     _state,
     _write_native,
 )
-from transformer_viewer.model.checkpoint import save_checkpoint
-from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
+from transformer_viewer.model.decoder.config import GPTConfig
 
 DEEP = "[" * 1000 + "]" * 1000
 BIG_INT = "1" + "0" * 5000
@@ -361,7 +361,7 @@ def build(root: str) -> list[Bad]:
 
 def _state_shapes(config: GPTConfig) -> dict[str, torch.Tensor]:
     """Our parameter names and shapes for `config`, as meta tensors (nothing allocated)."""
-    from transformer_viewer.model.gpt import GPT
+    from transformer_viewer.model.decoder.gpt import GPT
 
     with torch.device("meta"):
         state = GPT(config).state_dict()

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from tests.hardening.cli_cases import CliCase
 from tests.helpers.hardening import save_tiny
-from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.decoder.config import GPTConfig
 
 GROUPS = ("compressed", "heads_text", "prompt_size", "train_record")
 TRAIN_FLAGS = ("--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--steps", "2",

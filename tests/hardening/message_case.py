@@ -12,9 +12,9 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.session import Session
 from transformer_viewer.viewer.cli.main import main
 
 

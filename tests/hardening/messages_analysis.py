@@ -4,7 +4,7 @@ line cannot reach (its own checks answer first): the library called as a script 
 from __future__ import annotations
 
 from tests.hardening.message_case import Case, raised
-from transformer_viewer.model.session import Session
+from transformer_viewer.model.capture.session import Session
 
 
 def session(ctx) -> Session:
@@ -14,27 +14,27 @@ def session(ctx) -> Session:
 
 
 def dla(**kw):
-    from transformer_viewer.model.logit_attribution import head_sources, logit_attribution
+    from transformer_viewer.model.analysis.logit_attribution import head_sources, logit_attribution
 
     fn = head_sources if "layer" in kw else logit_attribution
     return lambda ctx: raised(lambda: fn(session(ctx), **kw))
 
 
 def rollout(*args, **kw):
-    from transformer_viewer.model.rollout import rollout_rows
+    from transformer_viewer.model.analysis.rollout import rollout_rows
 
     return lambda ctx: raised(lambda: rollout_rows(session(ctx), *args, **kw))
 
 
 def too_many_rows(ctx):
-    from transformer_viewer.model import rollout as module
+    from transformer_viewer.model.analysis import rollout as module
 
     ctx.mp.setattr(module, "MAX_ROWS", 2)  # a block is 512 rows; the tiny model's context is shorter
     return raised(lambda: module.rollout_rows(session(ctx), 0, 5))
 
 
 def routes_below_zero(ctx):
-    from transformer_viewer.model.routes import information_routes
+    from transformer_viewer.model.analysis.routes import information_routes
 
     return raised(lambda: information_routes(session(ctx), threshold=-0.1))
 

@@ -11,7 +11,7 @@ import torch
 
 from tests.hardening import corpus_configs as cc
 from tests.hardening.message_case import Case, raised
-from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 
 
 def generation_id(value):

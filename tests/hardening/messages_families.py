@@ -7,10 +7,10 @@ import torch
 
 from tests.hardening.family_folders import make
 from tests.hardening.message_case import Case, raised
-from transformer_viewer.model.checkpoint import load_checkpoint
-from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+from transformer_viewer.model.checkpoints.formats.hf_families import FAMILIES, state_for
+from transformer_viewer.model.decoder.config import GPTConfig
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats.hf_families import FAMILIES, state_for
 
 
 def folder_error(c, name: str) -> str:
@@ -30,9 +30,9 @@ def unknown_final_norm(ctx):
     attribution has no frozen form of."""
     import torch
 
-    from transformer_viewer.model.attribution import head_attribution
-    from transformer_viewer.model.checkpoint import load_checkpoint
-    from transformer_viewer.model.session import Session
+    from transformer_viewer.model.analysis.attribution import head_attribution
+    from transformer_viewer.model.capture.session import Session
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 
     class Halved(torch.nn.Module):  # the notebook's own final "norm"
         def forward(self, x):

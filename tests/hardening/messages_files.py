@@ -13,9 +13,10 @@ import struct
 from tests.hardening.corpus import _hf_folder, _model
 from tests.hardening.message_case import Case, raised
 from tests.helpers.failing_open import fail_opens
-from transformer_viewer.model.checkpoint import load_checkpoint
-from transformer_viewer.model.formats import file_head, regular_file, safetensors_file
-from transformer_viewer.model.text_file import read_text_file
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+from transformer_viewer.model.checkpoints.formats import safetensors_file
+from transformer_viewer.model.files import file_head, regular_file
+from transformer_viewer.model.files.text_file import read_text_file
 
 
 def fifo(path) -> str:
@@ -119,7 +120,7 @@ def train_onto_an_existing_file(ctx):
 
 
 def training_data_fifo(ctx):
-    from transformer_viewer.model.data import load_corpus
+    from transformer_viewer.model.training.data import load_corpus
 
     return raised(lambda: load_corpus([fifo(ctx.tmp / "data.txt")]))
 

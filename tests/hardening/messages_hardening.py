@@ -15,9 +15,9 @@ from safetensors.torch import save_file
 
 from tests.hardening.corpus import BASE, _hf_folder, _model, _nanogpt, _native_meta, _state
 from tests.hardening.message_case import Case, raised
-from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from transformer_viewer.model.decoder.gpt import GPT
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.gpt import GPT
 from transformer_viewer.viewer import export as ex
 
 

@@ -9,11 +9,11 @@ import lzma
 
 from tests.hardening.corpus_inputs import huge_dictionary_xz
 from tests.hardening.message_case import Case, raised
-from transformer_viewer.model import memory_budget
-from transformer_viewer.model.data import decompress_xz, read_text
-from transformer_viewer.model.formats.schema import check_resumable, check_training
-from transformer_viewer.model.heads import MAX_PASSAGES, detect_heads
-from transformer_viewer.model.memory_budget import scoring_bytes
+from transformer_viewer.model.analysis.heads import MAX_PASSAGES, detect_heads
+from transformer_viewer.model.capture import memory_budget
+from transformer_viewer.model.capture.memory_budget import scoring_bytes
+from transformer_viewer.model.checkpoints.formats.schema import check_resumable, check_training
+from transformer_viewer.model.training.data import decompress_xz, read_text
 
 TEXT = b"The cat sat on the mat. " * 400
 

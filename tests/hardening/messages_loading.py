@@ -10,9 +10,9 @@ import os
 
 from tests.hardening.message_case import Case, raised
 from tests.helpers import tokenizers as tc
-from transformer_viewer.model.checkpoint import load_checkpoint
-from transformer_viewer.model.tokenizer import MAX_PROMPT_CHARS
-from transformer_viewer.model.tokenizer_loading import load_tokenizer
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+from transformer_viewer.model.tokenizers.tokenizer import MAX_PROMPT_CHARS
+from transformer_viewer.model.tokenizers.tokenizer_loading import load_tokenizer
 
 
 def tokenizer_link_out(ctx):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.hardening.message_case import Case, raised
-from transformer_viewer.model import on_demand
+from transformer_viewer.model.capture import on_demand
 
 
 def _traced(ctx, prompt="one two three four five"):

@@ -4,7 +4,7 @@ of a long prompt's positions)."""
 from __future__ import annotations
 
 from tests.hardening.message_case import Case, raised
-from transformer_viewer.model.lens import logit_lens
+from transformer_viewer.model.analysis.lens import logit_lens
 
 
 def _lens_window(ctx):

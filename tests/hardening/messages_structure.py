@@ -1,4 +1,4 @@
-"""Triggers for the messages of the head attribution (model/attribution.py)."""
+"""Triggers for the messages of the head attribution (model/analysis/attribution.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ PROMPT = "The cat sat on the mat"
 
 
 def attribution(ctx, text=PROMPT, **kw):
-    from transformer_viewer.model.attribution import head_attribution
+    from transformer_viewer.model.analysis.attribution import head_attribution
 
     s = ctx.session()
     if text:

@@ -10,7 +10,7 @@ import os
 from tests.hardening.message_case import Case, raised
 from tests.helpers import tokenizers as tc
 from tests.helpers.failing_open import fail_opens
-from transformer_viewer.model.tokenizer_loading import load_tokenizer
+from transformer_viewer.model.tokenizers.tokenizer_loading import load_tokenizer
 
 
 def _folder(ctx, name, kind="metaspace", **kw) -> str:
@@ -40,7 +40,7 @@ def missing(ctx, sentencepiece=False):
 
 
 def too_large(ctx):
-    from transformer_viewer.model import hf_tokenizer
+    from transformer_viewer.model.tokenizers import hf_tokenizer
 
     folder = _folder(ctx, "big")
     _write(folder, "tokenizer.json", "{" + " " * (1 << 20) + "}")
@@ -78,7 +78,7 @@ def bos_not_named(ctx):
 
 def vocabulary_larger_than_embedding(ctx):
     from tests.helpers.models import hf_config, hf_model
-    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 
     folder = _folder(ctx, "model")
     hf_model(hf_config(vocab_size=100, n_layer=1, n_head=2, n_embd=8, n_positions=16)).save_pretrained(folder)
@@ -111,7 +111,7 @@ def dropped_after_a_panic(ctx):
 
 
 def too_many_tokens(ctx):
-    from transformer_viewer.model import tokenizer_pieces
+    from transformer_viewer.model.tokenizers import tokenizer_pieces
 
     tok = load_tokenizer(_folder(ctx, "counted", "byte_level"))
     ctx.mp.setattr(tokenizer_pieces, "CALL_BUDGET", int(50 * tok.growth))

@@ -14,7 +14,7 @@ from tests.hardening.corpus import EXTENSIONS, GOOD
 from tests.helpers.cli import cli, error_line
 from tests.helpers.failing_open import refuse_reads_of
 from tests.helpers.hardening import new_window, one_line, wait_idle
-from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.viewer.cli.main import main
 

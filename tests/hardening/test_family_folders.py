@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.hardening.family_folders import ALL, make
-from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.viewer.cli.main import main
 

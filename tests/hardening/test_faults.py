@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from tests.helpers.hardening import new_window, one_line, wait_idle
-from transformer_viewer.model import atomic_write
 from transformer_viewer.model import device as device_module
-from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+from transformer_viewer.model.decoder.gpt import GPT
 from transformer_viewer.model.errors import CaptureTooLargeError, DeviceError
-from transformer_viewer.model.gpt import GPT
-from transformer_viewer.model.session import Session
+from transformer_viewer.model.files import atomic_write
 from transformer_viewer.viewer.cli.main import main
 from transformer_viewer.viewer.window.actions import export
 from transformer_viewer.viewer.worker import handlers

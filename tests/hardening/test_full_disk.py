@@ -15,10 +15,10 @@ import torch
 from tests.hardening.message_case import raised
 from tests.helpers.hardening import PROMPT, TINY, one_line
 from tests.helpers.training import write_text
-from transformer_viewer.model import atomic_write
-from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from transformer_viewer.model.decoder.gpt import GPT
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.files import atomic_write
 from transformer_viewer.viewer.cli.main import main
 
 REAL_WRITE = os.write
@@ -151,7 +151,7 @@ def test_train_snapshot_on_a_full_disk_is_one_line_and_keeps_the_last_snapshot(t
     saved = {name: open(folder / name, "rb").read() for name in os.listdir(folder)}
     assert set(saved) == {"m.safetensors", "m.safetensors.optim"}
     # Resume for two more steps; the disk fills at the checkpoint, or at the optimizer state after it.
-    from transformer_viewer.model.formats import native
+    from transformer_viewer.model.checkpoints.formats import native
 
     writes = {"files": 0}
     real = native.write_bytes

@@ -17,9 +17,9 @@ from PySide6.QtWidgets import QFileDialog
 from tests.hardening import corpus_hostile
 from tests.helpers.hardening import new_window, one_line, wait_idle
 from tests.helpers.hf_hub import cache_entry
-from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+from transformer_viewer.model.checkpoints.formats import huggingface
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.formats import huggingface
 from transformer_viewer.viewer.cli.main import main
 
 SMALL_VOCAB_PROMPT = "a b c"  # GPT-2 ids 64, 275, 269: inside the corpus models' 512-token vocabulary

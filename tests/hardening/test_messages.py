@@ -20,13 +20,13 @@ import torch
 from tests.hardening.message_case import Case, Ctx, area_cases, raised
 from tests.helpers.failing_open import fail_opens
 from tests.helpers.hardening import TINY, one_line
-from transformer_viewer.model import atomic_write
 from transformer_viewer.model import device as device_module
-from transformer_viewer.model.checkpoint import load_checkpoint
-from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+from transformer_viewer.model.decoder.config import GPTConfig
+from transformer_viewer.model.decoder.gpt import GPT
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.gpt import GPT
-from transformer_viewer.model.session import Session
+from transformer_viewer.model.files import atomic_write
 from transformer_viewer.viewer import export as ex
 from transformer_viewer.viewer.worker import client as worker
 from transformer_viewer.viewer.worker import handlers
@@ -44,7 +44,7 @@ def session_with(ctx, text):
 def small_vocab_session(ctx):
     model = GPT(GPTConfig(n_layer=1, n_head=1, n_embd=8, block_size=16, vocab_size=100)).eval()
     path = ctx.tmp / "small_vocab.safetensors"
-    from transformer_viewer.model.checkpoint import save_checkpoint
+    from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
 
     save_checkpoint(model, str(path))
     s = Session(load_checkpoint(str(path)))
@@ -52,7 +52,7 @@ def small_vocab_session(ctx):
 
 
 def too_many_tokens(ctx):
-    from transformer_viewer.model.tokenizer import Tokenizer
+    from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
 
     s = ctx.session()
     return raised(lambda: s.set_tokens(Tokenizer().tokenize("word " * 100)))
@@ -66,7 +66,7 @@ def budget(ctx, fits):
 
 
 def bundled_missing(ctx):
-    from transformer_viewer.model import checkpoint
+    from transformer_viewer.model.checkpoints import checkpoint
 
     ctx.mp.setattr(checkpoint, "bundled_checkpoint_path", lambda: str(ctx.tmp / "no-bundled.safetensors"))
     return raised(lambda: load_checkpoint(None))
@@ -250,7 +250,7 @@ def qt_widget():
 
 
 def small_vocab_ckpt(ctx) -> str:
-    from transformer_viewer.model.checkpoint import save_checkpoint
+    from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
 
     path = ctx.tmp / "small_vocab.safetensors"
     if not path.exists():
@@ -259,25 +259,25 @@ def small_vocab_ckpt(ctx) -> str:
 
 
 def gen(ctx, text=None, **kw):
-    from transformer_viewer.model.generate import generate
+    from transformer_viewer.model.analysis.generate import generate
 
     return raised(lambda: generate(session_with(ctx, PROMPT if text is None else text), **{"n_tokens": 2, **kw}))
 
 
 def heads_error(ctx, **kw):
-    from transformer_viewer.model.heads import detect_heads
+    from transformer_viewer.model.analysis.heads import detect_heads
 
     return raised(lambda: detect_heads(ctx.session(), **kw))
 
 
 def too_few_tokens(ctx):
-    from transformer_viewer.model.heads import repeated_random_tokens
+    from transformer_viewer.model.analysis.heads import repeated_random_tokens
 
     return raised(lambda: repeated_random_tokens(ctx.session().model, 10**6, 1, 0))
 
 
 def lens_error(ctx, kind):
-    from transformer_viewer.model.lens import logit_lens
+    from transformer_viewer.model.analysis.lens import logit_lens
 
     s = session_with(ctx, PROMPT)
     s.run()
@@ -291,7 +291,7 @@ def lens_error(ctx, kind):
 
 
 def scan_error(ctx, kind):
-    from transformer_viewer.model.scan import head_scan
+    from transformer_viewer.model.analysis.scan import head_scan
 
     s = session_with(ctx, PROMPT)
     if kind == "ablation":
@@ -308,8 +308,8 @@ def scan_error(ctx, kind):
 def diff_error(ctx, kind):
     import dataclasses
 
-    from transformer_viewer.model.diff import lens_diff, subtract, trace_diff
-    from transformer_viewer.model.lens import logit_lens
+    from transformer_viewer.model.analysis.diff import lens_diff, subtract, trace_diff
+    from transformer_viewer.model.analysis.lens import logit_lens
 
     if kind == "shapes":
         return raised(lambda: subtract(np.zeros(2), np.zeros(3)))
@@ -327,7 +327,7 @@ def diff_error(ctx, kind):
 
 
 def data_error(ctx, kind):
-    from transformer_viewer.model.data import load_corpus
+    from transformer_viewer.model.training.data import load_corpus
 
     if kind == "none":
         return raised(lambda: load_corpus([]))
@@ -347,8 +347,8 @@ def data_error(ctx, kind):
 
 
 def train_error(ctx, kind):
-    from transformer_viewer.model.data import load_corpus
-    from transformer_viewer.model.train import TrainConfig, check_data, train
+    from transformer_viewer.model.training.data import load_corpus
+    from transformer_viewer.model.training.train import TrainConfig, check_data, train
 
     (ctx.tmp / "t.txt").write_text("The cat sat on the mat. " * 40)
     corpus = load_corpus([str(ctx.tmp / "t.txt")], val_fraction=0.1)
@@ -369,7 +369,7 @@ def heads_cli(ctx, *extra):
 
 
 def heads_without_bundled(ctx):
-    from transformer_viewer.model import checkpoint
+    from transformer_viewer.model.checkpoints import checkpoint
 
     ctx.mp.setattr(checkpoint, "bundled_checkpoint_path", lambda: str(ctx.tmp / "no-bundled.safetensors"))
     return ctx.cli("heads")
@@ -500,7 +500,7 @@ CASES = [
     Case("head detection past the context", lambda c: heads_error(c, induction_length=40),
          "repeated twice needs 81 positions; the model's context is 64"),
     Case("head detection beyond the vocabulary", lambda c: raised(lambda: __import__(
-        "transformer_viewer.model.heads", fromlist=["detect_heads"]).detect_heads(
+        "transformer_viewer.model.analysis.heads", fromlist=["detect_heads"]).detect_heads(
         Session(load_checkpoint(small_vocab_ckpt(c))), texts=["hello world"])), "outside this model's vocabulary of 100"),
     Case("too few distinct tokens", too_few_tokens, "usable tokens; use a repeated sequence of at most that length"),
     Case("logit lens with missing streams", lambda c: lens_error(c, "streams"), "the logit lens needs 3 residual streams"),

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QApplication
 
 from tests.helpers.hardening import UncaughtExceptions, new_window, save_tiny, wait_idle
 from tests.helpers.monkey import Monkey
-from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.decoder.config import GPTConfig
 from transformer_viewer.viewer.window.pattern_export import export_pattern
 
 SEED = int(os.environ.get("TV_MONKEY_SEED", "20261204"))  # override to explore other sequences
@@ -166,7 +166,7 @@ def gemma2_folder(folder) -> str:
     """A random Gemma 2 model saved as Hugging Face does, with a tokenizer.json of its style."""
     from tests.helpers import tokenizers
     from tests.helpers.hf_family_models import build
-    from transformer_viewer.model.tokenizer_loading import load_tokenizer
+    from transformer_viewer.model.tokenizers.tokenizer_loading import load_tokenizer
 
     tokenizers.metaspace(str(folder))
     build("gemma2", vocab_size=load_tokenizer(str(folder)).n_vocab, max_position_embeddings=1024,

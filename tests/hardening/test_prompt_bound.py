@@ -1,10 +1,10 @@
 """A prompt past the length a prompt may have is one line in the window, before anything is
 tokenized, and the trace shown before it stays. (The bound is lowered here so the window need not
-hold millions of characters; tests/model/test_tokenizer_config.py checks the real one.)"""
+hold millions of characters; tests/model/tokenizers/test_tokenizer_config.py checks the real one.)"""
 
 from __future__ import annotations
 
-from transformer_viewer.model import tokenizer
+from transformer_viewer.model.tokenizers import tokenizer
 
 
 def test_the_window_refuses_a_prompt_past_the_bound(qtbot, tmp_path, tiny_ckpt, dialogs, monkeypatch):

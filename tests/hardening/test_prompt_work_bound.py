@@ -1,10 +1,10 @@
 """A prompt whose capture would compute more attention than a CPU capture may is one line in the
 window, before any layer runs, and the trace shown before it stays. (The bound is lowered here to
-what the tiny model computes for 40 tokens; tests/model/test_memory_budget.py checks the count.)"""
+what the tiny model computes for 40 tokens; tests/model/capture/test_memory_budget.py checks the count.)"""
 
 from __future__ import annotations
 
-from transformer_viewer.model import memory_budget
+from transformer_viewer.model.capture import memory_budget
 
 
 def test_the_window_refuses_a_prompt_past_the_work_bound(qtbot, tmp_path, tiny_ckpt, dialogs, monkeypatch):

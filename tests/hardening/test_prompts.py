@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from tests.helpers.hardening import TINY, one_line
 from tests.helpers.hostile_prompts import HOSTILE_PIECES, one_megabyte
-from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.session import Session
-from transformer_viewer.model.tokenizer import ENDOFTEXT, ENDOFTEXT_ID, Tokenizer
+from transformer_viewer.model.tokenizers.tokenizer import ENDOFTEXT, ENDOFTEXT_ID, Tokenizer
 
 BLOCK = TINY.block_size
 # Seeded and derandomized: the same cases every run; no example database is written.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.helpers.models import scaled_init_loaded
-from transformer_viewer.model.config import GPTConfig
+from transformer_viewer.model.decoder.config import GPTConfig
 
 # block_size over 256 so a prompt can be longer than one overview cell per token.
 LONG = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=1024, vocab_size=50257)

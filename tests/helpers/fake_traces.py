@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from transformer_viewer.model.trace import NextToken, Trace, resid_labels
+from transformer_viewer.model.capture.trace import NextToken, Trace, resid_labels
 from transformer_viewer.viewer.worker.requests import ModelInfo
 
 

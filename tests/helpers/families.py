@@ -7,10 +7,10 @@ import numpy as np
 import torch
 
 from tests.helpers.hf_family_models import build, save
-from transformer_viewer.model.checkpoint import LoadedModel, build_model
-from transformer_viewer.model.formats import huggingface
-from transformer_viewer.model.session import Session
-from transformer_viewer.model.tokenizer import Tokenized
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import LoadedModel, build_model
+from transformer_viewer.model.checkpoints.formats import huggingface
+from transformer_viewer.model.tokenizers.tokenizer import Tokenized
 
 # One tiny model per row of the README's family table (GPT-2 is the project's own tiny model).
 README_FAMILIES = ("llama", "smollm_tied", "smollm3", "mistral", "ministral3", "qwen2", "qwen3", "qwen2_vl", "gemma",

@@ -9,9 +9,9 @@ import threading
 import torch
 
 from tests.helpers.window import new_window, wait_idle  # noqa: F401 - the hardening tests import them from here
-from transformer_viewer.model.checkpoint import save_checkpoint
-from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
+from transformer_viewer.model.decoder.config import GPTConfig
+from transformer_viewer.model.decoder.gpt import GPT
 
 TINY = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=64)
 PROMPT = "The cat sat on the mat. The cat"

@@ -160,7 +160,7 @@ def save_with_tokenizer(name: str, folder: str):
     """A family's tiny model (`name` from WITH_GPT2) saved with a tokenizer.json of its style
     (SentencePiece-style with a BOS, or byte-level BPE) and a vocabulary that fits it; the HF model."""
     from tests.helpers import tokenizers as tc
-    from transformer_viewer.model.tokenizer_loading import load_tokenizer
+    from transformer_viewer.model.tokenizers.tokenizer_loading import load_tokenizer
 
     (tc.metaspace if name in SENTENCEPIECE_STYLE else tc.byte_level)(folder)
     vocab = load_tokenizer(folder).n_vocab

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from transformer_viewer.model.tokenizer import ENDOFTEXT
+from transformer_viewer.model.tokenizers.tokenizer import ENDOFTEXT
 
 HOSTILE_PIECES = [
     ENDOFTEXT, "<|endoftext", "|>", "<|", " ", "  ", "\n", "\r\n", "\t", "\x00", "\x01", "\x1b[31m", "\x7f", "\x85",

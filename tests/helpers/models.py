@@ -11,9 +11,9 @@ import os
 
 import torch
 
-from transformer_viewer.model.checkpoint import LoadedModel, save_checkpoint
-from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.checkpoints.checkpoint import LoadedModel, save_checkpoint
+from transformer_viewer.model.decoder.config import GPTConfig
+from transformer_viewer.model.decoder.gpt import GPT
 
 TINY = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=64, vocab_size=50257)
 
@@ -159,13 +159,13 @@ def scaled_init_loaded(config: GPTConfig = TINY, seed: int = 0) -> LoadedModel:
 
 def session_for(model: GPT):
     """A session on a model built in the test (hand-set weights, hooks of its own)."""
-    from transformer_viewer.model.session import Session
+    from transformer_viewer.model.capture.session import Session
 
     return Session(LoadedModel(model=model, config=model.config, format="native", source="<test>", name="test"))
 
 
 def tiny_session(prompt: str = ANALYSIS_PROMPT, seed: int = 0, keep_full: bool = True):
-    from transformer_viewer.model.session import Session
+    from transformer_viewer.model.capture.session import Session
 
     s = Session(scaled_init_loaded(seed=seed), keep_full=keep_full)  # the full arrays too, for the diff tests
     s.set_prompt(prompt)

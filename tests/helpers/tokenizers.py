@@ -11,7 +11,7 @@ import os
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from tests.helpers.models import hf_config, hf_model
-from transformer_viewer.model.hf_tokenizer import HFTokenizer
+from transformer_viewer.model.tokenizers.hf_tokenizer import HFTokenizer
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",

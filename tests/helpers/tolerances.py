@@ -24,7 +24,7 @@ Xeon with AVX-512) while nothing is wrong. So every parity tolerance is computed
 - ``SAFETY`` = 4: measured differences on GPT-2-small shapes sit at 0.25-1x the rule without
   it (AVX2, AVX-512, oneDNN, 1 or 2 threads); 4 leaves room for other CPUs while a real error
   still fails: an exact-erf GELU in place of GPT-2's tanh GELU moves patterns by 2e-4 to 1e-3,
-  5-10x over the bound (tests/model/test_parity_hf.py shows it).
+  5-10x over the bound (tests/model/decoder/test_parity_hf.py shows it).
 
 Use `float32_atol` for a bound and `assert_float32_close` to compare arrays or tensors with one.
 """

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_viewer.model.checkpoint import save_checkpoint
-from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.gpt import GPT
+from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
+from transformer_viewer.model.decoder.config import GPTConfig
+from transformer_viewer.model.decoder.gpt import GPT
 
 TINY = dict(block_size=64, vocab_size=50257, n_layer=2, n_head=4, n_embd=32)
 PROMPT = "The cat sat on the mat. The cat"
@@ -99,8 +99,8 @@ def window(qtbot, tmp_path, tiny_ckpt):
 
 
 def reference_session(ckpt: str, prompt: str = PROMPT):
-    from transformer_viewer.model.checkpoint import load_checkpoint
-    from transformer_viewer.model.session import Session
+    from transformer_viewer.model.capture.session import Session
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 
     session = Session(load_checkpoint(ckpt, device="cpu"), keep_full=True)
     session.set_prompt(prompt)

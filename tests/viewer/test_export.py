@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PySide6 import QtGui
 
-from transformer_viewer.model import atomic_write
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.files import atomic_write
 from transformer_viewer.viewer import export as ex
 from transformer_viewer.viewer.export import (
     ExportError,

@@ -155,7 +155,7 @@ def test_a_failed_render_keeps_the_users_file(qtbot, tmp_path, monkeypatch, ext)
 def test_a_full_disk_keeps_the_users_file(qtbot, tmp_path, monkeypatch):
     """The disk fills up mid-document: the write helper notices, and the half-written temporary
     never replaces the user's file."""
-    from transformer_viewer.model import atomic_write
+    from transformer_viewer.model.files import atomic_write
 
     view = stripes(qtbot, 4, 1)
     path = tmp_path / "figure.svg"

@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent("""
     for _ in range(5):
         app.processEvents()
     w.close()
-    heavy = sorted(m for m in ("torch", "transformer_viewer.model.session") if m in sys.modules)
+    heavy = sorted(m for m in ("torch", "transformer_viewer.model.capture.session") if m in sys.modules)
     print("HEAVY", heavy)
 """)
 

@@ -55,7 +55,7 @@ def run(args) -> int:
         raise ModelError(f"--out {args.out}: the terms are written as .json or .csv")
     check_mask_syntax(args.mask)
     session = session_for_prompt(args)
-    from transformer_viewer.model.logit_attribution import logit_attribution
+    from transformer_viewer.model.analysis.logit_attribution import logit_attribution
 
     c = session.config
     tokens = parse_token_pair(args.tokens, session.tokenizer, session.n_vocab)

@@ -66,10 +66,10 @@ BAR_AFTER_S = 0.5  # a load shorter than this shows no bar
 
 def load_from_args(args, for_inference: bool = True):
     """The checkpoint the arguments name, on their device; `for_inference`: its layers packed
-    for the CPU kernel (model/linear.py), as the commands that run it only read the weights."""
-    from transformer_viewer.model.checkpoint import load_checkpoint
+    for the CPU kernel (model/kernels/linear.py), as the commands that run it only read the weights."""
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
     from transformer_viewer.model.device import resolve_device
-    from transformer_viewer.model.packing import pack_for_inference
+    from transformer_viewer.model.kernels.packing import pack_for_inference
 
     device = resolve_device(args.device)
     with TerminalBar("tensor", after_s=BAR_AFTER_S) as bar:  # the tensors read, then checked
@@ -176,7 +176,7 @@ def add_token_pair_argument(parser: argparse.ArgumentParser, help_subject: str) 
 
 def parse_token_pair(specs: list[str] | None, tokenizer, n_vocab: int) -> tuple[int, ...] | None:
     """`--tokens A [B]` as token ids; None when not given."""
-    from transformer_viewer.model.tokenizer import parse_token
+    from transformer_viewer.model.tokenizers.tokenizer import parse_token
 
     if not specs:
         return None
@@ -188,7 +188,7 @@ def parse_token_pair(specs: list[str] | None, tokenizer, n_vocab: int) -> tuple[
 def session_for_prompt(args):
     """A Session on the checkpoint the arguments name holding `args.prompt`, with the note every
     command prints when the prompt is longer than the context."""
-    from transformer_viewer.model.session import Session
+    from transformer_viewer.model.capture.session import Session
 
     session = Session(load_from_args(args))
     session.set_prompt(args.prompt)

@@ -108,8 +108,8 @@ def quiet_offscreen_messages(_mode, _context, message: str) -> None:
 
 
 def parse_head(text: str) -> tuple[int, int]:
+    from transformer_viewer.model.capture.prompts import parse_layer_head
     from transformer_viewer.model.errors import ModelError
-    from transformer_viewer.model.prompts import parse_layer_head
 
     parsed = parse_layer_head(text)
     if parsed is None:
@@ -130,7 +130,7 @@ def select_head_when_loaded(window, layer: int, head: int, errors: list[str], qu
             return
         st.model_changed.disconnect(on_model)
         if bundled_only:
-            from transformer_viewer.model.bundled import is_bundled
+            from transformer_viewer.model.checkpoints.bundled import is_bundled
 
             if not is_bundled(info.source):
                 return

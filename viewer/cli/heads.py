@@ -11,7 +11,7 @@ import sys
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
 
-# Column titles, in the order of transformer_viewer.model.heads.SCORES (kept here so that
+# Column titles, in the order of transformer_viewer.model.analysis.heads.SCORES (kept here so that
 # `--help` does not import torch).
 COLUMNS = {
     "previous_token": "prev-token",
@@ -42,23 +42,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _read_passages(path: str) -> list[str]:
-    from transformer_viewer.model.text_file import decode_text, read_text_file
+    from transformer_viewer.model.files.text_file import decode_text, read_text_file
 
     raw = read_text_file(path, MAX_TEXT_BYTES, "head scores need", f"give at most {MAX_TEXT_BYTES // 2**20} MB")
     passages = [p.strip() for p in decode_text(raw, path, "passages").split("\n\n")]
     passages = [p for p in passages if p]
     if not passages:
         raise ModelError(f"{path}: the text file is empty; give it some natural text")
-    from transformer_viewer.model.heads import check_passages
+    from transformer_viewer.model.analysis.heads import check_passages
 
     check_passages(len(passages))  # before any is tokenized
     return passages
 
 
 def run(args) -> int:
-    from transformer_viewer.model.checkpoint import bundled_checkpoint_path
-    from transformer_viewer.model.heads import SCORES, detect_heads
-    from transformer_viewer.model.session import Session
+    from transformer_viewer.model.analysis.heads import SCORES, detect_heads
+    from transformer_viewer.model.capture.session import Session
+    from transformer_viewer.model.checkpoints.checkpoint import bundled_checkpoint_path
     from transformer_viewer.viewer.cli.common import TerminalBar, load_from_args, refuse_non_finite
 
     if args.top is not None and args.top < 1:

@@ -27,7 +27,7 @@ READER_NOTES = ("source_format", "family", "architectures", "assumed_activation"
 
 def describe(loaded) -> dict:
     """The JSON-ready facts `info` prints."""
-    from transformer_viewer.model.families import family_name, switches
+    from transformer_viewer.model.decoder.families import family_name, switches
 
     record = dict(loaded.training or {}) if isinstance(loaded.training, dict) else {}
     read = {k: record.pop(k) for k in READER_NOTES if k in record}

@@ -62,7 +62,9 @@ def mistyped_command(first: str) -> str | None:
     close = difflib.get_close_matches(first.lower(), SUBCOMMANDS, n=1)
     if not close:
         return None
-    from transformer_viewer.model.formats import hf_cache  # only for a word that looks like a typo
+    from transformer_viewer.model.checkpoints.formats import (
+        hf_cache,  # only for a word that looks like a typo
+    )
 
     if hf_cache.looks_like_name(first) and hf_cache.find_snapshot(first) is not None:
         return None
@@ -103,7 +105,7 @@ def decode_text_options(args) -> None:
     for name in TEXT_OPTIONS:
         value = getattr(args, name, None)
         if isinstance(value, str) and _UNDECODABLE.search(value):
-            from transformer_viewer.model.tokenizer import replace_undecodable, undecodable_count
+            from transformer_viewer.model.tokenizers.tokenizer import replace_undecodable, undecodable_count
 
             n = undecodable_count(value)
             setattr(args, name, replace_undecodable(value))

@@ -60,7 +60,7 @@ def run(args) -> int:
     if args.top_k < 1:
         raise ModelError(f"--top-k must be at least 1, got {args.top_k}")
     check_mask_syntax(args.mask)
-    from transformer_viewer.model.session import Session  # torch: only once the arguments are good
+    from transformer_viewer.model.capture.session import Session  # torch: only once the arguments are good
 
     session = Session(load_from_args(args))
     session.set_prompt(args.prompt)

@@ -71,7 +71,7 @@ def run(args) -> int:
     if args.out is not None and not args.out.lower().endswith((".npy", ".csv", ".json")):
         raise ModelError(f"--out {args.out}: the rows are written as .npy, .csv or .json")
     session = session_for_prompt(args)
-    from transformer_viewer.model.rollout import MAX_ROWS, rollout_rows
+    from transformer_viewer.model.analysis.rollout import MAX_ROWS, rollout_rows
 
     c = session.config
     T = len(session.tokens.ids)

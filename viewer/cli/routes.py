@@ -5,7 +5,7 @@ the information-flow routes (Ferrando & Voita 2024) from one position down to th
 
 `--json` prints {"position", "threshold", "renormalized", "nodes": [{"id", "kind", "layer",
 "position"}...], "edges": [{"source", "target", "kind", "contribution", "heads"?}...],
-"token_share": [...], "expanded"}; see model/routes.py for what each means.
+"token_share": [...], "expanded"}; see model/analysis/routes.py for what each means.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def run(args) -> int:
         check_writable(args.out)
     check_mask_syntax(args.mask)
     session = session_for_prompt(args)
-    from transformer_viewer.model.routes import information_routes
+    from transformer_viewer.model.analysis.routes import information_routes
 
     c = session.config
     with TerminalBar("layer", after_s=0.5) as bar:

@@ -10,7 +10,7 @@ import argparse
 import json
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.tokenizer import parse_token
+from transformer_viewer.model.tokenizers.tokenizer import parse_token
 from transformer_viewer.viewer.cli.common import (
     TerminalBar,
     add_checkpoint_arguments,
@@ -48,8 +48,8 @@ def run(args) -> int:
     check_mask_syntax(args.mask)
     import torch  # only once the arguments are good
 
-    from transformer_viewer.model.scan import head_scan
-    from transformer_viewer.model.session import Session
+    from transformer_viewer.model.analysis.scan import head_scan
+    from transformer_viewer.model.capture.session import Session
 
     loaded = load_from_args(args)
     session = Session(loaded)

@@ -82,9 +82,9 @@ def run(args) -> int:
     config = model_config(args)
     import torch  # only once the arguments are good
 
-    from transformer_viewer.model.data import load_corpus
     from transformer_viewer.model.device import resolve_device
-    from transformer_viewer.model.train import TrainConfig, TrainingInterrupted, train
+    from transformer_viewer.model.training.data import load_corpus
+    from transformer_viewer.model.training.train import TrainConfig, TrainingInterrupted, train
 
     _interrupt_on_signals()
     if args.threads:
@@ -181,7 +181,7 @@ def _remove_optimizer_state(out: str) -> None:
     import contextlib
     import os
 
-    from transformer_viewer.model.train import _optim_path
+    from transformer_viewer.model.training.train import _optim_path
 
     with contextlib.suppress(FileNotFoundError):
         os.remove(_optim_path(out))
@@ -189,7 +189,7 @@ def _remove_optimizer_state(out: str) -> None:
 
 def model_config(args):
     """The GPTConfig the flags describe: the --arch preset, then each switch given."""
-    from transformer_viewer.model.config import PRESETS, GPTConfig, gated_mlp_width
+    from transformer_viewer.model.decoder.config import PRESETS, GPTConfig, gated_mlp_width
 
     fields = dict(PRESETS[args.arch])
     for name in ("activation", "positional", "norm", "mlp"):
@@ -253,8 +253,8 @@ def _interrupt_on_signals() -> None:
 def _saved_record(path: str) -> dict:
     """The training record in a checkpoint's metadata, without loading its tensors ({} if none),
     checked as --resume reads it: a malformed record is one line before any data is read."""
-    from transformer_viewer.model.formats.native import read_metadata, read_training
-    from transformer_viewer.model.formats.schema import check_resumable
+    from transformer_viewer.model.checkpoints.formats.native import read_metadata, read_training
+    from transformer_viewer.model.checkpoints.formats.schema import check_resumable
 
     meta = read_metadata(path) or {}
     return check_resumable(f"{path}: its training record", read_training(path, meta))

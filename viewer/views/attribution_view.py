@@ -1,6 +1,6 @@
 """Direct logit attribution: every writer's direct effect on one token's logit (or a pair's
 logit difference) at the selected position, read through the final norm with its scale frozen
-at that position (model/logit_attribution.py).
+at that position (model/analysis/logit_attribution.py).
 
 - the heads, layers x heads on a diverging scale (red raises the logit, blue lowers it); a
   click on a cell selects that head in every view;
@@ -64,7 +64,7 @@ def term_name(t: dict) -> str:
 def token_pair(a, b, tokenizer, n_vocab: int) -> tuple[int, ...]:
     """() for the top token, (A,) or (A, B) from `a` and `b`: each an id, text that is exactly
     one token, or None. Raises ModelError with one line for a bad one."""
-    from transformer_viewer.model.tokenizer import parse_token
+    from transformer_viewer.model.tokenizers.tokenizer import parse_token
 
     first = parse_token(None if a is None else str(a), tokenizer, n_vocab, "token")
     second = parse_token(None if b is None else str(b), tokenizer, n_vocab, "minus token")

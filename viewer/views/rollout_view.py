@@ -1,4 +1,4 @@
-"""Attention rollout (model/rollout.py, Abnar & Zuidema 2020) shown like a head's pattern:
+"""Attention rollout (model/analysis/rollout.py, Abnar & Zuidema 2020) shown like a head's pattern:
 query rows, key columns, each row the query's share of each input token after the chosen layers,
 with the residual stream as the identity, each layer's heads combined by their mean or maximum.
 
@@ -22,7 +22,7 @@ from transformer_viewer.viewer.views.empty_state import EmptyState
 from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
 from transformer_viewer.viewer.views.parts import ExportButton, bar_over, view_bar
 
-BLOCK_ROWS = 256  # query rows asked for at once (model/rollout.py takes up to 512)
+BLOCK_ROWS = 256  # query rows asked for at once (model/analysis/rollout.py takes up to 512)
 CACHE_BLOCKS = 16  # blocks kept: 16 x 256 rows x 8,192 keys x 4 bytes = 128 MB at most
 HEADS = ("mean", "max")
 

@@ -1,4 +1,4 @@
-"""Information-flow routes (model/routes.py) as a graph: rows are the residual stream's levels
+"""Information-flow routes (model/analysis/routes.py) as a graph: rows are the residual stream's levels
 (the token embeddings at the bottom, then after each layer's attention and after each layer),
 columns are token positions; a node where the route passes, an edge per part kept, its width by
 its contribution (blue: attention, grey: the residual, orange: an MLP, drawn beside the column).
@@ -25,7 +25,7 @@ from transformer_viewer.viewer.views.empty_state import EmptyState
 from transformer_viewer.viewer.views.parts import ExportButton, bar_over, view_bar
 from transformer_viewer.viewer.views.token_axis import short_label
 
-KINDS = ("embed", "attn", "mlp", "out")  # model/routes.py's node kinds, by index
+KINDS = ("embed", "attn", "mlp", "out")  # model/analysis/routes.py's node kinds, by index
 EDGE_KINDS = ("attention", "residual", "mlp")
 EDGE_RGB = {0: (40, 100, 200), 1: (140, 140, 140), 2: (235, 140, 30)}
 NODE_RGB = {0: (60, 60, 60), 1: (40, 100, 200), 2: (235, 140, 30), 3: (60, 60, 60)}

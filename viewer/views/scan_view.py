@@ -141,7 +141,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
     def parse_inputs(self, names: tuple[str, str] = ("target", "distractor")) -> tuple[int | None, int | None]:
         """(target, distractor) from the two fields; raises ModelError with one line that calls
         them by `names`."""
-        from transformer_viewer.model.tokenizer import parse_token
+        from transformer_viewer.model.tokenizers.tokenizer import parse_token
 
         info = self.state.model_info
         n_vocab = min(info.vocab_size or 50257, self.tokenizer().n_vocab) if info else self.tokenizer().n_vocab

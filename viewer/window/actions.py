@@ -239,7 +239,7 @@ class WindowActions:
     def _run_example(self, prompt) -> None:
         """Run an example; on the bundled model (the one the examples were written for) also
         show the head that the example is about."""
-        from transformer_viewer.model.bundled import is_bundled
+        from transformer_viewer.model.checkpoints.bundled import is_bundled
 
         self.w.prompt_editor.set_text(prompt.text)  # runs it, and replaces any edit not yet run
         info = self.w.state.model_info
@@ -251,7 +251,7 @@ class WindowActions:
 
 def example_prompts() -> tuple:
     try:
-        from transformer_viewer.model.prompts import example_prompts as load
+        from transformer_viewer.model.capture.prompts import example_prompts as load
         return load()
     except Exception:  # noqa: BLE001 - the examples are a convenience; a broken file must not stop the app
         return ()

@@ -1,4 +1,4 @@
-"""Direct logit attribution as worker requests (model/logit_attribution.py): every writer's
+"""Direct logit attribution as worker requests (model/analysis/logit_attribution.py): every writer's
 direct effect on a token's logit (or a pair's logit difference) at one position, and one head's
 term split by the key position it read. The handlers import the model code on the worker
 thread only."""
@@ -37,7 +37,7 @@ class HeadSourcesRequest(Request):
 
 
 def handle_attribution(session, request: AttributionRequest, progress, is_cancelled):
-    from transformer_viewer.model.logit_attribution import logit_attribution
+    from transformer_viewer.model.analysis.logit_attribution import logit_attribution
     from transformer_viewer.viewer.worker.handlers import progress_after_delay
 
     session.prepare_analysis(request.text)
@@ -52,7 +52,7 @@ def handle_attribution(session, request: AttributionRequest, progress, is_cancel
 
 
 def handle_head_sources(session, request: HeadSourcesRequest, progress, is_cancelled):
-    from transformer_viewer.model.logit_attribution import head_sources
+    from transformer_viewer.model.analysis.logit_attribution import head_sources
 
     session.prepare_analysis(request.text)
     stop_if_cancelled(is_cancelled)

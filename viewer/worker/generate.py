@@ -24,7 +24,7 @@ class GenerateRequest(Request):
 
 
 def handle_generate(session, request: GenerateRequest, progress, is_cancelled):
-    from transformer_viewer.model.generate import generate
+    from transformer_viewer.model.analysis.generate import generate
 
     session.prepare_analysis(request.text)
 

@@ -13,13 +13,13 @@ import time
 import numpy as np
 import torch
 
-from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
+from transformer_viewer.model.capture.session import DEFAULT_MEMORY_BUDGET, Session
+from transformer_viewer.model.capture.trace import Trace
+from transformer_viewer.model.checkpoints.checkpoint import bundled_checkpoint_path, load_checkpoint
+from transformer_viewer.model.decoder.families import family_name
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.families import family_name
-from transformer_viewer.model.packing import pack_for_inference, unpack_all
-from transformer_viewer.model.session import DEFAULT_MEMORY_BUDGET, Session
-from transformer_viewer.model.trace import Trace
+from transformer_viewer.model.kernels.packing import pack_for_inference, unpack_all
 from transformer_viewer.viewer.gc_guard import freeze_startup_objects
 from transformer_viewer.viewer.worker.requests import (
     Cancelled,

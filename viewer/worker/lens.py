@@ -41,8 +41,8 @@ class LensResult:
 def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensResult:
     import numpy as np
 
-    from transformer_viewer.model.diff import lens_diff
-    from transformer_viewer.model.lens import logit_lens
+    from transformer_viewer.model.analysis.diff import lens_diff
+    from transformer_viewer.model.analysis.lens import logit_lens
 
     session.prepare_analysis(request.text)
     mask = session_mask(session, request.mask)

@@ -2,7 +2,7 @@
 token strip's neuron colouring draw when the trace keeps only per-neuron summaries.
 
 The activations are recomputed from the session's cached residual stream of the run that made
-the trace (model/on_demand.py), so they equal what that run's forward computed. Requests of
+the trace (model/capture/on_demand.py), so they equal what that run's forward computed. Requests of
 this kind supersede each other: moving to another layer or prompt drops the answer no one
 wants any more. The handler imports the model code on the worker thread only.
 """
@@ -33,7 +33,7 @@ class MlpActivationsResult:
 
 
 def handle_mlp(session, request: MlpActivationsRequest, progress, is_cancelled) -> MlpActivationsResult:
-    from transformer_viewer.model.on_demand import mlp_activations
+    from transformer_viewer.model.capture.on_demand import mlp_activations
     from transformer_viewer.viewer.worker.patterns import _trace_of
 
     acts = {}

@@ -2,7 +2,7 @@
 pattern (what a zoomed heatmap shows), and one head's whole pattern streamed to a `.npy` file.
 
 A trace keeps only pooled overviews; these recompute the rest from the session's cache for
-the trace's run (model/on_demand.py). Tile requests of one kind supersede each other, so a
+the trace's run (model/capture/on_demand.py). Tile requests of one kind supersede each other, so a
 pan or zoom that moves on drops the tile it no longer needs. The handlers import the model
 code on the worker thread only; importing this module (which registers them) keeps torch off
 the GUI thread.
@@ -92,7 +92,7 @@ def _trace_of(session, run_id: int):
 
 
 def handle_tile(session, request: PatternTileRequest, _progress, _is_cancelled) -> PatternTileResult:
-    from transformer_viewer.model.on_demand import pattern_tile
+    from transformer_viewer.model.capture.on_demand import pattern_tile
 
     trace = _trace_of(session, request.run_id)
     tile = pattern_tile(session, trace, request.layer, request.head, tuple(request.rows), tuple(request.cols))
@@ -101,7 +101,7 @@ def handle_tile(session, request: PatternTileRequest, _progress, _is_cancelled) 
 
 
 def handle_diff(session, request: PatternDiffRequest, _progress, _is_cancelled) -> PatternTileResult:
-    from transformer_viewer.model.on_demand import pattern_tile
+    from transformer_viewer.model.capture.on_demand import pattern_tile
 
     rows, cols = tuple(request.rows), tuple(request.cols)
     tile = pattern_tile(session, _trace_of(session, request.run_id), request.layer, request.head, rows, cols)
@@ -111,8 +111,8 @@ def handle_diff(session, request: PatternDiffRequest, _progress, _is_cancelled) 
 
 
 def handle_export(session, request: PatternExportRequest, progress, is_cancelled) -> str:
+    from transformer_viewer.model.capture.on_demand import save_head_pattern
     from transformer_viewer.model.errors import ModelError
-    from transformer_viewer.model.on_demand import save_head_pattern
 
     trace = _trace_of(session, request.run_id)
     try:

@@ -1,4 +1,4 @@
-"""Attention rollout as a worker request (model/rollout.py): a block of query rows of the
+"""Attention rollout as a worker request (model/analysis/rollout.py): a block of query rows of the
 rollout through a range of layers, never the whole (T, T) product. The handler imports the
 model code on the worker thread only."""
 
@@ -15,7 +15,7 @@ from transformer_viewer.viewer.worker.requests import Request, register_handler,
 class RolloutRequest(Request):
     kind: ClassVar[str] = "rollout"
     text: str = ""
-    first: int = 0  # query rows first..stop-1 (at most model/rollout.py's MAX_ROWS)
+    first: int = 0  # query rows first..stop-1 (at most model/analysis/rollout.py's MAX_ROWS)
     stop: int = 1
     layers: tuple[int, int] | None = None  # (a, b): layers a..b-1; None: every layer
     heads: Any = "mean"  # "mean", "max", or (layer, head) pairs
@@ -25,7 +25,7 @@ class RolloutRequest(Request):
 
 
 def handle_rollout(session, request: RolloutRequest, progress, is_cancelled):
-    from transformer_viewer.model.rollout import rollout_rows
+    from transformer_viewer.model.analysis.rollout import rollout_rows
     from transformer_viewer.viewer.worker.handlers import progress_after_delay
 
     session.prepare_analysis(request.text)

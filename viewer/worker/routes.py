@@ -1,4 +1,4 @@
-"""Information-flow routes as a worker request (model/routes.py): the graph from one position
+"""Information-flow routes as a worker request (model/analysis/routes.py): the graph from one position
 down to the input tokens. The handler imports the model code on the worker thread only."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class RoutesRequest(Request):
 
 
 def handle_routes(session, request: RoutesRequest, progress, is_cancelled):
-    from transformer_viewer.model.routes import information_routes
+    from transformer_viewer.model.analysis.routes import information_routes
     from transformer_viewer.viewer.worker.handlers import progress_after_delay
 
     session.prepare_analysis(request.text)

@@ -23,7 +23,7 @@ class ScanRequest(Request):
 
 
 def handle_scan(session, request: ScanRequest, progress, is_cancelled):
-    from transformer_viewer.model.scan import head_scan
+    from transformer_viewer.model.analysis.scan import head_scan
 
     session.prepare_analysis(request.text)
 

@@ -9,11 +9,11 @@ import pytest
 from tests.helpers.cli import cli, error_line
 from tests.helpers.models import ANALYSIS_PROMPT as PROMPT
 from tests.helpers.models import scaled_init_loaded
-from transformer_viewer.model.checkpoint import save_checkpoint
-from transformer_viewer.model.logit_attribution import logit_attribution
-from transformer_viewer.model.rollout import rollout_rows
-from transformer_viewer.model.routes import information_routes
-from transformer_viewer.model.session import Session
+from transformer_viewer.model.analysis.logit_attribution import logit_attribution
+from transformer_viewer.model.analysis.rollout import rollout_rows
+from transformer_viewer.model.analysis.routes import information_routes
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
 
 
 @pytest.fixture(scope="module")

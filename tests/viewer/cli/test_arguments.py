@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from transformer_viewer.model import checkpoint as checkpoint_module
+from transformer_viewer.model.checkpoints import checkpoint as checkpoint_module
 from transformer_viewer.viewer.cli.main import SUBCOMMANDS, build_parser, gui_parser, main
 
 COMMANDS_WITH_CHECKPOINT = ["info", "predict", "heads", "scan", "export", "attribute", "routes", "rollout"]

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers.cli import cli, error_line
 from tests.helpers.hf_hub import cache_entry
-from transformer_viewer.model import checkpoint as checkpoint_module
+from transformer_viewer.model.checkpoints import checkpoint as checkpoint_module
 from transformer_viewer.viewer.cli import gui
 from transformer_viewer.viewer.cli.main import mistyped_command
 

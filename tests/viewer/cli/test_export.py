@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
-from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.gpt import GPT
-from transformer_viewer.model.session import Session
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from transformer_viewer.model.decoder.config import GPTConfig
+from transformer_viewer.model.decoder.gpt import GPT
 from transformer_viewer.viewer.cli.main import main
 from transformer_viewer.viewer.export import read_csv_matrix
 

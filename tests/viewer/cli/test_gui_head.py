@@ -63,7 +63,7 @@ def test_quiet_selection_of_a_missing_head_shows_no_error(qtbot, tmp_path, tiny_
 
 
 def test_an_example_selects_its_head_on_the_bundled_model_only(qtbot, tmp_path, tiny_ckpt, monkeypatch):
-    from transformer_viewer.model.prompts import ExamplePrompt
+    from transformer_viewer.model.capture.prompts import ExamplePrompt
     from transformer_viewer.viewer.window import actions
 
     example = ExamplePrompt(title="t", text="And the king went up into the house", shows="s", head=(1, 2))
@@ -73,7 +73,7 @@ def test_an_example_selects_its_head_on_the_bundled_model_only(qtbot, tmp_path, 
     w.actions_._run_example(example)  # another model: the prompt runs, the head stays
     wait_idle(qtbot, w, lambda: w.state.trace is not None and w.state.trace.text == example.text)
     assert (w.state.layer, w.state.head) == (0, 0)
-    monkeypatch.setattr("transformer_viewer.model.bundled.bundled_checkpoint_path", lambda: tiny_ckpt)
+    monkeypatch.setattr("transformer_viewer.model.checkpoints.bundled.bundled_checkpoint_path", lambda: tiny_ckpt)
     w.actions_._run_example(example)  # the examples' own model: its head is shown
     assert (w.state.layer, w.state.head) == (1, 2)
     assert actions.default_head() == actions.example_prompts()[0].head

@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 
-from transformer_viewer.model.checkpoint import save_checkpoint
-from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.gpt import GPT
-from transformer_viewer.model.heads import SCORES
+from transformer_viewer.model.analysis.heads import SCORES
+from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
+from transformer_viewer.model.decoder.config import GPTConfig
+from transformer_viewer.model.decoder.gpt import GPT
 from transformer_viewer.viewer.cli.main import main
 
 
@@ -68,7 +68,7 @@ def test_errors_are_one_line(ckpt, capsys, extra, message):
 
 
 def test_missing_bundled_model_says_what_to_do(monkeypatch, capsys, tmp_path):
-    from transformer_viewer.model import checkpoint
+    from transformer_viewer.model.checkpoints import checkpoint
 
     monkeypatch.setattr(checkpoint, "bundled_checkpoint_path", lambda: str(tmp_path / "absent.safetensors"))
     assert main(["heads", "--device", "cpu"]) == 2

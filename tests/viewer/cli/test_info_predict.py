@@ -14,11 +14,11 @@ import torch
 
 from tests.helpers.cli import cli, error_line
 from tests.helpers.models import TINY, hf_config, hf_model, nanogpt_checkpoint, save_tiny
-from transformer_viewer.model.checkpoint import bundled_checkpoint_path, load_checkpoint
-from transformer_viewer.model.linear import Linear
-from transformer_viewer.model.packing import pack_for_inference
-from transformer_viewer.model.session import Session
-from transformer_viewer.model.tokenizer import Tokenizer
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import bundled_checkpoint_path, load_checkpoint
+from transformer_viewer.model.kernels.linear import Linear
+from transformer_viewer.model.kernels.packing import pack_for_inference
+from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
 
 PROMPT = "The cat sat on the mat because"
 
@@ -172,7 +172,7 @@ def test_predict_refuses_logits_that_overflow_in_one_line(capsys, tmp_path):
     """Finite weights can still overflow float32 (3e38 * 4): the logits are NaN, which is no
     answer: one line and exit 2, with or without --json (and never JSON's invalid NaN)."""
     from tests.helpers.models import tiny_gpt
-    from transformer_viewer.model.checkpoint import save_checkpoint
+    from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
 
     model = tiny_gpt(TINY, 5)
     with torch.no_grad():
@@ -260,8 +260,8 @@ def test_console_error_is_one_line_without_traceback(tmp_path):
 # -- what info calls training ----------------------------------------------------------------
 def test_info_names_training_files_by_their_file_names(capsys, tmp_path):
     """The folders in a training record were the training machine's: info shows file names."""
-    from transformer_viewer.model.checkpoint import save_checkpoint
-    from transformer_viewer.model.gpt import GPT
+    from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
+    from transformer_viewer.model.decoder.gpt import GPT
 
     record = {"command": ["transformer-viewer", "train", "--data", "/home/someone/corpora/plays.txt",
                           "C:\\Users\\someone\\psalms.txt", "--out", "runs/7/model.safetensors", "--lr", "3e-3"],

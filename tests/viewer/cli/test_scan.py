@@ -7,10 +7,10 @@ import pytest
 
 from tests.helpers.models import ANALYSIS_PROMPT as PROMPT
 from tests.helpers.models import scaled_init_loaded
-from transformer_viewer.model.checkpoint import save_checkpoint
-from transformer_viewer.model.scan import head_scan
-from transformer_viewer.model.session import Session
-from transformer_viewer.model.tokenizer import Tokenizer, parse_token
+from transformer_viewer.model.analysis.scan import head_scan
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
+from transformer_viewer.model.tokenizers.tokenizer import Tokenizer, parse_token
 from transformer_viewer.viewer.cli.main import main
 
 

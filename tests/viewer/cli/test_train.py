@@ -7,8 +7,8 @@ import os
 import pytest
 
 from tests.helpers.training import TINY_FLAGS, write_text
-from transformer_viewer.model.checkpoint import load_checkpoint
-from transformer_viewer.model.tokenizer import Tokenizer
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
 from transformer_viewer.viewer.cli.main import main
 
 

@@ -11,15 +11,15 @@ from PySide6.QtCore import Qt
 
 from tests.helpers.models import scaled_init_loaded
 from tests.helpers.window import analysis_views, idle_and, open_window
-from transformer_viewer.model.checkpoint import load_checkpoint, save_checkpoint
-from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.generate import generate
-from transformer_viewer.model.hooks import hooks
-from transformer_viewer.model.lens import logit_lens
-from transformer_viewer.model.on_demand import head_pattern, mlp_activations
-from transformer_viewer.model.scan import head_scan
-from transformer_viewer.model.session import Session
-from transformer_viewer.model.tokenizer import Tokenizer
+from transformer_viewer.model.analysis.generate import generate
+from transformer_viewer.model.analysis.lens import logit_lens
+from transformer_viewer.model.analysis.scan import head_scan
+from transformer_viewer.model.capture.on_demand import head_pattern, mlp_activations
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from transformer_viewer.model.decoder.config import GPTConfig
+from transformer_viewer.model.decoder.hooks import hooks
+from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
 
 PROMPT = "The cat sat on the mat because the cat was tired. The dog"
 WAIT_MS = 30000  # generous: the machine is shared with a training run
@@ -77,7 +77,7 @@ def shown_activations(qtbot, window, layer, *traces):
 
 def raw_norms(ckpt, prompt, mask=None):
     """Residual norms recomputed from raw activations, without the capture code."""
-    from transformer_viewer.model.interventions import head_mask_hooks
+    from transformer_viewer.model.capture.interventions import head_mask_hooks
 
     loaded = load_checkpoint(ckpt)
     ids = torch.tensor([Tokenizer().encode(prompt)])

@@ -1,5 +1,5 @@
 """The logit attribution view: exported through the command line and shown in the window, it
-draws what model/logit_attribution.py computes for the state's trace, position and tokens, and
+draws what model/analysis/logit_attribution.py computes for the state's trace, position and tokens, and
 a head's split by source position; it answers only to its own requests."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from PySide6 import QtCore
 from tests.helpers.cli import cli
 from tests.helpers.held_worker import HeldWorker, state_with_trace
 from tests.helpers.window import PROMPT, mask_of, new_window, reference_session, wait_idle
-from transformer_viewer.model.logit_attribution import head_sources, logit_attribution
+from transformer_viewer.model.analysis.logit_attribution import head_sources, logit_attribution
 
 TITLE = "Attribution"
 
@@ -91,7 +91,7 @@ def test_the_title_names_the_token_in_the_models_own_vocabulary(qtbot, tmp_path)
     """A family model with its own tokenizer.json: the title's token is the one the next-token
     panel shows first, labelled by that tokenizer (GPT-2's labels name other tokens)."""
     from tests.helpers.hf_family_models import save_with_tokenizer
-    from transformer_viewer.model.tokenizer_loading import load_tokenizer
+    from transformer_viewer.model.tokenizers.tokenizer_loading import load_tokenizer
     from transformer_viewer.viewer.views.logits_panel import token_label
 
     folder = tmp_path / "llama"
@@ -112,7 +112,7 @@ def test_the_title_names_the_token_in_the_models_own_vocabulary(qtbot, tmp_path)
 def test_a_pair_picked_from_the_candidates_and_a_stale_answer_dropped(qtbot, tiny_ckpt):
     """Tokens picked from the next-token candidates ask for the difference; an answer to an
     earlier request that arrives late is not drawn."""
-    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
     from transformer_viewer.viewer.views.attribution_view import AttributionView
     from transformer_viewer.viewer.worker.handlers import WorkerSession
 

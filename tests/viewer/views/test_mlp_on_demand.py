@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers.models import scaled_init_loaded
 from tests.helpers.window import WAIT_MS
-from transformer_viewer.model.on_demand import mlp_activations
+from transformer_viewer.model.capture.on_demand import mlp_activations
 from transformer_viewer.viewer.worker.handlers import WorkerSession
 from transformer_viewer.viewer.worker.mlp import MlpActivationsRequest
 from transformer_viewer.viewer.worker.requests import TraceRequest

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers.tokenizers import own_tokenizer_folder
 from tests.helpers.window import new_window, wait_idle
-from transformer_viewer.model.tokenizer_loading import load_tokenizer
+from transformer_viewer.model.tokenizers.tokenizer_loading import load_tokenizer
 
 PROMPT = "Hello world, the capital of France"
 
@@ -85,7 +85,7 @@ def test_lens_and_scan_use_the_models_tokenizer(qtbot, tmp_path, folder):
 
 def test_special_tokens_in_the_next_token_table_are_italic(qtbot, window, folder):
     wait_idle(qtbot, window, lambda: window.state.trace is not None)
-    from transformer_viewer.model.trace import NextToken
+    from transformer_viewer.model.capture.trace import NextToken
 
     tok = load_tokenizer(folder)
     panel, st = window.logits, window.state
@@ -102,7 +102,7 @@ def test_special_tokens_in_the_next_token_table_are_italic(qtbot, window, folder
 def test_a_folder_with_a_broken_tokenizer_is_one_line_and_keeps_the_model(qtbot, window, folder, tmp_path):
     import shutil
 
-    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
     from transformer_viewer.model.errors import CheckpointError
 
     wait_idle(qtbot, window, lambda: window.state.trace is not None)

@@ -1,4 +1,4 @@
-"""The rollout view: draws model/rollout.py's rows for the chosen layers, heads and residual
+"""The rollout view: draws model/analysis/rollout.py's rows for the chosen layers, heads and residual
 term, a block of query rows at a time, keeps each block it got, colours the token strip by the
 selected query's row while shown, selects a query on click, exports, and drops answers it no
 longer wants."""
@@ -11,7 +11,7 @@ from PySide6 import QtCore
 from tests.helpers.cli import cli
 from tests.helpers.held_worker import HeldWorker, state_with_trace
 from tests.helpers.window import PROMPT, new_window, reference_session, wait_idle
-from transformer_viewer.model.rollout import rollout_rows
+from transformer_viewer.model.analysis.rollout import rollout_rows
 
 TITLE = "Rollout"
 
@@ -49,7 +49,7 @@ def test_the_window_view_draws_the_rows_of_the_chosen_range(qtbot, tmp_path, tin
 def test_blocks_of_rows_a_late_answer_dropped(qtbot, tiny_ckpt, monkeypatch):
     """Blocks of rows around the selected query, never the whole product; an answer for a block
     or range no longer wanted is not drawn."""
-    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
     from transformer_viewer.viewer.views import rollout_view
     from transformer_viewer.viewer.worker.handlers import WorkerSession
 

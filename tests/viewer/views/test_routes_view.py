@@ -1,4 +1,4 @@
-"""The routes view: draws model/routes.py's graph for the state's trace and query, rebuilds it
+"""The routes view: draws model/analysis/routes.py's graph for the state's trace and query, rebuilds it
 at the slider's threshold, names what the pointer is over, selects a head from an attention
 edge, colours the token strip by the token shares while shown, exports, and drops answers it no
 longer wants."""
@@ -12,7 +12,7 @@ from PySide6 import QtCore
 from tests.helpers.cli import cli
 from tests.helpers.held_worker import HeldWorker, state_with_trace
 from tests.helpers.window import PROMPT, new_window, reference_session, wait_idle
-from transformer_viewer.model.routes import information_routes
+from transformer_viewer.model.analysis.routes import information_routes
 
 TITLE = "Routes"
 
@@ -87,7 +87,7 @@ def test_hover_names_an_edge_and_a_click_selects_its_head_and_query(qtbot, tmp_p
 
 
 def test_a_late_answer_is_dropped_and_cancel_says_so(qtbot, tiny_ckpt):
-    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
     from transformer_viewer.viewer.views.routes_view import RoutesView
     from transformer_viewer.viewer.worker.handlers import WorkerSession
     from transformer_viewer.viewer.worker.requests import Failure

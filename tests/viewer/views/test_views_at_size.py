@@ -10,8 +10,8 @@ from PySide6.QtCore import QPointF, Qt
 
 from tests.helpers.fake_traces import fake_next, fake_state, fake_trace
 from tests.helpers.models import scaled_init_loaded
-from transformer_viewer.model.config import GPTConfig
-from transformer_viewer.model.lens import logit_lens
+from transformer_viewer.model.analysis.lens import logit_lens
+from transformer_viewer.model.decoder.config import GPTConfig
 
 
 def test_residual_view_at_8k_tokens_pools_and_exports_full_resolution(qtbot):
@@ -102,7 +102,7 @@ def test_mask_grid_at_32_by_32_scrolls_and_toggles(qtbot):
 
 
 def test_scan_view_lists_its_most_important_heads(qtbot):
-    from transformer_viewer.model.scan import ScanResult
+    from transformer_viewer.model.analysis.scan import ScanResult
     from transformer_viewer.viewer.views.scan_view import RANKED, ScanView
 
     state = fake_state(n_layer=32, n_head=32)
@@ -135,7 +135,7 @@ def long_session():
 
 
 def test_a_lens_window_is_the_slice_of_the_lens_of_every_position(long_session, monkeypatch):
-    from transformer_viewer.model import lens_unembed
+    from transformer_viewer.model.analysis import lens_unembed
 
     session, prompt = long_session
     session.set_prompt(prompt)
@@ -221,7 +221,7 @@ def test_the_lens_request_lends_clean_rows_and_answers_as_a_full_masked_lens(lon
 
 
 def test_a_moved_lens_window_computes_only_its_new_positions(long_session, monkeypatch):
-    from transformer_viewer.model import lens as lens_module
+    from transformer_viewer.model.analysis import lens as lens_module
     from transformer_viewer.viewer.worker.lens import LensRequest, handle_lens
 
     session, prompt = long_session

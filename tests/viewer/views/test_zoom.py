@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.compact import compact_session, no_mask, traced_state
-from transformer_viewer.model.on_demand import head_pattern
+from transformer_viewer.model.capture.on_demand import head_pattern
 from transformer_viewer.viewer.views.tile_loader import MAX_TILE, wanted_tile
 from transformer_viewer.viewer.worker.inline import InlineWorker
 from transformer_viewer.viewer.worker.patterns import PatternTileRequest, handle_tile

@@ -98,7 +98,7 @@ def test_forward_time_says_what_it_covers(qtbot):
 def test_trace_result_carries_the_worker_threads_own_time(tiny_ckpt):
     import numpy as np
 
-    from transformer_viewer.model.checkpoint import load_checkpoint
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
     from transformer_viewer.viewer.worker.handlers import WorkerSession, handle_trace
     from transformer_viewer.viewer.worker.requests import TraceRequest
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.window import PROMPT, make_checkpoint, new_window, wait_idle
-from transformer_viewer.model.on_demand import head_pattern, pattern_tile
+from transformer_viewer.model.capture.on_demand import head_pattern, pattern_tile
 
 LONG_T = 16384
 

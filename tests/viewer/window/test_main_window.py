@@ -12,10 +12,10 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
 from tests.helpers.window import PROMPT, mask_of, new_window, reference_session, wait_idle
-from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.capture.on_demand import mlp_activations
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError
-from transformer_viewer.model.on_demand import mlp_activations
-from transformer_viewer.model.tokenizer import Tokenizer
+from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
 from transformer_viewer.viewer.views.logits_panel import compare, token_label
 from transformer_viewer.viewer.window import actions as window_actions
 
@@ -184,7 +184,7 @@ def test_masked_panel_equals_the_predict_command(qtbot, window, capsys):
 
 
 def test_kl_and_rank_of_the_comparison():
-    from transformer_viewer.model.trace import NextToken
+    from transformer_viewer.model.capture.trace import NextToken
 
     p = np.array([0.5, 0.3, 0.2], dtype=np.float32)
     q = np.array([0.2, 0.5, 0.3], dtype=np.float32)
@@ -239,7 +239,7 @@ def test_a_bad_checkpoint_shows_the_error_and_keeps_the_model(qtbot, window, tmp
 def test_cancelling_a_load_keeps_the_model(qtbot, window, other_ckpt, monkeypatch):
     """A load that shows its progress has a Cancel button; pressing it stops the load at its
     next tensor, and the window keeps the model, trace and mask it had."""
-    from transformer_viewer.model import load_watch
+    from transformer_viewer.model.checkpoints import load_watch
     from transformer_viewer.viewer.worker import handlers
 
     real_load = handlers.load_checkpoint

@@ -11,7 +11,7 @@ from tests.helpers import tokenizers as tc
 from tests.helpers.hf_family_models import FAMILY_OF, WITH_GPT2, build, save_with_tokenizer
 from tests.helpers.hf_hub import cache_entry
 from tests.helpers.window import new_window, wait_idle
-from transformer_viewer.model.tokenizer_loading import load_tokenizer
+from transformer_viewer.model.tokenizers.tokenizer_loading import load_tokenizer
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.window import PROMPT, WAIT_MS, reference_session
-from transformer_viewer.model.checkpoint import load_checkpoint
+from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError, ModelError
 from transformer_viewer.viewer.worker.client import NO_MODEL, WorkerClient
 from transformer_viewer.viewer.worker.handlers import WorkerSession

@@ -155,8 +155,8 @@ def test_a_load_reports_its_tensors(tiny_ckpt, monkeypatch):
 
 
 def test_a_loaded_model_runs_from_packed_weights_and_packs_again_after_a_move(tiny_ckpt):
-    """The worker only reads the weights: the blocks' layers keep oneDNN's layout (model/linear.py)."""
-    from transformer_viewer.model.linear import Linear
+    """The worker only reads the weights: the blocks' layers keep oneDNN's layout (model/kernels/linear.py)."""
+    from transformer_viewer.model.kernels.linear import Linear
 
     answer = handlers.handle_load(None, LoadRequest(path=tiny_ckpt, device="cpu"), lambda *a: None, lambda: False)
     layers = [m for m in answer.session.model.blocks.modules() if isinstance(m, Linear)]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tests.helpers.models import scaled_init_loaded
+from transformer_viewer.model.capture.on_demand import head_pattern, pattern_tile
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.on_demand import head_pattern, pattern_tile
 from transformer_viewer.viewer.worker.handlers import WorkerSession, handle_trace
 from transformer_viewer.viewer.worker.patterns import (
     PatternExportRequest,

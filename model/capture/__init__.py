@@ -1,0 +1,1 @@
+"""A prompt's runs and what they keep: the Session and its caches, the Trace, interventions, the memory budget, what is recomputed on demand."""

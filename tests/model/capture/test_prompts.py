@@ -1,0 +1,27 @@
+"""The example prompts ship, load, and fit the bundled model's context."""
+
+from transformer_viewer.model.capture.prompts import ExamplePrompt, example_prompts
+from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
+
+
+def test_example_prompts_load_and_fit():
+    prompts = example_prompts()
+    assert 6 <= len(prompts) <= 10
+    tok = Tokenizer()
+    titles = set()
+    for p in prompts:
+        assert isinstance(p, ExamplePrompt)
+        assert p.title and p.text.strip() and p.shows
+        assert p.title not in titles
+        titles.add(p.title)
+        assert 10 <= len(tok.encode(p.text)) <= 256
+
+
+def test_each_prompt_repeats_something():
+    """Induction or previous-token behaviour needs a repeat: some run of 3+ tokens (or a name)
+    occurs twice in every prompt."""
+    tok = Tokenizer()
+    for p in example_prompts():
+        ids = tok.encode(p.text)
+        grams = [tuple(ids[i:i + 3]) for i in range(len(ids) - 2)]
+        assert len(set(grams)) < len(grams), p.title
