@@ -262,76 +262,78 @@ def finish_svg(svg: bytes) -> bytes:
 
 
 def _scenes(target):
-    """(view, widget, scenes): what export renders, and every graphics scene inside it."""
+    """Every graphics scene export renders of `target`."""
     from PySide6 import QtWidgets
 
     from transformer_viewer.viewer.export import _graphics_view
 
     view, widget = _graphics_view(target)
     views = [view] if view is not None else widget.findChildren(QtWidgets.QGraphicsView)
-    return view, widget, [v.scene() for v in views if v.scene() is not None]
+    return [v.scene() for v in views if v.scene() is not None]
 
 
-def render_svg(target, size=None, title: str = "transformer-viewer") -> bytes:
-    """The SVG document of `target`, in memory."""
+def _document_title(style) -> str:
+    return (style.title if style is not None and style.title else "") or "transformer-viewer"
+
+
+def render_svg(target, size=None, style=None) -> bytes:
+    """The SVG document of `target` as a figure (viewer/figure.py), in memory; its width and
+    height in millimetres are its logical pixels at 96 per inch."""
     from PySide6 import QtCore
     from PySide6.QtSvg import QSvgGenerator
 
-    from transformer_viewer.viewer.export import _sized
+    from transformer_viewer.viewer.export import laid_out
 
-    view, widget, scenes = _scenes(target)
     buffer = QtCore.QBuffer()
     buffer.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
-    with _sized(view, widget, size) as (w, h), vector_cells(scenes):
+    with laid_out(target, size, style) as (w, h, paint), vector_cells(_scenes(target)):
         gen = QSvgGenerator()
         gen.setOutputDevice(buffer)
         gen.setSize(QtCore.QSize(w, h))
         gen.setViewBox(QtCore.QRect(0, 0, w, h))
         gen.setResolution(96)  # CSS pixels: width/height in mm then match w x h px
-        gen.setTitle(title)
+        gen.setTitle(_document_title(style))
         gen.setDescription("exported by transformer-viewer")
-        _paint(gen, "SVG", view, widget, w, h)
+        _paint(gen, "SVG", paint, w, h)
     return finish_svg(bytes(buffer.data()))
 
 
-def render_pdf(target, size=None, title: str = "transformer-viewer") -> bytes:
-    """A one-page vector PDF of `target`, the page the size of the view (1 px = 1/96 inch)."""
+def render_pdf(target, size=None, style=None) -> bytes:
+    """A one-page vector PDF of `target` as a figure, the page its size (1 logical px = 1/96 inch);
+    Qt's PDF writer embeds the subset of each font the text uses."""
     from PySide6 import QtCore, QtGui
 
-    from transformer_viewer.viewer.export import _sized
+    from transformer_viewer.viewer.export import laid_out
 
-    view, widget, scenes = _scenes(target)
     buffer = QtCore.QBuffer()
     buffer.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
-    with _sized(view, widget, size) as (w, h), vector_cells(scenes):
+    with laid_out(target, size, style) as (w, h, paint), vector_cells(_scenes(target)):
         writer = QtGui.QPdfWriter(buffer)
         writer.setResolution(96)
-        writer.setTitle(title)
+        writer.setTitle(_document_title(style))
         writer.setCreator("transformer-viewer")
         page = QtGui.QPageSize(QtCore.QSizeF(w * 72 / 96, h * 72 / 96), QtGui.QPageSize.Unit.Point, "view")
         writer.setPageLayout(QtGui.QPageLayout(page, QtGui.QPageLayout.Orientation.Portrait, QtCore.QMarginsF(0, 0, 0, 0)))
-        _paint(writer, "PDF", view, widget, w, h)
+        _paint(writer, "PDF", paint, w, h)
     return bytes(buffer.data())
 
 
-def _paint(device, kind: str, view, widget, w: int, h: int) -> None:
-    """Render the view onto a vector paint device; a device Qt cannot paint on is one line."""
+def _paint(device, kind: str, paint, w: int, h: int) -> None:
+    """Draw the figure onto a vector paint device; a device Qt cannot paint on is one line."""
     from PySide6 import QtGui
-
-    from transformer_viewer.viewer.export import _render
 
     painter = QtGui.QPainter()
     if not painter.begin(device):
         raise ExportError(f"Qt could not render the {w}x{h} view as {kind}; export a PNG instead")
     try:
-        _render(view, widget, painter, w, h)
+        paint(painter)
     finally:
         painter.end()
 
 
-def export_svg(target, path, size=None, title: str = "transformer-viewer") -> str:
-    return write_file(path, render_svg(target, size, title))
+def export_svg(target, path, size=None, style=None) -> str:
+    return write_file(path, render_svg(target, size, style))
 
 
-def export_pdf(target, path, size=None, title: str = "transformer-viewer") -> str:
-    return write_file(path, render_pdf(target, size, title))
+def export_pdf(target, path, size=None, style=None) -> str:
+    return write_file(path, render_pdf(target, size, style))
