@@ -110,8 +110,7 @@ def token_labels_shown(views) -> list[str]:
 def _title_font(px: int, bold: bool):
     from PySide6 import QtGui
 
-    font = QtGui.QFont()
-    font.setFamilies(["DejaVu Sans", "Helvetica", "Arial"])
+    font = QtGui.QFont()  # the default sans-serif face: the SVG names it generically
     font.setStyleHint(QtGui.QFont.StyleHint.SansSerif)
     font.setPixelSize(px)
     font.setBold(bold)
@@ -135,7 +134,7 @@ class _Restyled:
 
     def __init__(self, views, theme: Theme):
         import pyqtgraph as pg
-        from PySide6 import QtGui
+        from PySide6 import QtGui, QtWidgets
 
         self._undo: list = []
         fg = QtGui.QColor(theme.foreground)
@@ -155,7 +154,7 @@ class _Restyled:
                     saved = (item.text, dict(item.opts))
                     item.setText(item.text, color=theme.foreground)
                     self._undo.append(lambda i=item, s=saved: self._label_back(i, s))
-                elif isinstance(item, (pg.PlotCurveItem, pg.InfiniteLine)):
+                elif isinstance(item, (pg.PlotCurveItem, pg.InfiniteLine, QtWidgets.QAbstractGraphicsShapeItem)):
                     self._line(item, theme)
 
     def _axis(self, axis, fg) -> None:
@@ -179,11 +178,14 @@ class _Restyled:
         label.setText(saved[0])
 
     def _line(self, item, theme: Theme) -> None:
-        """A line drawn in the other theme's text colour (black on a white plot) would vanish on
-        this theme's background: it takes this theme's text colour."""
-        from PySide6 import QtGui
+        """A line drawn in the other theme's text colour (black on a white plot, the grid's white
+        frame) would vanish on this theme's background: it takes this theme's text colour."""
+        from PySide6 import QtCore, QtGui, QtWidgets
 
-        pen = QtGui.QPen(item.pen) if hasattr(item, "pen") and isinstance(item.pen, QtGui.QPen) else None
+        if isinstance(item, QtWidgets.QAbstractGraphicsShapeItem):  # a frame, an outline
+            pen = QtGui.QPen(item.pen()) if item.pen().style() != QtCore.Qt.PenStyle.NoPen else None
+        else:
+            pen = QtGui.QPen(item.pen) if isinstance(getattr(item, "pen", None), QtGui.QPen) else None
         if pen is None and hasattr(item, "opts"):
             pen = QtGui.QPen(item.opts.get("pen")) if isinstance(item.opts.get("pen"), QtGui.QPen) else None
         if pen is None:
@@ -289,7 +291,11 @@ def figure(target, size: tuple[int, int] | None = None, style: FigureStyle | Non
     hidden = _leaf_widgets(target, views)
     old_size = target.size()
     restyled = None
+    extras = contextlib.ExitStack()
     try:
+        for view in views:  # what a view draws only in figures (the heads grid's colour bar)
+            if callable(getattr(view, "figure_extras", None)):
+                extras.enter_context(view.figure_extras())
         for widget in hidden:
             widget.hide()
         width = int(size[0]) if size is not None else target.width()
@@ -320,6 +326,7 @@ def figure(target, size: tuple[int, int] | None = None, style: FigureStyle | Non
     finally:
         if restyled is not None:
             restyled.restore()
+        extras.close()
         for widget in hidden:
             widget.show()
         target.resize(old_size)

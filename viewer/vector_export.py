@@ -253,6 +253,9 @@ def finish_svg(svg: bytes) -> bytes:
     root.set("version", "1.1")
     root.attrib.pop("baseProfile", None)  # Tiny 1.2 is a profile the renderers above do not follow
     bake_strokes(root)
+    for element in root.iter():
+        if element.get("vector-effect") == "none":  # the default, said in a profile not all renderers read
+            del element.attrib["vector-effect"]
     text = ET.tostring(root, encoding="unicode")
     text = re.sub(r'font-family="([^"]*)"', _family, text)
     text = text.replace("<image ", f'<image style="{PIXELATED}" ')
