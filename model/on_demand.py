@@ -135,14 +135,14 @@ def save_head_pattern(session: Session, trace: Trace, layer: int, head: int, pat
     """Write one head's (T, T) float32 pattern to `path`, block by block (the pattern is never
     whole in memory): as .npy, or as .csv (a path ending in .csv: a header of the token
     `labels`, each row its token's label then its values with 9 significant digits, which
-    float32 reads back exactly). Written beside the target and renamed into place, so a
-    cancelled or failed export leaves no partial file; a new file gets the mode an ordinary
-    one does (0666 less the umask), a replaced one keeps its own. False when cancelled."""
+    float32 reads back exactly). Written by model/atomic_write.py's `write_chunks`: a cancelled
+    or failed export leaves no partial file, a new file gets the mode an ordinary one does
+    (0666 less the umask), a replaced one keeps its own. False when cancelled."""
     import csv
     import io
     import os
-    import stat
-    import tempfile
+
+    from transformer_viewer.model.atomic_write import write_chunks
 
     T = trace.n_tokens
     as_csv = os.fspath(path).lower().endswith(".csv")
@@ -150,52 +150,38 @@ def save_head_pattern(session: Session, trace: Trace, layer: int, head: int, pat
         labels = tuple(labels) if labels is not None else tuple(trace.labels)
         if len(labels) != T:
             raise ModelError(f"{len(labels)} labels for a pattern of {T} tokens")
-    path = os.path.abspath(os.fspath(path))
-    folder = os.path.dirname(path)
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)  # a replaced file keeps its mode
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=".pattern-", suffix=".part", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
+
+    def csv_lines(rows) -> bytes:
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        return text.getvalue().encode("utf-8")
+
+    def pieces():
+        if as_csv:
+            yield csv_lines([["", *labels]])
+        else:
+            header = io.BytesIO()
+            np.lib.format.write_array_header_1_0(
+                header, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                         "shape": (T, T)})
+            yield header.getvalue()
+        for row, block in iter_pattern_rows(session, trace, layer, head):
+            if is_cancelled is not None and is_cancelled():
+                raise _Stop
+            block = np.ascontiguousarray(block, dtype=np.float32)  # (rows, T)
             if as_csv:
-                text = io.StringIO()
-                line = csv.writer(text, lineterminator="\n")
-                line.writerow(["", *labels])
-                f.write(text.getvalue().encode("utf-8"))
+                yield csv_lines([labels[row + i], *map("{:.9g}".format, values)]
+                                for i, values in enumerate(block.tolist()))
             else:
-                np.lib.format.write_array_header_1_0(
-                    f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
-                        "shape": (T, T)})
-            for row, block in iter_pattern_rows(session, trace, layer, head):
-                if is_cancelled is not None and is_cancelled():
-                    raise _Stop
-                block = np.ascontiguousarray(block, dtype=np.float32)  # (rows, T)
-                if as_csv:
-                    text = io.StringIO()
-                    line = csv.writer(text, lineterminator="\n")
-                    for i, values in enumerate(block.tolist()):
-                        line.writerow([labels[row + i], *map("{:.9g}".format, values)])
-                    f.write(text.getvalue().encode("utf-8"))
-                else:
-                    f.write(block.tobytes())
-                if progress is not None:
-                    progress(row + len(block), T)
-            f.flush()
-            os.fsync(f.fileno())  # a full disk shows here on delayed-allocation file systems
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        return True
+                yield block.tobytes()
+            if progress is not None:
+                progress(row + len(block), T)
+
+    try:
+        write_chunks(path, pieces())
     except _Stop:
-        os.unlink(tmp)
         return False
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    return True
 
 
 @torch.inference_mode()

@@ -230,8 +230,6 @@ def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = 
         W, H = max(1, round(w * scale)), max(1, round(h * scale))
         check_raster(W, H)
         image = QtGui.QImage(W, H, QtGui.QImage.Format.Format_ARGB32)
-        if image.isNull():
-            raise ExportError(f"Qt could not make a {W} x {H} pixel image; export a smaller size")
         image.setDotsPerMeterX(round(scale * 96 / 0.0254))  # the PNG says its dpi: scale x 96
         image.setDotsPerMeterY(round(scale * 96 / 0.0254))
         image.fill(QtCore.Qt.GlobalColor.transparent)
