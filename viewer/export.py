@@ -230,8 +230,6 @@ def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = 
         W, H = max(1, round(w * scale)), max(1, round(h * scale))
         check_raster(W, H)
         image = QtGui.QImage(W, H, QtGui.QImage.Format.Format_ARGB32)
-        image.setDotsPerMeterX(round(scale * 96 / 0.0254))  # the PNG says its dpi: scale x 96
-        image.setDotsPerMeterY(round(scale * 96 / 0.0254))
         image.fill(QtCore.Qt.GlobalColor.transparent)
         painter = QtGui.QPainter(image)
         try:
@@ -241,6 +239,10 @@ def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = 
             paint(painter)
         finally:
             painter.end()
+    # The PNG says its dpi (scale x 96), set only now: painting on an image of that dpi would
+    # size every point-sized font by it once more.
+    image.setDotsPerMeterX(round(scale * 96 / 0.0254))
+    image.setDotsPerMeterY(round(scale * 96 / 0.0254))
     return write_file(path, png_bytes(image))
 
 

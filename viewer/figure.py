@@ -27,7 +27,7 @@ SPACE_MARKER_NOTE = f'"{SPACE_MARKER}" in a token label marks the space the toke
 TITLE_PX = 15  # the figure title's font size in logical pixels
 NOTE_PX = 11
 MARGIN = 6  # logical pixels around the title and the notes
-MIN_PLOT_TITLE_PT = 5.0  # a panel title is set down to this size to fit its panel
+MIN_PLOT_TITLE_PT = 6.0  # a panel title is set down to this size to fit its panel, then wrapped
 
 
 @dataclass(frozen=True)
@@ -198,24 +198,49 @@ class _Restyled:
             self._undo.append(lambda i=item, p=pen: i.setPen(p))
 
     def fit_titles(self, views) -> None:
-        """Every plot title no wider than its panel: set smaller, down to MIN_PLOT_TITLE_PT."""
+        """Every plot title no wider than its panel: set smaller, down to MIN_PLOT_TITLE_PT, and
+        past that wrapped onto as many lines as it needs (its row of the plot grown to hold
+        them). Repeated until the layout stops moving, as a taller title narrows nothing but a
+        smaller one may let the axes move."""
         import pyqtgraph as pg
 
-        for view in views:
-            for item in view.scene().items():
-                if not isinstance(item, pg.PlotItem) or not item.titleLabel.isVisible() or not item.titleLabel.text:
-                    continue
-                label = item.titleLabel
-                room = item.geometry().width() - 4
-                size = _points(label.opts.get("size")) or 9.0
-                saved = (label.text, dict(label.opts))
-                changed = False
-                while label.item.boundingRect().width() > room and size > MIN_PLOT_TITLE_PT:
-                    size = max(MIN_PLOT_TITLE_PT, size - 0.5)
-                    label.setText(label.text, size=f"{size:g}pt")
-                    changed = True
-                if changed:
-                    self._undo.append(lambda i=label, s=saved: self._label_back(i, s))
+        saved_labels: set[int] = set()
+        for _round in range(3):
+            moved = False
+            for view in views:
+                for item in view.scene().items():
+                    if isinstance(item, pg.PlotItem) and item.titleLabel.isVisible() and item.titleLabel.text:
+                        moved |= self._fit_title(item, saved_labels)
+            if not moved:
+                return
+            _flush()
+
+    def _fit_title(self, plot, saved_labels: set[int]) -> bool:
+        label = plot.titleLabel
+        room = label.geometry().width() - 4  # the title's column: over the plot, beside its axis
+        if label.item.boundingRect().width() <= room:
+            return False
+        if id(label) not in saved_labels:
+            saved_labels.add(id(label))
+            row = plot.layout.rowMinimumHeight(0), label.maximumHeight()
+            self._undo.append(lambda i=label, s=(label.text, dict(label.opts)), p=plot, r=row: self._unwrap(i, s, p, r))
+        size = _points(label.opts.get("size")) or 9.0
+        while label.item.boundingRect().width() > room and size > MIN_PLOT_TITLE_PT:
+            size = max(MIN_PLOT_TITLE_PT, size - 0.5)
+            label.setText(label.text, size=f"{size:g}pt")
+        if label.item.boundingRect().width() > room:  # too long even so: on as many lines as it needs
+            label.item.setTextWidth(max(1.0, room))
+            height = label.item.boundingRect().height() + 2
+            label.setMaximumHeight(height)
+            plot.layout.setRowFixedHeight(0, height)
+        return True
+
+    @classmethod
+    def _unwrap(cls, label, saved, plot, row) -> None:
+        label.item.setTextWidth(-1)
+        plot.layout.setRowFixedHeight(0, row[0])
+        label.setMaximumHeight(row[1])
+        cls._label_back(label, saved)
 
     def restore(self) -> None:
         for undo in reversed(self._undo):
@@ -289,7 +314,8 @@ def figure(target, size: tuple[int, int] | None = None, style: FigureStyle | Non
     if not views:
         raise ValueError(f"a {type(target).__name__} holds no plot to draw")
     hidden = _leaf_widgets(target, views)
-    old_size = target.size()
+    top = target.window()
+    old_size, old_top = target.size(), top.size()
     restyled = None
     extras = contextlib.ExitStack()
     try:
@@ -298,6 +324,7 @@ def figure(target, size: tuple[int, int] | None = None, style: FigureStyle | Non
                 extras.enter_context(view.figure_extras())
         for widget in hidden:
             widget.hide()
+        _flush()  # the plots take the widgets' room
         width = int(size[0]) if size is not None else target.width()
         labels = token_labels_shown(views)
         notes = [*style.notes]
@@ -315,9 +342,14 @@ def figure(target, size: tuple[int, int] | None = None, style: FigureStyle | Non
         texts = [item for view in views for item in view.scene().items()
                  if isinstance(item, pg.TextItem) and item.isVisible()]
         restyled = _Restyled(views, style.colours)
-        target.resize(width, plots_h)
-        _flush()
-        target.updateGeometry()
+        if (target.width(), target.height()) != (width, plots_h):
+            # The window's layout places the target: grow or shrink the window by the difference.
+            if top is not target:
+                top.resize(top.width() + width - target.width(), top.height() + plots_h - target.height())
+                _flush()
+            if (target.width(), target.height()) != (width, plots_h):  # a layout that would not follow
+                target.resize(width, plots_h)
+                _flush()
         restyled.fit_titles(views)
         _flush()
         for item in texts:
@@ -329,6 +361,8 @@ def figure(target, size: tuple[int, int] | None = None, style: FigureStyle | Non
         extras.close()
         for widget in hidden:
             widget.show()
+        if top is not target:
+            top.resize(old_top)
         target.resize(old_size)
         _flush()
 

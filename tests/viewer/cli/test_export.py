@@ -345,3 +345,26 @@ def test_a_prompt_over_the_context_is_noted_as_predict_notes_it(ckpt, capsys, tm
     assert np.load(tmp_path / "a.npy").shape == (64, 64)
     rc = main(["predict", "--checkpoint", ckpt, "--prompt", long_prompt])
     assert rc == 0 and notes[0] in capsys.readouterr().err.splitlines()
+
+
+def test_a_high_dpi_png_is_the_same_figure_in_more_pixels(ckpt, capsys, tmp_path, qapp):
+    """Fonts are sized once: a 192-dpi PNG, averaged over 2 x 2 pixels, is the 96-dpi one (an
+    image that told Qt its dpi while being painted drew every point-sized text twice as big)."""
+    from tests.helpers.rasterise import mismatch, pixels
+
+    for dpi in (96, 192):
+        rc, _, err = export(capsys, ckpt, tmp_path / f"{dpi}.png", "--view", "residual", "--dpi", str(dpi))
+        assert rc == 0, err
+    small, large = pixels(tmp_path / "96.png"), pixels(tmp_path / "192.png")
+    h, w = small.shape[:2]
+    assert large.shape[:2] == (2 * h, 2 * w)
+    halved = large.reshape(h, 2, w, 2, 3).mean(axis=(1, 3))
+    assert mismatch(halved, small, threshold=96) < 0.01
+
+
+def test_scan_notes_a_prompt_over_the_context_as_predict_does(ckpt, capsys, qapp):
+    long_prompt = " ".join(["the cat sat on the mat"] * 20)
+    assert main(["predict", "--checkpoint", ckpt, "--prompt", long_prompt]) == 0
+    note = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert main(["scan", "--checkpoint", ckpt, "--prompt", long_prompt, "--top", "1"]) == 0
+    assert note and note[0] in capsys.readouterr().err.splitlines()
