@@ -130,7 +130,7 @@ class WindowActions:
         self._rebuild_recent()
 
     def export_dialog(self, what: str, ext: str) -> None:
-        from transformer_viewer.viewer.window.export_options import FigureOptions, ask_figure_options
+        from transformer_viewer.viewer.views.export_options import FigureOptions, ask_figure_options
 
         options = FigureOptions()
         if ext in (".png", ".svg", ".pdf"):

@@ -74,15 +74,3 @@ def test_the_export_dialogs_theme_reaches_the_figure(qtbot, tmp_path, tiny_ckpt)
         assert out is not None, window.last_error
         assert QtGui.QColor(QtGui.QImage(out).pixel(1, 1)).getRgb()[:3] == page
     window.close()
-
-
-def test_the_export_options_dialog_offers_theme_and_dpi(qtbot):
-    from transformer_viewer.viewer.window.export_options import ExportOptionsDialog
-
-    dialog = ExportOptionsDialog(None, ".png", (900, 600))
-    qtbot.addWidget(dialog)
-    assert dialog.options().theme == "light" and dialog.options().dpi == 300
-    dialog.theme_combo.setCurrentIndex(dialog.theme_combo.findData("dark"))
-    dialog.dpi_spin.setValue(192)
-    assert dialog.options().theme == "dark" and dialog.options().scale == 2.0
-    assert "1800 x 1200 px" in dialog.size_label.text()
