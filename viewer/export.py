@@ -166,17 +166,73 @@ def _render(view, widget, painter, width: int, height: int) -> None:
         widget.render(painter, QtCore.QPoint())  # PySide6 has no render(painter) overload
 
 
-def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = None) -> str:
-    """Render `target` to PNG at `scale` x its on-screen size, or laid out at `size` (w, h) pixels."""
+@contextlib.contextmanager
+def laid_out(target, size=None, style=None):
+    """Inside the block, `target` laid out for export at `size` (w, h) logical pixels; yields
+    (width, height, paint) where paint(painter) draws it. A target holding plots is drawn as a
+    figure (viewer/figure.py: the plots alone, in `style`'s theme, under its title); a plain
+    widget as it is on screen."""
+    from transformer_viewer.viewer.figure import figure, graphics_views
+
+    view, widget = _graphics_view(target)
+    shown = view if view is not None else widget
+    if not graphics_views(shown):
+        with _sized(view, widget, size) as (w, h):
+            yield w, h, lambda painter: _render(view, widget, painter, w, h)
+        return
+    try:
+        context = figure(shown, size, style)
+        fig = context.__enter__()
+    except ValueError as e:
+        raise ExportError(str(e)) from None
+    try:
+        yield fig.width, fig.height, fig.paint
+    finally:
+        context.__exit__(None, None, None)
+
+
+MEMORY_BUDGET_ENV = "TV_MEMORY_BUDGET_MB"  # the app's memory budget, in MiB
+RASTER_SHARE = 8  # a PNG's pixels may take this share of the memory budget: rendering and
+# encoding it holds about 2.5 times its pixels' bytes at once
+
+
+def raster_limit() -> int:
+    """Bytes the pixels of one exported PNG may take: 1/RASTER_SHARE of the memory budget
+    ($TV_MEMORY_BUDGET_MB, else the default), never over a quarter of this machine's memory."""
+    from transformer_viewer.model.capture.memory_budget import DEFAULT_MEMORY_BUDGET, physical_memory
+
+    try:
+        budget = int(float(os.environ.get(MEMORY_BUDGET_ENV, "")) * 2**20)
+    except ValueError:
+        budget = 0
+    if budget <= 0:
+        budget = DEFAULT_MEMORY_BUDGET
+    return min(budget // RASTER_SHARE, physical_memory() // 4)
+
+
+def check_raster(width: int, height: int) -> None:
+    """Refuse, in one line, a PNG of width x height pixels whose pixels are over `raster_limit`."""
+    from transformer_viewer.model.capture.memory_budget import size_text
+
+    need, limit = int(width) * int(height) * 4, raster_limit()
+    if need > limit:
+        raise ExportError(f"a {width} x {height} pixel PNG needs {size_text(need)} for its pixels alone, over the "
+                          f"{size_text(limit)} an image may take (1/{RASTER_SHARE} of the memory budget, "
+                          f"${MEMORY_BUDGET_ENV}); export a smaller size or dpi, or an SVG or PDF")
+
+
+def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = None, style=None) -> str:
+    """Render `target` to PNG at `scale` device pixels per logical pixel, laid out at `size` (w, h)
+    logical pixels (default: its on-screen size) as a figure in `style` (viewer/figure.py)."""
     from PySide6 import QtCore, QtGui
 
     if extension(path) != ".png":
         raise ExportError(f"{os.fspath(path)}: export_png writes .png files")
     if not (0 < float(scale) <= 16):
         raise ExportError(f"scale {scale} is out of range; use a value between 0.1 and 16")
-    view, widget = _graphics_view(target)
-    with _sized(view, widget, size) as (w, h):
+    with laid_out(target, size, style) as (w, h, paint):
         W, H = max(1, round(w * scale)), max(1, round(h * scale))
+        check_raster(W, H)
         image = QtGui.QImage(W, H, QtGui.QImage.Format.Format_ARGB32)
         image.fill(QtCore.Qt.GlobalColor.transparent)
         painter = QtGui.QPainter(image)
@@ -184,9 +240,13 @@ def export_png(target, path, scale: float = 1.0, size: tuple[int, int] | None = 
             painter.setRenderHint(QtGui.QPainter.RenderHint.Antialiasing)
             painter.setRenderHint(QtGui.QPainter.RenderHint.TextAntialiasing)
             painter.scale(W / w if w else 1, H / h if h else 1)
-            _render(view, widget, painter, w, h)
+            paint(painter)
         finally:
             painter.end()
+    # The PNG says its dpi (scale x 96), set only now: painting on an image of that dpi would
+    # size every point-sized font by it once more.
+    image.setDotsPerMeterX(round(scale * 96 / 0.0254))
+    image.setDotsPerMeterY(round(scale * 96 / 0.0254))
     return write_file(path, png_bytes(image))
 
 
@@ -216,37 +276,38 @@ def render_to_bytes(write) -> bytes | None:
     return data if ok is not False and data else None
 
 
-def export_svg(target, path, size: tuple[int, int] | None = None, title: str = "transformer-viewer") -> str:
+def export_svg(target, path, size: tuple[int, int] | None = None, style=None) -> str:
     """Render `target` to SVG: vector axes, text and cells (see viewer/vector_export.py)."""
     from transformer_viewer.viewer import vector_export
 
     if extension(path) != ".svg":
         raise ExportError(f"{os.fspath(path)}: export_svg writes .svg files")
-    return vector_export.export_svg(target, path, size=size, title=title)
+    return vector_export.export_svg(target, path, size=size, style=style)
 
 
-def export_pdf(target, path, size: tuple[int, int] | None = None, title: str = "transformer-viewer") -> str:
+def export_pdf(target, path, size: tuple[int, int] | None = None, style=None) -> str:
     """Render `target` to a one-page vector PDF (Qt's QPdfWriter)."""
     from transformer_viewer.viewer import vector_export
 
     if extension(path) != ".pdf":
         raise ExportError(f"{os.fspath(path)}: export_pdf writes .pdf files")
-    return vector_export.export_pdf(target, path, size=size, title=title)
+    return vector_export.export_pdf(target, path, size=size, style=style)
 
 
-def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = None) -> str:
-    """Export by extension: .png / .svg render the view, .npy / .csv write `view.matrix()`."""
+def export_view(view, path, scale: float = 1.0, size: tuple[int, int] | None = None, style=None) -> str:
+    """Export by extension: .png / .svg / .pdf render the view as a figure in `style` (a
+    viewer.figure.FigureStyle; default: light, untitled), .npy / .csv write `view.matrix()`."""
     ext = extension(path)
     check_writable(path)
     catch_up = getattr(view, "catch_up", None)
     if catch_up is not None:  # a view hidden in the window (a closed dock) draws what it skipped
         catch_up()
     if ext == ".png":
-        return export_png(view, path, scale=scale, size=size)
+        return export_png(view, path, scale=scale, size=size, style=style)
     if ext == ".svg":
-        return export_svg(view, path, size=size)
+        return export_svg(view, path, size=size, style=style)
     if ext == ".pdf":
-        return export_pdf(view, path, size=size)
+        return export_pdf(view, path, size=size, style=style)
     if not hasattr(view, "matrix"):
         raise ExportError(f"this view has no matrix to write to {ext}; export .png, .svg or .pdf instead")
     rows = view.row_labels() if hasattr(view, "row_labels") else None

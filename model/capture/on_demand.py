@@ -150,36 +150,58 @@ def head_pattern(session: Session, trace: Trace, layer: int, head: int) -> np.nd
 
 def save_head_pattern(session: Session, trace: Trace, layer: int, head: int, path: str,
                       progress: Callable[[int, int], None] | None = None,
-                      is_cancelled: Callable[[], bool] | None = None) -> bool:
-    """Write one head's (T, T) float32 pattern to `path` as .npy, block by block (the pattern is
-    never whole in memory). Written beside the target and renamed into place, so a cancelled or
-    failed export leaves no partial file; False when cancelled."""
+                      is_cancelled: Callable[[], bool] | None = None,
+                      labels: tuple[str, ...] | None = None) -> bool:
+    """Write one head's (T, T) float32 pattern to `path`, block by block (the pattern is never
+    whole in memory): as .npy, or as .csv (a path ending in .csv: a header of the token
+    `labels`, each row its token's label then its values with 9 significant digits, which
+    float32 reads back exactly). Written by model/files/atomic_write.py's `write_chunks`: a cancelled
+    or failed export leaves no partial file, a new file gets the mode an ordinary one does
+    (0666 less the umask), a replaced one keeps its own. False when cancelled."""
+    import csv
+    import io
     import os
-    import tempfile
+
+    from transformer_viewer.model.files.atomic_write import write_chunks
 
     T = trace.n_tokens
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".pattern-", suffix=".npy", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    as_csv = os.fspath(path).lower().endswith(".csv")
+    if as_csv:
+        labels = tuple(labels) if labels is not None else tuple(trace.labels)
+        if len(labels) != T:
+            raise ModelError(f"{len(labels)} labels for a pattern of {T} tokens")
+
+    def csv_lines(rows) -> bytes:
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        return text.getvalue().encode("utf-8")
+
+    def pieces():
+        if as_csv:
+            yield csv_lines([["", *labels]])
+        else:
+            header = io.BytesIO()
             np.lib.format.write_array_header_1_0(
-                f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
-                    "shape": (T, T)})
-            for row, block in iter_pattern_rows(session, trace, layer, head):
-                if is_cancelled is not None and is_cancelled():
-                    raise _Stop
-                f.write(np.ascontiguousarray(block).tobytes())
-                if progress is not None:
-                    progress(row + len(block), T)
-        os.replace(tmp, path)
-        return True
+                header, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                         "shape": (T, T)})
+            yield header.getvalue()
+        for row, block in iter_pattern_rows(session, trace, layer, head):
+            if is_cancelled is not None and is_cancelled():
+                raise _Stop
+            block = np.ascontiguousarray(block, dtype=np.float32)  # (rows, T)
+            if as_csv:
+                yield csv_lines([labels[row + i], *map("{:.9g}".format, values)]
+                                for i, values in enumerate(block.tolist()))
+            else:
+                yield block.tobytes()
+            if progress is not None:
+                progress(row + len(block), T)
+
+    try:
+        write_chunks(path, pieces())
     except _Stop:
-        os.unlink(tmp)
         return False
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    return True
 
 
 @torch.inference_mode()

@@ -77,3 +77,44 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def write_chunks(path: str | os.PathLike, chunks) -> str:
+    """Atomically make `path` hold the concatenated `chunks` (an iterable of bytes-like pieces,
+    never all in memory at once), each piece's write checked as `write_bytes` checks its data.
+    A new file gets 0666 less the umask; a file replaced keeps its own mode. Whatever the
+    iterable raises (a cancellation) removes the temporary file and propagates."""
+    path = os.path.abspath(os.fspath(path))
+    folder, name = os.path.split(path)
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
+    try:
+        total = 0
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            written = 0
+            while written < len(view):
+                n = os.write(fd, view[written:written + CHUNK])
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += n
+            total += written
+        os.fsync(fd)
+        size = os.fstat(fd).st_size
+        if size != total:
+            raise OSError(errno.EIO, f"{size} of {total} bytes reached the disk")
+        os.close(fd)
+        fd = -1
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path

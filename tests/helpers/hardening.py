@@ -57,6 +57,9 @@ class Dialogs:
         monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: ""))
         monkeypatch.setattr(QInputDialog, "getDouble", staticmethod(lambda *a, **k: (1.0, False)))
         monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("", False)))
+        from transformer_viewer.viewer.views.export_options import ExportOptionsDialog
+
+        monkeypatch.setattr(ExportOptionsDialog, "exec", lambda *_a: 0)  # the figure options: cancelled
 
     @property
     def last(self) -> str | None:

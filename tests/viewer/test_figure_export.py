@@ -171,3 +171,57 @@ def test_a_full_disk_keeps_the_users_file(qtbot, tmp_path, monkeypatch):
         export_svg(view, path)
     assert len(calls) >= 2  # the document did not fit in the first write
     assert path.read_bytes() == b"the user's figure" and os.listdir(tmp_path) == [path.name]
+
+
+# -- every exported view, drawn alike by librsvg, Chromium and the PDF --------------------------
+FIGURE_ARGS = {  # what each view shows: a selected row (a red outline) wherever it has one
+    "attention": ["--head", "1.2", "--query", "3"],
+    "grid": ["--head", "1.0", "--mask", "0.1"],  # the masked head crossed in red
+    "residual": ["--head", "1.1", "--query", "3"],
+    "mlp": [],
+    "logit-lens": [],
+    "scan": [],
+    "diff": ["--mask", "0.1"],
+    "attribution": [],
+}
+OUTLINE = (255, 60, 60)  # the selected query row's / head's outline
+LINE = (30, 100, 200)  # the residual view's norm through depth
+
+
+def _figure_cases():
+    from transformer_viewer.viewer.views.registry import exportable
+
+    assert set(FIGURE_ARGS) == set(exportable())  # a new exportable view gets a case here
+    return [(v, "light") for v in sorted(FIGURE_ARGS)] + [("residual", "dark")]
+
+
+@pytest.mark.parametrize("name, theme", _figure_cases())
+def test_every_renderer_draws_the_exported_view_as_its_pdf(tiny_ckpt, tmp_path, capsys, name, theme):
+    """librsvg once drew the selected row's 2-pixel outline as a band the height of the row
+    scaled up (a non-scaling stroke inside a scaled group), and line plots as ribbons; every
+    renderer must now agree with the PDF, outlines and lines included."""
+    from tests.helpers.rasterise import count_colour, mismatch, pixels, rasterise_pdf, rasterise_svg
+    from transformer_viewer.viewer.cli.main import main
+
+    base = ["export", tiny_ckpt, "--device", "cpu", "--prompt", "The cat sat on the mat, and the cat slept.",
+            "--view", name, "--theme", theme, *FIGURE_ARGS[name]]
+    for ext in (".svg", ".pdf"):
+        assert main([*base, "--out", str(tmp_path / f"f{ext}")]) == 0, capsys.readouterr().err
+    root = ET.parse(tmp_path / "f.svg").getroot()
+    assert not [el.tag for el in root.iter() if el.get("vector-effect")]  # SVG Tiny's, which librsvg ignores
+    w, h = (round(float(v)) for v in root.get("viewBox").split()[2:])
+    pdf = pixels(rasterise_pdf(tmp_path / "f.pdf", tmp_path / "pdf"))
+    assert abs(pdf.shape[1] - w) <= 1 and abs(pdf.shape[0] - h) <= 1
+    page = (255, 255, 255) if theme == "light" else (0, 0, 0)
+    assert count_colour(pdf[:4], page, 8) == pdf[:4].size // 3  # the top rows: the theme's page
+    for renderer in ("rsvg-convert", "chromium"):
+        drawn = pixels(rasterise_svg(renderer, tmp_path / "f.svg", tmp_path / f"{renderer}.png", size=(w, h)))
+        assert mismatch(drawn, pdf) < 0.02, renderer
+        for ink in (OUTLINE, LINE):
+            want = count_colour(pdf, ink)
+            if want:  # an outline or a line as thin as in the PDF: not a band, not a ribbon
+                assert 0.5 * want <= count_colour(drawn, ink) <= 2 * want + 20, (renderer, ink)
+    if name in ("attention", "grid", "residual"):
+        assert count_colour(pdf, OUTLINE) > 0  # the cases do show a selection
+    if name == "residual":
+        assert count_colour(pdf, LINE) > 0

@@ -132,6 +132,34 @@ class TerminalBar:
         self.close()
 
 
+def note_truncated(dropped: int, kept: int, context: int, file=None) -> None:
+    """The one line every command prints when a prompt is longer than the model's context and
+    its first `dropped` tokens were cut (the model sees the last `kept`)."""
+    if dropped > 0:
+        print(f"note: the prompt is longer than the model's context of {context} tokens; "
+              f"kept its last {kept} (dropped the first {dropped}), positions count from there",
+              file=file if file is not None else sys.stderr)
+
+
+def parse_head_option(head: str | None, layer: int | None) -> tuple[int | None, int | None]:
+    """(layer, head) from `--head H` with `--layer L`, or from `--head L.H` alone (the window's
+    syntax); a `--layer` that disagrees with `L.H` is an error."""
+    from transformer_viewer.model.capture.prompts import parse_layer_head
+
+    if head is None:
+        return layer, None
+    both = parse_layer_head(head)
+    if both is not None:
+        if layer is not None and layer != both[0]:
+            raise ModelError(f"--head {head} names layer {both[0]} but --layer is {layer}; give one of them")
+        return both
+    try:
+        return layer, int(head)
+    except ValueError:
+        raise ModelError(f"--head {head}: give a head as LAYER.HEAD (e.g. 2.2) or a number with --layer, "
+                         "counting from 0") from None
+
+
 def check_mask_syntax(specs: list[str] | None) -> None:
     """Say a malformed --mask before any model loads; ranges are checked once the model is known."""
     for spec in specs or []:

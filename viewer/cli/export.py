@@ -4,6 +4,13 @@ Every view the registry marks exportable can be written (`--view NAME`). The vie
 exactly as the window builds it, from a `ViewerState` holding this prompt's traces and an
 `InlineWorker` that answers the view's own requests (lens, scan) at once on this thread; the
 registry entry then applies the view's arguments.
+
+An image is a figure (viewer/figure.py): the view's plots alone, light by default (`--theme
+dark` as on screen), titled with the model, the view and the mask, sized in logical pixels
+(`--size`) or in inches or centimetres (`--width`), a PNG at `--dpi` (300). The attention
+view's data export is exact: the head's whole (T, T) float32 pattern recomputed and streamed
+to the file (or the mean of the heads' patterns, for the mean modes); `--pooled` writes the
+pooled overview the heatmap draws instead, with a `.json` sidecar that says the pooling.
 """
 
 from __future__ import annotations
@@ -17,13 +24,19 @@ from transformer_viewer.viewer.cli.common import (
     TerminalBar,
     add_checkpoint_arguments,
     load_from_args,
+    note_truncated,
+    parse_head_option,
     parse_mask_spec,
     refuse_non_finite,
 )
+from transformer_viewer.viewer.figure import THEMES
 from transformer_viewer.viewer.views.registry import exportable
 from transformer_viewer.viewer.worker.inline import InlineWorker
 
 MAX_WIDENED = 6000  # pixels an export may grow to, without --size, for its cell texts to show
+DEFAULT_DPI = 300
+LARGE_FILE = 64 << 20  # a data export estimated over this many bytes is announced before it is written
+CSV_BYTES_PER_VALUE = 12  # "0.123456789," and the like: what a CSV cell of %.9g takes, about
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -42,7 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--view", default="attention", choices=sorted(exportable()),
                         help="what to export (default: attention)")
     parser.add_argument("--layer", type=int, default=None, help="layer, 0-based (default: 0; grid: none selected)")
-    parser.add_argument("--head", type=int, default=None, help="head, 0-based (default: 0; grid: none selected)")
+    parser.add_argument("--head", default=None, metavar="[L.]H",
+                        help="head as LAYER.HEAD (e.g. 2.2), or its number with --layer; 0-based "
+                             "(default: 0.0; grid: none selected)")
     parser.add_argument("--query", type=int, default=None, help="highlight this query row (0-based)")
     parser.add_argument("--mode", default="head", choices=["head", "layer-mean", "head-mean"],
                         help="attention: one head, mean of the layer's heads, or mean over layers of this head")
@@ -51,8 +66,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how masked heads are ablated")
     parser.add_argument("--colormap", default="viridis", help="viridis, inferno, magma, plasma, cividis, CET-D1, ...")
     parser.add_argument("--log", action="store_true", help="log colour scale (1e-4 .. 1)")
-    parser.add_argument("--scale", type=float, default=1.0, help="PNG pixel scale (default: 1; 2 for print)")
-    parser.add_argument("--size", type=_size, default=None, metavar="WxH", help="layout size in pixels (default: per view)")
+    parser.add_argument("--theme", default="light", choices=sorted(THEMES),
+                        help="figure colours: light (white page, dark text; default) or dark (as on screen); "
+                             "the colormap is the same in both")
+    parser.add_argument("--width", default=None, metavar="LENGTH",
+                        help="figure width on the page, e.g. 3.5in, 8cm or 80mm (height: the view's proportions)")
+    parser.add_argument("--dpi", type=float, default=None,
+                        help=f"PNG pixels per inch (default: {DEFAULT_DPI}); PNG pixels = width x dpi")
+    parser.add_argument("--scale", type=float, default=None,
+                        help="PNG pixels per layout pixel, instead of --dpi (1: the on-screen size)")
+    parser.add_argument("--size", type=_size, default=None, metavar="WxH",
+                        help="figure size in pixels; wins over --width and --dpi (a PNG is exactly W x H)")
+    parser.add_argument("--pooled", action="store_true",
+                        help="attention .npy/.csv: the pooled overview the heatmap draws (with a .json sidecar "
+                             "saying the pooling) instead of the head's exact (T, T) pattern")
     parser.add_argument("--out", required=True, help="output file: .png, .svg or .pdf (vector), .npy or .csv")
     g = parser.add_argument_group("residual, mlp, logit-lens, scan, attribution and diff views")
     g.add_argument("--diff", action="store_true",
@@ -86,8 +113,6 @@ def _quiet_offscreen(mode, context, message: str) -> None:
 
 
 def run(args) -> int:
-    from transformer_viewer.viewer.export import export_view
-
     check_arguments(args)  # everything that needs no model, said before one loads
 
     import torch
@@ -107,26 +132,112 @@ def run(args) -> int:
     bar = TerminalBar("head")  # for the requests that report progress (the scan)
     worker = InlineWorker(session, report=lambda progress: bar.update(progress.done, progress.total))
     state = _state(worker, mask, args)
+    trace = state.trace
+    note_truncated(trace.dropped_tokens, trace.n_tokens, c.block_size)
     entry = exportable()[args.view]
     widget = entry.build(state, worker)
     try:
         if entry.configure is not None:
             entry.configure(widget, args)
-        size = args.size or entry.export_size
-        if size:
-            widget.resize(*size)
-        else:
-            widget.resize(widget.sizeHint())
+        base = entry.export_size or (widget.sizeHint().width(), widget.sizeHint().height())
+        widget.resize(*(args.size or base))
         widget.show()
         app.processEvents()
-        if args.size is None:
+        if args.size is None and args.width is None:
             widen_for_cell_texts(widget, app)
-        path = export_view(widget, args.out, scale=args.scale)
+        path = _write(widget, entry, state, session, args)
     finally:
         bar.close()
         _dispose(widget, app)
     print(path, file=sys.stdout)
     return 0
+
+
+def figure_geometry(args, base: tuple[int, int]) -> tuple[tuple[int, int] | None, float]:
+    """(figure size in logical pixels or None for the laid-out view's own, PNG pixels per
+    logical pixel) from --size, --width, --dpi and --scale; `base`: the view's layout size."""
+    from transformer_viewer.viewer.figure import CSS_DPI, parse_length
+
+    if args.size is not None:
+        return args.size, args.scale or 1.0
+    dpi = args.dpi or DEFAULT_DPI
+    if args.width is None:
+        return None, args.scale or dpi / CSS_DPI
+    inches = parse_length(args.width)
+    width = max(16, round(inches * CSS_DPI))
+    height = max(16, round(width * base[1] / base[0]))
+    return (width, height), args.scale or max(1, round(inches * dpi)) / width
+
+
+def _write(widget, entry, state, session, args) -> str:
+    """Write the figure or the data the arguments ask for; returns the absolute path."""
+    from transformer_viewer.viewer.export import check_raster, export_view, extension
+    from transformer_viewer.viewer.figure import FigureStyle, view_title
+
+    ext = extension(args.out)
+    if ext in (".npy", ".csv"):
+        if args.view == "attention" and not args.pooled:
+            return _exact_attention(widget, state, session, args)
+        path = export_view(widget, args.out)
+        if args.pooled:
+            _pooling_sidecar(widget, state, args, path)
+        return path
+    style = FigureStyle(theme=args.theme, title=view_title(state, entry.title, widget))
+    size, scale = figure_geometry(args, (widget.width(), widget.height()))
+    if ext == ".png" and size is not None:
+        check_raster(round(size[0] * scale), round(size[1] * scale))
+    return export_view(widget, args.out, scale=scale, size=size, style=style)
+
+
+def _exact_attention(widget, state, session, args) -> str:
+    """The attention view's matrix at full precision: one head's (T, T) float32 pattern
+    recomputed and streamed to the file; for the mean modes, the mean of the heads' patterns."""
+    import numpy as np
+
+    from transformer_viewer.model.capture.memory_budget import size_text
+    from transformer_viewer.model.capture.on_demand import head_pattern, save_head_pattern
+    from transformer_viewer.viewer.export import check_writable, export_matrix
+
+    trace, layer, head, mode = state.trace, state.layer, state.head, widget.mode()
+    T = trace.n_tokens
+    estimate = 128 + T * T * (4 if args.out.lower().endswith(".npy") else CSV_BYTES_PER_VALUE)
+    if estimate > LARGE_FILE:
+        print(f"note: writing the full {T} x {T} pattern, about {size_text(estimate)} "
+              "(--pooled writes the pooled overview instead)", file=sys.stderr)
+    path = check_writable(args.out)
+    if mode == "head":
+        with TerminalBar("row", after_s=1.0) as bar:
+            try:
+                save_head_pattern(session, trace, layer, head, path, progress=bar.update, labels=tuple(trace.labels))
+            except OSError as e:
+                raise ModelError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder") from None
+        return path
+    heads = [(layer, h) for h in range(state.n_head)] if mode == "layer-mean" else \
+        [(L, head) for L in range(state.n_layer)]
+    total = np.zeros((T, T), dtype=np.float32)
+    for L, h in heads:
+        total += head_pattern(session, trace, L, h)
+    return export_matrix(total / np.float32(len(heads)), path, trace.labels, trace.labels)
+
+
+def _pooling_sidecar(widget, state, args, path: str) -> None:
+    """`path`.json: what a --pooled data export holds, so a script reading it knows."""
+    import json
+
+    from transformer_viewer.viewer.export import write_file
+
+    matrix = widget.matrix()
+    described = {"file": os.path.basename(path), "view": args.view, "shape": list(matrix.shape),
+                 "dtype": str(matrix.dtype), "n_tokens": state.trace.n_tokens}
+    heatmap = getattr(widget, "heatmap", None)
+    if args.view == "attention" and heatmap is not None:
+        cell = heatmap.cell()
+        described.update(layer=state.layer, head=state.head, mode=widget.mode(), tokens_per_cell=cell,
+                         pooling=(f"{widget.pooling()} of each {cell} x {cell} block of tokens" if cell > 1
+                                  else "none: one cell per token"),
+                         stored_as="the trace's overview, float16 rounded to float32"
+                         if "16" in str(state.trace.overview_max.dtype) else "the trace's overview")
+    write_file(path + ".json", (json.dumps(described, indent=1) + "\n").encode("utf-8"))
 
 
 def widen_for_cell_texts(widget, app, max_width: int = MAX_WIDENED) -> None:
@@ -153,11 +264,28 @@ def check_arguments(args) -> None:
     mask's syntax and the colormap."""
     from transformer_viewer.viewer.cli.common import check_mask_syntax
     from transformer_viewer.viewer.export import check_writable, extension
+    from transformer_viewer.viewer.figure import parse_length
 
-    extension(args.out)
+    ext = extension(args.out)
     check_writable(args.out)
-    if not 0 < args.scale <= 16:
+    args.layer, args.head = parse_head_option(args.head, args.layer)
+    if args.scale is not None and not 0 < args.scale <= 16:
         raise ModelError(f"--scale {args.scale:g} is out of range; give a pixel scale above 0 and at most 16 (2 for print)")
+    if args.dpi is not None and not 10 <= args.dpi <= 2400:
+        raise ModelError(f"--dpi {args.dpi:g} is out of range; give 10 to 2400 (300 for print)")
+    if args.width is not None:
+        try:
+            inches = parse_length(args.width)
+        except ValueError as e:
+            raise ModelError(f"--{e}") from None
+        if not 0.5 <= inches <= 100:
+            raise ModelError(f"--width {args.width} is out of range; give 0.5in (1.3cm) to 100in")
+    if args.pooled and (ext not in (".npy", ".csv") or args.view != "attention"):
+        raise ModelError("--pooled is for the attention view's .npy or .csv export")
+    if args.size is not None and ext == ".png":
+        from transformer_viewer.viewer.export import check_raster
+
+        check_raster(round(args.size[0] * (args.scale or 1)), round(args.size[1] * (args.scale or 1)))
     for flag in ("layer", "head", "query"):
         value = getattr(args, flag)
         if value is not None and value < 0:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
@@ -55,7 +54,12 @@ def predict(session, args) -> dict:
 
 
 def run(args) -> int:
-    from transformer_viewer.viewer.cli.common import check_mask_syntax, load_from_args, refuse_non_finite
+    from transformer_viewer.viewer.cli.common import (
+        check_mask_syntax,
+        load_from_args,
+        note_truncated,
+        refuse_non_finite,
+    )
 
     if args.top_k < 1:
         raise ModelError(f"--top-k must be at least 1, got {args.top_k}")
@@ -64,9 +68,7 @@ def run(args) -> int:
 
     session = Session(load_from_args(args))
     session.set_prompt(args.prompt)
-    if session.dropped:
-        print(f"note: the prompt is longer than the model's context of {session.config.block_size} tokens; "
-              f"kept its last {len(session.tokens.ids)}, positions count from there", file=sys.stderr)
+    note_truncated(session.dropped, len(session.tokens.ids), session.config.block_size)
     result = predict(session, args)
     refuse_non_finite("next-token probabilities", [t["prob"] for t in result["top"]],
                       [t["logit"] for t in result["top"]])

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from transformer_viewer.viewer.cli.common import check_mask_syntax
+    from transformer_viewer.viewer.cli.common import check_mask_syntax, note_truncated
 
     if args.top is not None and args.top < 1:
         raise ModelError(f"--top must be at least 1, got {args.top}")
@@ -56,6 +56,7 @@ def run(args) -> int:
     session.set_prompt(args.prompt)
     if session.tokens is None or not session.tokens.ids:
         raise ModelError("the prompt is empty; pass some text with --prompt")
+    note_truncated(session.dropped, len(session.tokens.ids), loaded.config.block_size)
     c = loaded.config
     base = parse_mask_spec(args.mask, c.n_layer, c.n_head)
     target = parse_token(args.target, session.tokenizer, session.n_vocab, "--target")

@@ -10,6 +10,7 @@ greyed and crossed; the selected head has a bright frame. The wheel zooms and a 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -87,6 +88,8 @@ class HeadGridView(RefreshWhenShown, QtWidgets.QWidget):
         self.fit_button.setToolTip("Show every head again (the wheel zooms, a drag pans)")
         self.fit_button.clicked.connect(self.fit)
         plot_over_bar(self, self.graphics, self.hover_label, self.pooling_combo, self.fit_button)
+
+        self.graphics.figure_extras = self._figure_colour_bar  # viewer/figure.py adds it to an export
 
         scene = self.graphics.scene()
         scene.sigMouseClicked.connect(self._on_mouse_clicked)
@@ -221,6 +224,19 @@ class HeadGridView(RefreshWhenShown, QtWidgets.QWidget):
             return
         self._selected = (int(layer), int(head))
         self.marks.set_selected(self._selected[0], self._selected[1], self._cell)
+
+    @contextlib.contextmanager
+    def _figure_colour_bar(self):
+        """A colour bar beside the thumbnails while a figure is drawn: on screen the side panel
+        has no room for one, on a page the colours need their scale."""
+        low, high = self.levels()
+        bar = pg.ColorBarItem(values=(low, high), colorMap=get_colormap(self._cmap_name), interactive=False, width=14)
+        bar.axis.setLabel("log₁₀ attention weight" if self._log else "attention weight")
+        self.graphics.addItem(bar, row=0, col=1)
+        try:
+            yield bar
+        finally:
+            self.graphics.removeItem(bar)
 
     def set_colormap(self, name: str) -> None:
         self._cmap_name = name

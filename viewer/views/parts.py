@@ -112,19 +112,34 @@ class ExportButton(QtWidgets.QToolButton):
         self.folder = os.getcwd()
 
     def dialog(self, ext: str) -> None:
+        from transformer_viewer.viewer.views.export_options import FigureOptions, ask_figure_options
+
+        options = FigureOptions()
+        if ext in (".png", ".svg", ".pdf"):
+            target = self.view.export_target() if hasattr(self.view, "export_target") else self.view
+            options = ask_figure_options(self, ext, (target.width(), target.height()))
+            if options is None:
+                return
         path, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Export", os.path.join(self.folder, self.name + ext))
         if path:
-            self.export(path)
+            self.export(path, scale=options.scale, theme=options.theme)
 
-    def export(self, path: str, scale: float = 2.0) -> str | None:
-        """Write `path` (by its extension); a failure is one line in a message box."""
+    def export(self, path: str, scale: float = 2.0, theme: str = "light") -> str | None:
+        """Write `path` (by its extension), an image as a figure in `theme` titled with the model,
+        the view and the mask; a failure is one line in a message box."""
         from transformer_viewer.model.errors import ModelError
         from transformer_viewer.viewer.export import export_view
+        from transformer_viewer.viewer.figure import FigureStyle, view_title
+        from transformer_viewer.viewer.views.registry import title_of
 
         try:
             if self.view.matrix().size == 0:
                 raise ModelError("nothing to export yet: run a prompt first")
-            written = export_view(self.view, path, scale=scale if path.lower().endswith(".png") else 1.0)
+            state = getattr(self.view, "state", None)
+            style = FigureStyle(theme=theme, title=view_title(state, title_of(self.view), self.view)
+                                if state is not None else "")
+            written = export_view(self.view, path, scale=scale if path.lower().endswith(".png") else 1.0,
+                                  style=style)
         except (ModelError, OSError) as e:
             message = str(e).splitlines()[0] if str(e) else type(e).__name__
             self.failed.emit(message)

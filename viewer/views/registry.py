@@ -144,6 +144,15 @@ def exportable() -> dict[str, ViewEntry]:
     return {v.export_name: v for v in VIEWS if v.export_name is not None}
 
 
+def title_of(view) -> str:
+    """The registry's title of the view `view` is an instance of (its class's name if none)."""
+    name = type(view).__name__
+    for v in VIEWS:
+        if v.widget.rpartition(":")[2] == name:
+            return v.title
+    return name
+
+
 def entry(title: str) -> ViewEntry:
     for v in VIEWS:
         if v.title == title:

@@ -128,13 +128,13 @@ class WindowActions:
         self._rebuild_recent()
 
     def export_dialog(self, what: str, ext: str) -> None:
-        scale = 1.0
-        if what == "heatmap" and ext == ".png":
-            view = self.w.attention.export_target()
-            scale, ok = QInputDialog.getDouble(
-                self.w, "Export heatmap as PNG",
-                f"Scale (1 = on-screen size, {view.width()} × {view.height()} px):", 2.0, 0.25, 16.0, 2)
-            if not ok:
+        from transformer_viewer.viewer.views.export_options import FigureOptions, ask_figure_options
+
+        options = FigureOptions()
+        if ext in (".png", ".svg", ".pdf"):
+            view = (self.w.attention if what == "heatmap" else self.w.head_grid).export_target()
+            options = ask_figure_options(self.w, ext, (view.width(), view.height()))
+            if options is None:
                 return
         st = self.w.state
         name = (f"attention_L{st.layer}H{st.head}" if what == "heatmap" else "all_heads") + ext
@@ -144,7 +144,7 @@ class WindowActions:
                    ".csv": "CSV table (*.csv)"}
         path, _ = QFileDialog.getSaveFileName(self.w, "Export", os.path.join(folder, name), filters[ext])
         if path:
-            if export(self.w, what, path, scale) is not None:
+            if export(self.w, what, path, options.scale, theme=options.theme) is not None:
                 self.w.app_settings.set_export_dir(os.path.dirname(os.path.abspath(path)))
 
     def export_pattern_dialog(self) -> None:
@@ -153,7 +153,8 @@ class WindowActions:
         st = self.w.state
         folder = self.w.app_settings.export_dir()
         name = os.path.join(folder, f"pattern_L{st.layer}H{st.head}.npy")
-        path, _ = QFileDialog.getSaveFileName(self.w, "Export the head's full pattern", name, "NumPy array (*.npy)")
+        path, _ = QFileDialog.getSaveFileName(self.w, "Export the head's full pattern", name,
+                                              "NumPy array (*.npy);;CSV table (*.csv)")
         if path and export_pattern(self.w, path) is not None:
             self.w.app_settings.set_export_dir(os.path.dirname(os.path.abspath(path)))
 
@@ -268,11 +269,13 @@ def default_prompt() -> str:
     return prompts[0].text if prompts else "When Mary and John went to the store, John gave a drink to"
 
 
-def export(window, what: str, path: str, scale: float = 1.0) -> str | None:
-    """Export the heatmap ("heatmap": .png/.svg/.pdf/.npy/.csv) or the heads grid ("grid": .png/.svg/.pdf);
-    returns the path written, or None after showing the one-line error."""
+def export(window, what: str, path: str, scale: float = 1.0, theme: str = "light") -> str | None:
+    """Export the heatmap ("heatmap": .png/.svg/.pdf/.npy/.csv) or the heads grid ("grid": .png/.svg/.pdf),
+    an image as a figure in `theme` titled with the model, the view and the mask; returns the
+    path written, or None after showing the one-line error."""
     from transformer_viewer.model.errors import ModelError
     from transformer_viewer.viewer.export import export_view
+    from transformer_viewer.viewer.figure import FigureStyle, view_title
 
     view = window.attention if what == "heatmap" else window.head_grid
     try:
@@ -280,7 +283,9 @@ def export(window, what: str, path: str, scale: float = 1.0) -> str | None:
             raise ModelError("nothing to export yet: load a model and run a prompt first")
         if what == "grid" and os.path.splitext(path)[1].lower() in (".npy", ".csv"):
             raise ModelError("the heads grid exports as .png, .svg or .pdf; export one head's matrix from the heatmap")
-        written = export_view(view, path, scale=scale)
+        style = FigureStyle(theme=theme, title=view_title(window.state, "Attention" if what == "heatmap"
+                                                          else "All heads", view))
+        written = export_view(view, path, scale=scale, style=style)
     except (ModelError, OSError) as e:
         window.show_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
         return None

@@ -1,7 +1,9 @@
-"""File > Export > "Current head's full pattern as .npy": one head's (T, T) float32 pattern at
-any prompt length, recomputed and streamed to the file by the worker (PatternExportRequest),
-never whole in memory. The status bar shows its progress and a Cancel button like every long
-task; a cancelled or failed export leaves no file behind."""
+"""File > Export > "Current head's full pattern": one head's (T, T) float32 pattern at any prompt
+length (.npy, or .csv with 9 significant digits, which read back as the same float32),
+recomputed and streamed to the file by the worker (PatternExportRequest), never whole in
+memory. The status bar shows its progress and a Cancel button like every long task; a
+cancelled or failed export leaves no file behind. A new file gets the mode of any ordinary
+file (0666 less the umask); a replaced one keeps its own."""
 
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ def pattern_request(state, path: str) -> PatternExportRequest:
     """The request for the selected head of the shown trace; one ExportError line when it cannot be."""
     if state.trace is None:
         raise ExportError(NOTHING_YET)
-    if os.path.splitext(os.fspath(path))[1].lower() != ".npy":
-        raise ExportError(f"cannot write {os.fspath(path)!r}: a head's full pattern is written as .npy; "
-                          "use a file name ending in .npy")
+    if os.path.splitext(os.fspath(path))[1].lower() not in (".npy", ".csv"):
+        raise ExportError(f"cannot write {os.fspath(path)!r}: a head's full pattern is written as .npy or .csv; "
+                          "use a file name ending in .npy or .csv")
     return PatternExportRequest(run_id=state.trace.run_id, layer=state.layer, head=state.head,
                                 path=check_writable(path))
 
