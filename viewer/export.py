@@ -1,6 +1,6 @@
 """Export a view as PNG, SVG or PDF, or the matrix it shows as .npy or .csv. Every write is atomic.
 
-Every format is first rendered into memory, then written by `write_file`: a temporary file in
+Every format is first rendered into memory, then written by `write_file` (viewer/export_files.py): a temporary file in
 the destination folder, each byte's write checked, flushed and counted, then moved over the
 target with os.replace. A full disk or any other failure leaves the user's file as it was and
 no temporary file behind. Rendering to memory matters for SVG: Qt's QSvgGenerator (used
@@ -16,64 +16,20 @@ a bare QGraphicsView, GraphicsLayoutWidget or QWidget can be rendered too.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import os
 
 import numpy as np
 
-from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.files.atomic_write import replaced_mode, write_bytes
-
-IMAGE_FORMATS = (".png", ".svg", ".pdf")
-MATRIX_FORMATS = (".npy", ".csv")
-FORMATS = IMAGE_FORMATS + MATRIX_FORMATS
-
-
-class ExportError(ModelError):
-    """An export that cannot be written; one line saying what to do. A ModelError, so the CLI's
-    run_guarded and the app's error dialog treat it like every other user-facing error."""
-
-
-def extension(path) -> str:
-    ext = os.path.splitext(os.fspath(path))[1].lower()
-    if ext not in FORMATS:
-        shown = ext or "no extension"
-        raise ExportError(f"cannot export to {os.fspath(path)!r} ({shown}): use a file name ending in {', '.join(FORMATS)}")
-    return ext
-
-
-def check_writable(path) -> str:
-    """The absolute path, after checking its folder exists and is a folder we can write."""
-    path = os.fspath(path)
-    if "\x00" in path:  # os calls would raise ValueError, not OSError
-        raise ExportError(f"cannot write {path!r}: a file name cannot contain a NUL character; choose another name")
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    if os.path.isdir(path):
-        raise ExportError(f"cannot write {path}: it is a folder; give a file name inside it")
-    if not os.path.isdir(folder):
-        raise ExportError(f"cannot write {path}: the folder {folder} does not exist; create it or choose another")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ExportError(f"cannot write {path}: the folder {folder} is not writable; choose a folder you can write to")
-    try:
-        replaced_mode(path)
-    except OSError as e:
-        raise ExportError(f"cannot write {path}: {e.strerror}") from None
-    return path
-
-
-def write_file(path, data: bytes) -> str:
-    """Atomically make `path` hold exactly `data` (see model/files/atomic_write.py); one ExportError
-    line on any failure, the previous file untouched. Returns the absolute path."""
-    path = check_writable(path)
-    try:
-        return write_bytes(path, data)
-    except PermissionError as e:
-        raise ExportError(f"cannot write {path}: {e.strerror or e}; choose a folder you can write to") from None
-    except OSError as e:
-        raise ExportError(f"cannot write {path}: {e.strerror or e}; check the disk and the folder's permissions") from None
+from transformer_viewer.viewer.export_files import (
+    MATRIX_FORMATS,
+    ExportError,
+    check_writable,
+    extension,
+    write_file,
+)
+from transformer_viewer.viewer.export_layout import laid_out
 
 
 # -- matrices ----------------------------------------------------------------------------------
@@ -115,82 +71,6 @@ def read_csv_matrix(path) -> tuple[np.ndarray, list[str], list[str]]:
 
 
 # -- images ------------------------------------------------------------------------------------
-def _graphics_view(target):
-    from PySide6 import QtWidgets
-
-    if hasattr(target, "export_target"):
-        target = target.export_target()
-    if isinstance(target, QtWidgets.QGraphicsView):
-        return target, None
-    if isinstance(target, QtWidgets.QWidget):
-        return None, target
-    raise ExportError(f"cannot render a {type(target).__name__} as an image; pass a view widget")
-
-
-def _flush_layout(widget) -> None:
-    from PySide6 import QtWidgets
-
-    app = QtWidgets.QApplication.instance()
-    if app is not None:
-        app.processEvents()
-    widget.updateGeometry()
-
-
-@contextlib.contextmanager
-def _sized(view, widget, size):
-    """Temporarily give the rendered widget `size` (w, h) so the layout is done at that size."""
-    w = view if view is not None else widget
-    if size is None:
-        yield w.width(), w.height()
-        return
-    old = w.size()
-    try:
-        w.resize(int(size[0]), int(size[1]))
-        _flush_layout(w)
-        yield int(size[0]), int(size[1])
-    finally:
-        w.resize(old)
-        _flush_layout(w)
-
-
-def _render(view, widget, painter, width: int, height: int) -> None:
-    from PySide6 import QtCore
-
-    target = QtCore.QRectF(0, 0, width, height)
-    if view is not None:
-        painter.fillRect(target, view.backgroundBrush())
-        source = view.mapToScene(view.viewport().rect()).boundingRect()
-        view.scene().render(painter, target, source)
-    else:
-        painter.scale(width / max(1, widget.width()), height / max(1, widget.height()))
-        widget.render(painter, QtCore.QPoint())  # PySide6 has no render(painter) overload
-
-
-@contextlib.contextmanager
-def laid_out(target, size=None, style=None):
-    """Inside the block, `target` laid out for export at `size` (w, h) logical pixels; yields
-    (width, height, paint) where paint(painter) draws it. A target holding plots is drawn as a
-    figure (viewer/figure.py: the plots alone, in `style`'s theme, under its title); a plain
-    widget as it is on screen."""
-    from transformer_viewer.viewer.figure import figure, graphics_views
-
-    view, widget = _graphics_view(target)
-    shown = view if view is not None else widget
-    if not graphics_views(shown):
-        with _sized(view, widget, size) as (w, h):
-            yield w, h, lambda painter: _render(view, widget, painter, w, h)
-        return
-    try:
-        context = figure(shown, size, style)
-        fig = context.__enter__()
-    except ValueError as e:
-        raise ExportError(str(e)) from None
-    try:
-        yield fig.width, fig.height, fig.paint
-    finally:
-        context.__exit__(None, None, None)
-
-
 MEMORY_BUDGET_ENV = "TV_MEMORY_BUDGET_MB"  # the app's memory budget, in MiB
 RASTER_SHARE = 8  # a PNG's pixels may take this share of the memory budget: rendering and
 # encoding it holds about 2.5 times its pixels' bytes at once
@@ -199,7 +79,8 @@ RASTER_SHARE = 8  # a PNG's pixels may take this share of the memory budget: ren
 def raster_limit() -> int:
     """Bytes the pixels of one exported PNG may take: 1/RASTER_SHARE of the memory budget
     ($TV_MEMORY_BUDGET_MB, else the default), never over a quarter of this machine's memory."""
-    from transformer_viewer.model.capture.memory_budget import DEFAULT_MEMORY_BUDGET, physical_memory
+    from transformer_viewer.model.capture.memory_budget import DEFAULT_MEMORY_BUDGET
+    from transformer_viewer.model.device import physical_memory
 
     try:
         budget = int(float(os.environ.get(MEMORY_BUDGET_ENV, "")) * 2**20)

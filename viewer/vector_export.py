@@ -12,7 +12,7 @@ Text asks for the generic `sans-serif` family: Qt writes its own name for the de
 ("Sans Serif"), which browsers do not know and replace with a serif face.
 
 The whole document is rendered into a QBuffer first and handed to the project's atomic write
-(`viewer.export.write_file`), so a renderer failure or a full disk never replaces the user's
+(`viewer.export_files.write_file`), so a renderer failure or a full disk never replaces the user's
 file with a partial one.
 """
 
@@ -24,7 +24,8 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from transformer_viewer.viewer.export import ExportError, write_file
+from transformer_viewer.viewer.export_files import ExportError, write_file
+from transformer_viewer.viewer.export_layout import graphics_view_of, laid_out
 
 VECTOR_CELLS_MAX = 256
 PIXELATED = "image-rendering:optimizeSpeed;image-rendering:crisp-edges;image-rendering:pixelated"
@@ -268,9 +269,8 @@ def _scenes(target):
     """Every graphics scene export renders of `target`."""
     from PySide6 import QtWidgets
 
-    from transformer_viewer.viewer.export import _graphics_view
 
-    view, widget = _graphics_view(target)
+    view, widget = graphics_view_of(target)
     views = [view] if view is not None else widget.findChildren(QtWidgets.QGraphicsView)
     return [v.scene() for v in views if v.scene() is not None]
 
@@ -285,7 +285,6 @@ def render_svg(target, size=None, style=None) -> bytes:
     from PySide6 import QtCore
     from PySide6.QtSvg import QSvgGenerator
 
-    from transformer_viewer.viewer.export import laid_out
 
     buffer = QtCore.QBuffer()
     buffer.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
@@ -306,7 +305,6 @@ def render_pdf(target, size=None, style=None) -> bytes:
     Qt's PDF writer embeds the subset of each font the text uses."""
     from PySide6 import QtCore, QtGui
 
-    from transformer_viewer.viewer.export import laid_out
 
     buffer = QtCore.QBuffer()
     buffer.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
