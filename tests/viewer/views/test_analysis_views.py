@@ -9,6 +9,7 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
+from tests.helpers.handlers import swap_handler
 from tests.helpers.models import scaled_init_loaded
 from tests.helpers.window import analysis_views, idle_and, open_window
 from transformer_viewer.model.analysis.generate import generate
@@ -186,7 +187,6 @@ def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, m
     from transformer_viewer.viewer.worker.lens import LensRequest
 
     request_type = LensRequest if title == "Logit lens" else AttributionRequest
-    real, needs_session = requests.lookup_handler(request_type)
     calls = []
 
     def cancelled_once(session, request, progress, is_cancelled):
@@ -195,7 +195,7 @@ def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, m
             raise requests.Cancelled()
         return real(session, request, progress, is_cancelled)
 
-    monkeypatch.setitem(requests.HANDLERS, request_type, requests._Entry(cancelled_once, needs_session))
+    real = swap_handler(monkeypatch, request_type, cancelled_once)
     view = window.views[title]
     window.show_view(title)
     qtbot.waitUntil(idle_and(window, lambda: len(calls) == 1), timeout=WAIT_MS)
