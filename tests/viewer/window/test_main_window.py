@@ -375,15 +375,15 @@ def test_device_change_runs_on_the_worker_and_keeps_the_view(qtbot, window):
 
 def test_view_menu_toggles_every_dock(window):
     texts = {a.text() for a in window.actions_.view_menu.actions()}
-    for title, dock in window.docks.items():
-        assert title in texts
+    for dock in window.docks.values():
+        assert dock.windowTitle() in texts
         dock.toggleViewAction().trigger()
         assert not dock.isVisible()
         dock.toggleViewAction().trigger()
         assert dock.isVisible()
-    window.docks["Next token"].close()
+    window.docks["next-token"].close()
     window.actions_.reset_layout()
-    assert window.docks["Next token"].isVisible()
+    assert window.docks["next-token"].isVisible()
 
 
 def test_busy_indicator_shows_only_for_slow_work(qtbot, window):
