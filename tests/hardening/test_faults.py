@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 
+from tests.helpers.handlers import swap_handler
 from tests.helpers.hardening import new_window, one_line, wait_idle
 from transformer_viewer.model import device as device_module
 from transformer_viewer.model.capture.session import Session
@@ -20,6 +21,7 @@ from transformer_viewer.model.files import atomic_write
 from transformer_viewer.viewer.cli.main import main
 from transformer_viewer.viewer.window.actions import export
 from transformer_viewer.viewer.worker import handlers
+from transformer_viewer.viewer.worker.requests import TraceRequest
 
 NO_CUDA = "CUDA was requested but no CUDA device is available here"
 WORDS = "one two three four five six seven eight nine ten".split()
@@ -247,10 +249,7 @@ def test_a_handler_raising_once_then_working(qtbot, tmp_path, tiny_ckpt, monkeyp
             raise KeyError("layer 7")
         return real(*args)
 
-    from transformer_viewer.viewer.worker import requests
-
-    entry = requests.HANDLERS[requests.TraceRequest]
-    monkeypatch.setattr(entry, "handler", broken)
+    swap_handler(monkeypatch, TraceRequest, broken)
     window.run_prompt("first try")
     wait_idle(qtbot, window, lambda: window.last_error is not None)
     assert window.last_error == "internal error (KeyError: 'layer 7'); the previous state is kept"

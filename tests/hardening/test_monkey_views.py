@@ -35,8 +35,7 @@ LLAMA_STYLE = GPTConfig(n_layer=4, n_head=4, n_kv_head=2, n_embd=32, n_mlp=48, b
 PROSE = ("The keeper climbed the stairs of the lighthouse every evening, lit the lamp and wrote the weather "
          "in the log. ")
 TARGETS = ["", " the", "the cat", "0", "50256", "99999999", "-3", "\U0001f917", " keeper", " ", "12 34"]
-ANALYSIS_TABS = ("Residual stream", "MLP neurons", "Logit lens", "Head scan", "Attention diff", "Attribution",
-                 "Routes", "Rollout")
+ANALYSIS_TABS = ("residual", "mlp", "logit-lens", "scan", "diff", "attribution", "routes", "rollout")  # view ids
 
 
 class ViewsMonkey(Monkey):
@@ -60,8 +59,8 @@ class ViewsMonkey(Monkey):
         ]
         self.weights = [a[0] for a in self.actions]
 
-    def view(self, title: str):
-        return self.w.views[title]
+    def view(self, view_id: str):
+        return self.w.views[view_id]
 
     @property
     def n_tokens(self) -> int:
@@ -79,35 +78,35 @@ class ViewsMonkey(Monkey):
                       and len(self.w.state.trace.text) > len(PROSE) and text.endswith(self.w.state.trace.text))
 
     def scan(self):
-        scan = self.view("Head scan")
+        scan = self.view("scan")
         scan.target_edit.setText(self.rng.choice(TARGETS))
         scan.distractor_edit.setText(self.rng.choice(["", "", " the", " keeper", "x y"]))
         scan.run_button.click()
 
     def cancel_scan(self):
-        self.view("Head scan").cancel_button.click()
+        self.view("scan").cancel_button.click()
 
     def scan_shown(self):
-        self._combo(self.view("Head scan").shown_combo)
+        self._combo(self.view("scan").shown_combo)
 
     def generate(self):
-        g = self.view("Continue")
+        g = self.view("continue")
         g.n_spin.setValue(self.rng.randint(1, 12))
         self._combo(g.mode_combo)
         g.button.click()
 
     def stop_generating(self):
-        self.view("Continue").stop_button.click()
+        self.view("continue").stop_button.click()
 
     def lens_diff(self):
-        self.view("Logit lens").diff.click()
+        self.view("logit-lens").diff.click()
 
     def click_lens(self):
         T = self.n_tokens
-        self.view("Logit lens").heatmap.cell_clicked.emit(self.rng.randint(-1, 8), self.rng.randint(-1, T))
+        self.view("logit-lens").heatmap.cell_clicked.emit(self.rng.randint(-1, 8), self.rng.randint(-1, T))
 
     def mlp_controls(self):
-        mlp = self.view("MLP neurons")
+        mlp = self.view("mlp")
         self.rng.choice([lambda: self._combo(mlp.sort_combo), lambda: mlp.rows_spin.setValue(self.rng.randint(1, 400)),
                          mlp.clear_button.click])()
 
@@ -133,8 +132,8 @@ class ViewsMonkey(Monkey):
             self._zoom(self.w.attention.heatmap)
 
     def zoom_diff(self):
-        self._show(self.view("Attention diff"))
-        self._zoom(self.view("Attention diff").heatmap)
+        self._show(self.view("diff"))
+        self._zoom(self.view("diff").heatmap)
 
     def pooling(self):
         self._combo(self.w.attention.pooling_combo)
@@ -191,8 +190,8 @@ def test_monkey_views(qtbot, tmp_path, dialogs, no_cuda, family):
     with UncaughtExceptions() as uncaught:
         settled = monkey.run(N_ACTIONS, SETTLE_EVERY, uncaught)
         monkey.wind_down(model, "The final prompt of the views monkey")
-        window.tabs.setCurrentIndex(window.tabs.indexOf(window.views["Logit lens"]))
-        wait_idle(qtbot, window, lambda: window.views["Logit lens"]._current() is not None)  # the final trace's
+        window.tabs.setCurrentIndex(window.tabs.indexOf(window.views["logit-lens"]))
+        wait_idle(qtbot, window, lambda: window.views["logit-lens"]._current() is not None)  # the final trace's
         window.tabs.setCurrentIndex(window.tabs.indexOf(window.attention.parentWidget()))  # redrawn once shown
         app.processEvents()
     monkey.report(time.perf_counter() - t0, traces, dialogs.shown, messages)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.handlers import swap_handler
 from tests.helpers.hardening import UncaughtExceptions, new_window, one_line, wait_idle
 from tests.helpers.panics import a_panic
-from transformer_viewer.viewer.worker import requests
-from transformer_viewer.viewer.worker.requests import TraceRequest, lookup_handler
+from transformer_viewer.viewer.worker.requests import TraceRequest
 
 
 class Strange(BaseException):
@@ -18,7 +18,6 @@ class Strange(BaseException):
 
 def _failing_once(monkeypatch, request_type, error: BaseException) -> list:
     """Make the handler of `request_type` raise `error` on its next call, then work again."""
-    real, needs_session = lookup_handler(request_type)
     raised = []
 
     def handler(*args):
@@ -27,7 +26,7 @@ def _failing_once(monkeypatch, request_type, error: BaseException) -> list:
             raise error
         return real(*args)
 
-    monkeypatch.setitem(requests.HANDLERS, request_type, requests._Entry(handler, needs_session))
+    real = swap_handler(monkeypatch, request_type, handler)
     return raised
 
 

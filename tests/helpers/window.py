@@ -69,8 +69,8 @@ def open_window(qtbot, tmp_path, ckpt: str, prompt: str):
 def analysis_views(window) -> SimpleNamespace:
     """The analysis views of a window by what they show."""
     v = window.views
-    return SimpleNamespace(residual=v["Residual stream"], mlp=v["MLP neurons"], lens=v["Logit lens"],
-                           scan=v["Head scan"], diff=v["Attention diff"], generate=v["Continue"])
+    return SimpleNamespace(residual=v["residual"], mlp=v["mlp"], lens=v["logit-lens"],
+                           scan=v["scan"], diff=v["diff"], generate=v["continue"])
 
 
 def new_window(qtbot, tmp_path, ckpt: str | None, prompt: str | None = PROMPT, debounce_ms: int = 30):

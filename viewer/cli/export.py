@@ -3,7 +3,7 @@
 Every view the registry marks exportable can be written (`--view NAME`). The view is built
 exactly as the window builds it, from a `ViewerState` holding this prompt's traces and an
 `InlineWorker` that answers the view's own requests (lens, scan) at once on this thread; the
-registry entry then applies the view's arguments.
+`export_views.py` then applies the view's arguments.
 
 An image is a figure (viewer/figure.py): the view's plots alone, light by default (`--theme
 dark` as on screen), titled with the model, the view and the mask, sized in logical pixels
@@ -29,6 +29,7 @@ from transformer_viewer.viewer.cli.common import (
     parse_mask_spec,
     refuse_non_finite,
 )
+from transformer_viewer.viewer.cli.export_views import configure_view
 from transformer_viewer.viewer.figure import THEMES
 from transformer_viewer.viewer.views.registry import exportable
 from transformer_viewer.viewer.worker.inline import InlineWorker
@@ -137,8 +138,7 @@ def run(args) -> int:
     entry = exportable()[args.view]
     widget = entry.build(state, worker)
     try:
-        if entry.configure is not None:
-            entry.configure(widget, args)
+        configure_view(args.view, widget, args)
         base = entry.export_size or (widget.sizeHint().width(), widget.sizeHint().height())
         widget.resize(*(args.size or base))
         widget.show()

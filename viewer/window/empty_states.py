@@ -21,7 +21,7 @@ TYPE_A_PROMPT = "type a prompt"
 RUNNING = "running the prompt\u2026"
 STOPPED = "stopped: press Ctrl+Enter in the prompt to run it"
 # The tabs beside the heatmap that draw from the trace (the head scan runs on request).
-TRACE_TABS = tuple(v.title for v in VIEWS if v.needs_trace)
+TRACE_TABS = tuple(v.id for v in VIEWS if v.needs_trace)
 
 
 def loading_text(checkpoint: str | None) -> str:
@@ -42,7 +42,7 @@ class EmptyStates:
         views = getattr(window, "views", {})
         self.trace_views += [views[t] for t in TRACE_TABS if t in views]
         # What only a prompt shows: covered once the prompt is cleared.
-        self.prompt_views = [v for v in (views.get("Tokens"), views.get("Next token")) if v is not None]
+        self.prompt_views = [v for v in (views.get("tokens"), views.get("next-token")) if v is not None]
         self.states = {id(v): EmptyState(v) for v in [*self.trace_views, *self.prompt_views, window.mask_grid]}
         st = window.state
         for signal in (st.model_changed, st.trace_changed, st.prompt_changed):

@@ -91,7 +91,7 @@ class MainWindow(QMainWindow):
     def _build_views(self, debounce_ms) -> None:
         st = self.state
         self.prompt_editor = PromptEditor(debounce_ms=debounce_ms) if debounce_ms is not None else PromptEditor()
-        self.docks: dict[str, QDockWidget] = {}
+        self.docks: dict[str, QDockWidget] = {}  # by view id; "prompt": the prompt editor and tokens
         # The middle is a tab widget: the big views live beside the attention heatmap; its tab
         # bar shows only once there is a second tab.
         self.tabs = QTabWidget()
@@ -104,17 +104,17 @@ class MainWindow(QMainWindow):
         top = QSplitter(Qt.Vertical)
         top.setChildrenCollapsible(False)
         top.addWidget(self.prompt_editor)
-        self.views: dict[str, QWidget] = {}
+        self.views: dict[str, QWidget] = {}  # by the registry's view id
         for entry in VIEWS:
-            view = self.views[entry.title] = entry.build(st, self.worker)
+            view = self.views[entry.id] = entry.build(st, self.worker)
             self._place(entry, view, top)
         top.setSizes([80, 190])
-        self.add_view_dock("Prompt and tokens", top, Qt.TopDockWidgetArea)
-        self.token_strip = self.views["Tokens"]
-        self.attention = self.views["Attention"]
-        self.head_grid = self.views["All heads"]
-        self.mask_grid = self.views["Head mask"]
-        self.logits = self.views["Next token"]
+        self.add_view_dock("prompt", "Prompt and tokens", top, Qt.TopDockWidgetArea)
+        self.token_strip = self.views["tokens"]
+        self.attention = self.views["attention"]
+        self.head_grid = self.views["grid"]
+        self.mask_grid = self.views["head-mask"]
+        self.logits = self.views["next-token"]
         # Side columns run the full height; a bottom dock sits under the middle only.
         self.setCorner(Qt.BottomLeftCorner, Qt.LeftDockWidgetArea)
         self.setCorner(Qt.BottomRightCorner, Qt.RightDockWidgetArea)
@@ -135,38 +135,39 @@ class MainWindow(QMainWindow):
         elif entry.place == "tab":
             self.tabs.addTab(view, entry.title)
         elif entry.place in ("left", "right"):
-            self.add_view_dock(entry.title, view, Qt.LeftDockWidgetArea if entry.place == "left" else Qt.RightDockWidgetArea)
+            self.add_view_dock(entry.id, entry.title, view, Qt.LeftDockWidgetArea if entry.place == "left" else Qt.RightDockWidgetArea)
         elif entry.place == "right-below":
             # Under the right column's first view (Continue sits under Next token).
             above = next(d for d in self.docks.values() if self.dockWidgetArea(d) == Qt.RightDockWidgetArea)
-            dock = self.add_view_dock(entry.title, view, Qt.RightDockWidgetArea)
+            dock = self.add_view_dock(entry.id, entry.title, view, Qt.RightDockWidgetArea)
             self.splitDockWidget(above, dock, Qt.Vertical)
             QTimer.singleShot(0, lambda: self.resizeDocks([dock], [dock.minimumSizeHint().height()], Qt.Vertical))
         else:
-            raise ValueError(f"view {entry.title!r}: unknown place {entry.place!r}")
+            raise ValueError(f"view {entry.id!r}: unknown place {entry.place!r}")
 
-    def show_view(self, title: str) -> None:
-        """Bring the view `title` to the front (its tab, or its dock)."""
-        view = self.views[title]
+    def show_view(self, view_id: str) -> None:
+        """Bring the view `view_id` (its registry id) to the front (its tab, or its dock)."""
+        view = self.views[view_id]
         page = next((self.tabs.widget(i) for i in range(self.tabs.count())
                      if self.tabs.widget(i) is view or self.tabs.widget(i).isAncestorOf(view)), None)
         if page is not None:  # a tab: the view itself, or the page around the attention panel
             self.tabs.setCurrentWidget(page)
-        elif title in self.docks:
-            self.docks[title].show()
-            self.docks[title].raise_()
+        elif view_id in self.docks:
+            self.docks[view_id].show()
+            self.docks[view_id].raise_()
 
-    def add_view_dock(self, title: str, widget: QWidget, area=Qt.BottomDockWidgetArea,
+    def add_view_dock(self, key: str, title: str, widget: QWidget, area=Qt.BottomDockWidgetArea,
                       tabify_with: str | None = None) -> QDockWidget:
-        """Put `widget` in a dock named `title` (listed in View); tabbed onto `tabify_with` if given."""
+        """Put `widget` in a dock titled `title` (listed in View), kept in `docks` under `key`
+        (a view's id); tabbed onto the dock `tabify_with` (a key) if given."""
         dock = QDockWidget(title, self)
-        dock.setObjectName(f"dock:{title}")
+        dock.setObjectName(f"dock:{key}")
         dock.setWidget(widget)
         dock.setFeatures(QDockWidget.DockWidgetMovable | QDockWidget.DockWidgetFloatable | QDockWidget.DockWidgetClosable)
         self.addDockWidget(area, dock)
         if tabify_with in self.docks:
             self.tabifyDockWidget(self.docks[tabify_with], dock)
-        self.docks[title] = dock
+        self.docks[key] = dock
         if hasattr(self, "actions_"):
             self.actions_.view_menu_add(dock)
         return dock
@@ -174,11 +175,11 @@ class MainWindow(QMainWindow):
     def apply_default_sizes(self) -> None:
         """Both grids are layers x heads, so they share the left column; the heatmap gets the middle."""
         d = self.docks
-        self.resizeDocks([d["All heads"], d["Next token"]], [360, self._right_column_width(360)], Qt.Horizontal)
+        self.resizeDocks([d["grid"], d["next-token"]], [360, self._right_column_width(360)], Qt.Horizontal)
         # With views docked below the heatmap too, the tokens get fewer lines so it keeps some room.
         below = any(self.dockWidgetArea(w) == Qt.BottomDockWidgetArea and not w.isHidden() for w in d.values())
-        self.resizeDocks([d["Prompt and tokens"]], [150 if below else 250], Qt.Vertical)
-        self.resizeDocks([d["All heads"], d["Head mask"]], [330, 240], Qt.Vertical)
+        self.resizeDocks([d["prompt"]], [150 if below else 250], Qt.Vertical)
+        self.resizeDocks([d["grid"], d["head-mask"]], [330, 240], Qt.Vertical)
 
     def _right_column_width(self, left: int) -> int:
         """The next-token column's width: 400 px, less what the middle needs to show every tab's

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from transformer_viewer.model.errors import stop_if_cancelled
-from transformer_viewer.viewer.worker.requests import Request, register_handler, session_mask
+from transformer_viewer.viewer.worker.requests import Request, session_mask
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -58,7 +58,3 @@ def handle_head_sources(session, request: HeadSourcesRequest, progress, is_cance
     stop_if_cancelled(is_cancelled)
     return head_sources(session, request.layer, request.head, request.position, tokens=request.tokens or None,
                         mask=session_mask(session, request.mask), ablation=request.ablation)
-
-
-register_handler(AttributionRequest, handle_attribution)
-register_handler(HeadSourcesRequest, handle_head_sources)

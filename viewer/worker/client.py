@@ -33,6 +33,7 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from transformer_viewer.model.rust_calls import detail_of, is_panic
 from transformer_viewer.viewer.worker.priority import lower_this_thread
+from transformer_viewer.viewer.worker.registry import lookup_handler
 from transformer_viewer.viewer.worker.requests import (
     Cancelled,
     Failure,
@@ -41,7 +42,6 @@ from transformer_viewer.viewer.worker.requests import (
     Progress,
     Request,
     Result,
-    lookup_handler,
 )
 
 log = logging.getLogger(__name__)

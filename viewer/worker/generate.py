@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from transformer_viewer.viewer.worker.requests import Request, register_handler, session_mask
+from transformer_viewer.viewer.worker.requests import Request, session_mask
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -33,6 +33,3 @@ def handle_generate(session, request: GenerateRequest, progress, is_cancelled):
     return generate(session, request.n_tokens, temperature=request.temperature, top_k=request.top_k,
                     seed=request.seed, mask=session_mask(session, request.mask), ablation=request.ablation,
                     progress=report, is_cancelled=is_cancelled)
-
-
-register_handler(GenerateRequest, handle_generate)

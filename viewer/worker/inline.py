@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from transformer_viewer.viewer.worker.requests import NewSession, Progress, Request, Result, lookup_handler
+from transformer_viewer.viewer.worker.registry import lookup_handler
+from transformer_viewer.viewer.worker.requests import NewSession, Progress, Request, Result
 
 
 class InlineHandle:

@@ -1,7 +1,7 @@
 """The logit lens as a worker request: `LensRequest` in, `LensResult` out.
 
 The handler runs on the worker thread and imports the model code only there, so importing this
-module (which registers the handler) keeps torch off the GUI thread. Lenses are kept in
+module keeps torch off the GUI thread. Lenses are kept in
 `session.scratch`, which the session empties whenever the prompt or the device changes.
 A long prompt's lens is asked for over a window of its positions: every position of 8k tokens
 through a 150k vocabulary would be minutes of unembedding on a CPU.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from transformer_viewer.model.errors import stop_if_cancelled
-from transformer_viewer.viewer.worker.requests import Request, register_handler, session_mask
+from transformer_viewer.viewer.worker.requests import Request, session_mask
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -96,6 +96,3 @@ def _windowed(scratch: dict, name: str, key: tuple, window: tuple[int, int], com
         lens = compute(a, b)
     scratch[name] = (key, window, lens)
     return lens
-
-
-register_handler(LensRequest, handle_lens)

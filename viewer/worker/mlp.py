@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from transformer_viewer.model.errors import stop_if_cancelled
-from transformer_viewer.viewer.worker.requests import Request, register_handler
+from transformer_viewer.viewer.worker.requests import Request
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,3 @@ def handle_mlp(session, request: MlpActivationsRequest, progress, is_cancelled) 
         progress(i, len(request.run_ids), f"MLP activations of layer {request.layer}…")
         acts[run_id] = mlp_activations(session, _trace_of(session, run_id), request.layer)
     return MlpActivationsResult(request.layer, acts)
-
-
-register_handler(MlpActivationsRequest, handle_mlp)

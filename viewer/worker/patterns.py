@@ -4,7 +4,7 @@ pattern (what a zoomed heatmap shows), and one head's whole pattern streamed to 
 A trace keeps only pooled overviews; these recompute the rest from the session's cache for
 the trace's run (model/capture/on_demand.py). Tile requests of one kind supersede each other, so a
 pan or zoom that moves on drops the tile it no longer needs. The handlers import the model
-code on the worker thread only; importing this module (which registers them) keeps torch off
+code on the worker thread only; importing this module keeps torch off
 the GUI thread.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from transformer_viewer.viewer.worker.requests import Cancelled, Request, register_handler
+from transformer_viewer.viewer.worker.requests import Cancelled, Request
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,3 @@ def handle_export(session, request: PatternExportRequest, progress, is_cancelled
     if not done:
         raise Cancelled
     return request.path
-
-
-register_handler(PatternTileRequest, handle_tile)
-register_handler(PatternRowRequest, handle_tile)
-register_handler(PatternDiffRequest, handle_diff)
-register_handler(PatternExportRequest, handle_export)

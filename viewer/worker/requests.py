@@ -1,4 +1,4 @@
-"""What the GUI asks the worker for, what comes back, and the table of handlers.
+"""What the GUI asks the worker for, and what comes back.
 
 A request is a frozen dataclass deriving from `Request`; `WorkerClient.submit` stamps it with
 a fresh `rid`. Requests of the same `kind` supersede each other: a newer one replaces an older
@@ -6,7 +6,7 @@ one still waiting, cancels one already running, and makes its result stale (drop
 
 A handler is `handler(session, request, progress, is_cancelled) -> value`, run on the worker
 thread. `session` is the worker's `WorkerSession` (None before the first load, for handlers
-registered with `needs_session=False`); `progress(done, total, text="")` reports progress;
+routed with `needs_session=False`); `progress(done, total, text="")` reports progress;
 `is_cancelled()` is a thread-safe flag a long handler polls (raise `Cancelled` to stop);
 `is_cancelled.newer` is the request of its kind that superseded it (None when the user
 cancelled), so a handler may finish work that request would redo. The
@@ -15,14 +15,12 @@ A handler that creates a new session returns `NewSession(session, value)`.
 
 A request with its own computation lives in one module with its handler (lens.py, scan.py,
 generate.py beside this one): the handler imports the model code inside its body, so importing
-the module, which registers the handler, keeps torch off the GUI thread. The built-in
-handlers are registered here by dotted name for the same reason. This module imports neither
-Qt nor torch.
+the module keeps torch off the GUI thread. Which handler answers which request is said in one
+place, registry.py's `ROUTES`. This module imports neither Qt nor torch.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -189,45 +187,8 @@ class NewSession:
     value: Any
 
 
-# -- handler table ------------------------------------------------------------------------
-@dataclass
-class _Entry:
-    handler: Handler | str
-    needs_session: bool
-
-
-HANDLERS: dict[type, _Entry] = {}
-
-
-def register_handler(request_type: type, handler: Handler | str, *, needs_session: bool = True) -> None:
-    """Route `request_type` to `handler` (a callable or "module:function", imported on first use)."""
-    if not (isinstance(request_type, type) and issubclass(request_type, Request)):
-        raise TypeError(f"{request_type!r} is not a Request subclass")
-    HANDLERS[request_type] = _Entry(handler, needs_session)
-
-
-def lookup_handler(request_type: type) -> tuple[Handler, bool]:
-    """The handler for a request type (resolving a dotted name), and whether it needs a session."""
-    for cls in request_type.__mro__:
-        entry = HANDLERS.get(cls)
-        if entry is not None:
-            if isinstance(entry.handler, str):
-                module_name, _, attr = entry.handler.partition(":")
-                entry.handler = getattr(importlib.import_module(module_name), attr)
-            return entry.handler, entry.needs_session
-    raise KeyError(f"no handler registered for {request_type.__name__}")
-
-
 def session_mask(session, mask) -> np.ndarray:
     """A request's head mask for the session's model (None: nothing masked)."""
     L, nh = session.config.n_layer, session.config.n_head
     return np.zeros((L, nh), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
 
-
-_BUILTIN = "transformer_viewer.viewer.worker.handlers"
-register_handler(LoadRequest, f"{_BUILTIN}:handle_load", needs_session=False)
-register_handler(ProbeRequest, f"{_BUILTIN}:handle_probe", needs_session=False)
-register_handler(DeviceRequest, f"{_BUILTIN}:handle_device")
-register_handler(TraceRequest, f"{_BUILTIN}:handle_trace")
-register_handler(PredictRequest, f"{_BUILTIN}:handle_predict")
-register_handler(LogprobsRequest, f"{_BUILTIN}:handle_logprobs")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from transformer_viewer.model.errors import stop_if_cancelled
-from transformer_viewer.viewer.worker.requests import Request, register_handler, session_mask
+from transformer_viewer.viewer.worker.requests import Request, session_mask
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -38,6 +38,3 @@ def handle_rollout(session, request: RolloutRequest, progress, is_cancelled):
     return rollout_rows(session, request.first, request.stop, layers=request.layers, heads=request.heads,
                         residual=request.residual, mask=session_mask(session, request.mask),
                         ablation=request.ablation, step=step)
-
-
-register_handler(RolloutRequest, handle_rollout)

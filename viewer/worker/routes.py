@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from transformer_viewer.model.errors import stop_if_cancelled
-from transformer_viewer.viewer.worker.requests import Request, register_handler, session_mask
+from transformer_viewer.viewer.worker.requests import Request, session_mask
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -35,6 +35,3 @@ def handle_routes(session, request: RoutesRequest, progress, is_cancelled):
     return information_routes(session, request.position, threshold=request.threshold,
                               renormalize=request.renormalize, mask=session_mask(session, request.mask),
                               ablation=request.ablation, step=step)
-
-
-register_handler(RoutesRequest, handle_routes)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from transformer_viewer.viewer.worker.requests import Request, register_handler, session_mask
+from transformer_viewer.viewer.worker.requests import Request, session_mask
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -32,6 +32,3 @@ def handle_scan(session, request: ScanRequest, progress, is_cancelled):
     return head_scan(session, target=request.target, distractor=request.distractor, position=request.position,
                      ablation=request.ablation, base_mask=session_mask(session, request.base_mask),
                      progress=report, is_cancelled=is_cancelled)
-
-
-register_handler(ScanRequest, handle_scan)

@@ -146,8 +146,8 @@ def test_a_registry_entry_is_an_export_choice(ckpt, capsys, tmp_path, monkeypatc
 
     assert {"attention", "grid", "residual", "mlp", "logit-lens", "scan", "diff", "attribution", "routes",
             "rollout"} == set(registry.exportable())
-    probe = registry.ViewEntry("Probe", "transformer_viewer.viewer.views.diff_view:AttentionDiffView", "tab",
-                               export_name="probe", export_size=(300, 200))
+    probe = registry.ViewEntry("probe", "Probe", "transformer_viewer.viewer.views.diff_view:AttentionDiffView", "tab",
+                               export=True, export_size=(300, 200))
     monkeypatch.setattr(registry, "VIEWS", (*registry.VIEWS, probe))
     rc, _, err = export(capsys, ckpt, tmp_path / "p.npy", "--view", "probe", "--mask", "0.0", "--layer", "1")
     assert rc == 0, err

@@ -9,6 +9,7 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
+from tests.helpers.handlers import swap_handler
 from tests.helpers.models import scaled_init_loaded
 from tests.helpers.window import analysis_views, idle_and, open_window
 from transformer_viewer.model.analysis.generate import generate
@@ -41,11 +42,11 @@ def wide_ckpt(tmp_path_factory):
     return str(path)
 
 
-def seen(qtbot, window, title: str):
-    """The view `title`, brought to the front as a user would before reading it (a view behind
+def seen(qtbot, window, view_id: str):
+    """The view `view_id`, brought to the front as a user would before reading it (a view behind
     another tab draws when it is shown)."""
-    window.show_view(title)
-    view = window.views[title]
+    window.show_view(view_id)
+    view = window.views[view_id]
     qtbot.waitUntil(view.isVisible)
     return view
 
@@ -69,7 +70,7 @@ def shown_activations(qtbot, window, layer, *traces):
     """Show the MLP view and wait for the (T, n_mlp) activations of `layer` in `traces`, which it
     asks the worker for (a trace keeps per-neuron summaries only)."""
     st = window.state
-    window.show_view("MLP neurons")
+    window.show_view("mlp")
     qtbot.waitUntil(idle_and(window, lambda: all(st.layer_activations(t, layer) is not None for t in traces)),
                     timeout=WAIT_MS)
     return [st.layer_activations(t, layer).astype(np.float32) for t in traces]
@@ -97,7 +98,7 @@ def raw_norms(ckpt, prompt, mask=None):
 
 
 def test_residual_view_values_equal_the_trace_and_raw_activations(window, qtbot, ckpt):
-    view = seen(qtbot, window, "Residual stream")
+    view = seen(qtbot, window, "residual")
     st = window.state
     trace = st.trace
     np.testing.assert_array_equal(view.matrix(), trace.resid_norms)
@@ -119,7 +120,7 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
     st = window.state
     st.set_selection(layer=1, head=0)
     assert not a.residual.diff.isEnabled()
-    seen(qtbot, window, "Attention diff")
+    seen(qtbot, window, "diff")
     assert not np.any(a.diff.matrix()) and a.diff.matrix().shape == (st.n_tokens, st.n_tokens)
     assert "exactly zero" in a.diff.info.text()
     set_mask(qtbot, window, (0, 2))
@@ -128,13 +129,13 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
         v.diff.setChecked(True)
     trace, clean = st.trace, st.clean_trace
     assert trace is not clean
-    seen(qtbot, window, "Residual stream")
+    seen(qtbot, window, "residual")
     np.testing.assert_array_equal(a.residual.matrix(), trace.resid_norms - clean.resid_norms)
     assert not np.any(a.residual.matrix()[:2]) and np.all(np.any(a.residual.matrix()[2:], axis=1))  # from 0.mid on
     session = window.worker.worker.session  # idle: the worker's own recompute, as its views get it
     want = head_pattern(session, trace, 1, 0) - head_pattern(session, clean, 1, 0)
     # Drawn from the traces' float16 overviews (one cell per token at this length): 2 roundings.
-    seen(qtbot, window, "Attention diff")
+    seen(qtbot, window, "diff")
     np.testing.assert_allclose(a.diff.matrix(), want, atol=2 ** -11)
     assert np.abs(want).max() > 1e-3
     acts, clean_acts = shown_activations(qtbot, window, 1, trace, clean)
@@ -142,7 +143,7 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
     order = a.mlp.order()
     want_mlp = (acts - clean_acts).T[order]
     np.testing.assert_array_equal(a.mlp.matrix(), want_mlp)
-    window.show_view("Logit lens")
+    window.show_view("logit-lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
     r = a.lens._current()
     np.testing.assert_array_equal(a.lens.matrix(), r.diff)
@@ -151,15 +152,15 @@ def test_diff_views_are_zero_unmasked_and_masked_minus_clean_when_masked(window,
     window.state.set_mask(np.zeros_like(st.mask))
     qtbot.waitUntil(idle_and(window, lambda: st.trace is st.clean_trace), timeout=WAIT_MS)
     assert not a.residual.diff.active
-    seen(qtbot, window, "Residual stream")
+    seen(qtbot, window, "residual")
     np.testing.assert_array_equal(a.residual.matrix(), st.trace.resid_norms)
-    seen(qtbot, window, "Attention diff")
+    seen(qtbot, window, "diff")
     assert not np.any(a.diff.matrix())
 
 
 def test_lens_view_last_row_is_the_models_prediction(window, qtbot, ckpt):
     a = analysis_views(window)
-    window.show_view("Logit lens")
+    window.show_view("logit-lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
     r = a.lens._current()
     trace = window.state.trace
@@ -177,16 +178,15 @@ def test_lens_view_last_row_is_the_models_prediction(window, qtbot, ckpt):
     assert a.lens.table.item(0, 1).text() == ref.tokenizer.label(int(r.lens.top_ids[0, 3]))
 
 
-@pytest.mark.parametrize("title", ["Logit lens", "Attribution"])
-def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, monkeypatch, title):
+@pytest.mark.parametrize("view_id", ["logit-lens", "attribution"])
+def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, monkeypatch, view_id):
     """Cancelled on the worker (the status bar's Cancel), the view says it stopped instead of
     "computing…" for ever, and selecting a token asks for it again."""
     from transformer_viewer.viewer.worker import requests
     from transformer_viewer.viewer.worker.attribution import AttributionRequest
     from transformer_viewer.viewer.worker.lens import LensRequest
 
-    request_type = LensRequest if title == "Logit lens" else AttributionRequest
-    real, needs_session = requests.lookup_handler(request_type)
+    request_type = LensRequest if view_id == "logit-lens" else AttributionRequest
     calls = []
 
     def cancelled_once(session, request, progress, is_cancelled):
@@ -195,9 +195,9 @@ def test_a_cancelled_lens_or_attribution_says_so_and_asks_again(window, qtbot, m
             raise requests.Cancelled()
         return real(session, request, progress, is_cancelled)
 
-    monkeypatch.setitem(requests.HANDLERS, request_type, requests._Entry(cancelled_once, needs_session))
-    view = window.views[title]
-    window.show_view(title)
+    real = swap_handler(monkeypatch, request_type, cancelled_once)
+    view = window.views[view_id]
+    window.show_view(view_id)
     qtbot.waitUntil(idle_and(window, lambda: len(calls) == 1), timeout=WAIT_MS)
     assert "stopped" in view.info.text() and view.result is None
     assert view.cover.message() == view.info.text()  # over the plot, which has nothing to show
@@ -234,7 +234,7 @@ def test_scan_view_runs_matches_the_library_and_click_masks(window, qtbot, ckpt)
     from transformer_viewer.viewer.views.scan_view import NO_SCAN
 
     a, st = analysis_views(window), window.state
-    window.show_view("Head scan")
+    window.show_view("scan")
     assert a.scan.cover.message() == NO_SCAN  # not the empty plot's placeholder axes
     st.set_selection(query=6)
     a.scan.target_edit.setText(" the")
@@ -264,7 +264,7 @@ def test_cancel_stops_a_scan_within_a_layer_and_the_window_stays_usable(qtbot, t
         # A slow model: every block sleeps, so the 32-head scan takes seconds; `blocks` counts them.
         blocks = []
         handles = [b.register_forward_pre_hook(lambda *_: blocks.append(time.sleep(0.04))) for b in model.blocks]
-        w.show_view("Head scan")
+        w.show_view("scan")
         a.scan.run()
         qtbot.waitUntil(lambda: a.scan.progress.value() >= 2, timeout=WAIT_MS)
         started = len(blocks)
@@ -309,7 +309,7 @@ def test_continue_appends_greedy_tokens_and_views_cover_them(window, qtbot, ckpt
     T = st.trace.n_tokens
     shown_activations(qtbot, window, st.layer, st.trace)
     assert a.mlp.matrix().shape[1] == T
-    assert seen(qtbot, window, "Residual stream").matrix().shape[1] == T
+    assert seen(qtbot, window, "residual").matrix().shape[1] == T
     # sampled with a seed: the same seed, the same continuation
     a.generate.mode_combo.setCurrentIndex(1)
     a.generate.seed_spin.setValue(7)
@@ -341,11 +341,10 @@ def test_views_export_png_svg_npy_csv(window, qtbot, tmp_path):
 
     a = analysis_views(window)
     shown_activations(qtbot, window, window.state.layer, window.state.trace)
-    window.show_view("Logit lens")
+    window.show_view("logit-lens")
     qtbot.waitUntil(idle_and(window, lambda: a.lens._current() is not None), timeout=WAIT_MS)
-    for name, title in (("residual", "Residual stream"), ("mlp", "MLP neurons"), ("lens", "Logit lens"),
-                        ("diff", "Attention diff")):
-        view = seen(qtbot, window, title)  # a view's Export button is on screen with it
+    for name in ("residual", "mlp", "logit-lens", "diff"):
+        view = seen(qtbot, window, name)  # a view's Export button is on screen with it
         for ext in (".png", ".svg", ".npy", ".csv"):
             path = str(tmp_path / f"{name}{ext}")
             assert view.export_button.export(path) == path

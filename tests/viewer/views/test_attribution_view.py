@@ -13,7 +13,7 @@ from tests.helpers.held_worker import HeldWorker, state_with_trace
 from tests.helpers.window import PROMPT, mask_of, new_window, reference_session, wait_idle
 from transformer_viewer.model.analysis.logit_attribution import head_sources, logit_attribution
 
-TITLE = "Attribution"
+VIEW_ID = "attribution"
 
 
 def test_export_writes_the_models_attribution(tiny_ckpt, capsys, tmp_path):
@@ -42,8 +42,8 @@ def test_export_of_a_logit_difference_and_its_figure(tiny_ckpt, capsys, tmp_path
 def test_the_window_view_follows_the_mask_and_the_selected_token(qtbot, tmp_path, tiny_ckpt):
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     try:
-        view = w.views[TITLE]
-        w.show_view(TITLE)
+        view = w.views[VIEW_ID]
+        w.show_view(VIEW_ID)
         wait_idle(qtbot, w, lambda: view.result is not None)
         ref = reference_session(tiny_ckpt)
         want = logit_attribution(ref)
@@ -70,8 +70,8 @@ def test_the_window_view_follows_the_mask_and_the_selected_token(qtbot, tmp_path
 def test_clicking_a_head_selects_it_everywhere_and_splits_its_term_by_source(qtbot, tmp_path, tiny_ckpt):
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     try:
-        view = w.views[TITLE]
-        w.show_view(TITLE)
+        view = w.views[VIEW_ID]
+        w.show_view(VIEW_ID)
         wait_idle(qtbot, w, lambda: view.result is not None)
         hm = view.heatmap
         QtCore.QCoreApplication.processEvents()
@@ -98,8 +98,8 @@ def test_the_title_names_the_token_in_the_models_own_vocabulary(qtbot, tmp_path)
     save_with_tokenizer("llama", str(folder))
     w = new_window(qtbot, tmp_path, str(folder))
     try:
-        view = w.views[TITLE]
-        w.show_view(TITLE)
+        view = w.views[VIEW_ID]
+        w.show_view(VIEW_ID)
         wait_idle(qtbot, w, lambda: view.result is not None)
         top = int(w.state.trace.next.top_ids[0])
         assert view.result.tokens == (top,)

@@ -72,7 +72,7 @@ def test_lens_and_scan_use_the_models_tokenizer(qtbot, tmp_path, folder):
         a.scan.distractor_edit.setText("")
         target, distractor = a.scan.parse_inputs()
         assert target == tok.encode(" the", add_special_tokens=False)[0] and distractor is None
-        w.show_view("Logit lens")
+        w.show_view("logit-lens")
         qtbot.waitUntil(idle_and(w, lambda: a.lens._current() is not None), timeout=30000)
         r = a.lens._current()
         w.state.set_selection(query=3)

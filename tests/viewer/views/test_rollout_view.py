@@ -13,20 +13,20 @@ from tests.helpers.held_worker import HeldWorker, state_with_trace
 from tests.helpers.window import PROMPT, new_window, reference_session, wait_idle
 from transformer_viewer.model.analysis.rollout import rollout_rows
 
-TITLE = "Rollout"
+VIEW_ID = "rollout"
 
 
 def test_the_window_view_draws_the_rows_of_the_chosen_range(qtbot, tmp_path, tiny_ckpt):
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     try:
-        view = w.views[TITLE]
-        w.show_view(TITLE)
+        view = w.views[VIEW_ID]
+        w.show_view(VIEW_ID)
         wait_idle(qtbot, w, lambda: view.result is not None)
         ref = reference_session(tiny_ckpt)
         T = w.state.trace.n_tokens
         np.testing.assert_allclose(view.matrix(), rollout_rows(ref, 0, T).rows, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(w.state.token_overlay[0], view.matrix()[T - 1])  # the selected (last) query
-        assert "rollout from" in w.views["Tokens"].legend.text()
+        assert "rollout from" in w.views["tokens"].legend.text()
         view.set_options(layers=(1, 2), heads="max", residual=False)
         wait_idle(qtbot, w, lambda: view.result.layers == (1, 2) and not view.result.residual)
         np.testing.assert_allclose(view.matrix(), rollout_rows(ref, 0, T, layers=(1, 2), heads="max",
@@ -40,7 +40,7 @@ def test_the_window_view_draws_the_rows_of_the_chosen_range(qtbot, tmp_path, tin
                          pos=hm.graphics.mapFromScene(hm.cell_scene_pos(3, 1)))
         assert w.state.query_index == 3 and hm.highlighted_row() == 3
         np.testing.assert_allclose(w.state.token_overlay[0], view.matrix()[3])
-        w.show_view("Attention")
+        w.show_view("attention")
         assert w.state.token_overlay is None
     finally:
         w.close()

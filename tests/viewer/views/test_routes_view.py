@@ -14,7 +14,7 @@ from tests.helpers.held_worker import HeldWorker, state_with_trace
 from tests.helpers.window import PROMPT, new_window, reference_session, wait_idle
 from transformer_viewer.model.analysis.routes import information_routes
 
-TITLE = "Routes"
+VIEW_ID = "routes"
 
 
 def _same_graph(got, want) -> None:
@@ -26,14 +26,14 @@ def _same_graph(got, want) -> None:
 def test_the_window_view_draws_the_routes_and_follows_the_threshold(qtbot, tmp_path, tiny_ckpt):
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     try:
-        view = w.views[TITLE]
-        w.show_view(TITLE)
+        view = w.views[VIEW_ID]
+        w.show_view(VIEW_ID)
         wait_idle(qtbot, w, lambda: view.result is not None)
         ref = reference_session(tiny_ckpt)
         _same_graph(view.result, information_routes(ref))
         assert view.result.position == w.state.trace.n_tokens - 1  # the last token by default
         assert view.threshold_value() == pytest.approx(0.04) and view.renormalize.isChecked()
-        strip = w.views["Tokens"]
+        strip = w.views["tokens"]
         np.testing.assert_allclose(w.state.token_overlay[0], view.result.token_share)
         assert "sum over paths of the products of edge contributions" in strip.legend.text()
         view.set_threshold(0.01)
@@ -42,7 +42,7 @@ def test_the_window_view_draws_the_routes_and_follows_the_threshold(qtbot, tmp_p
         _same_graph(view.result, information_routes(ref, threshold=0.01, renormalize=False))
         w.state.set_selection(query=4)
         wait_idle(qtbot, w, lambda: view.result.position == 4)
-        w.show_view("Attention")  # the strip colours by its own mode again
+        w.show_view("attention")  # the strip colours by its own mode again
         assert w.state.token_overlay is None and "sum over paths" not in strip.legend.text()
     finally:
         w.close()
@@ -51,8 +51,8 @@ def test_the_window_view_draws_the_routes_and_follows_the_threshold(qtbot, tmp_p
 def test_hover_names_an_edge_and_a_click_selects_its_head_and_query(qtbot, tmp_path, tiny_ckpt):
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     try:
-        view = w.views[TITLE]
-        w.show_view(TITLE)
+        view = w.views[VIEW_ID]
+        w.show_view(VIEW_ID)
         view.set_threshold(0.0)  # every edge: attention edges are there to click
         wait_idle(qtbot, w, lambda: view.result is not None and view.result.threshold == 0.0)
         r = view.result

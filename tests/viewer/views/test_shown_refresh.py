@@ -13,7 +13,7 @@ from transformer_viewer.viewer.window import actions as window_actions
 
 def test_hidden_tabs_redraw_when_shown(window, qtbot):
     w = window
-    residual, diff = w.views["Residual stream"], w.views["Attention diff"]
+    residual, diff = w.views["residual"], w.views["diff"]
     assert not residual.isVisible() and not diff.isVisible()  # the attention tab is in front
     before = w.state.trace
     w.state.set_mask(mask_of(w, (0, 1)))
@@ -23,12 +23,12 @@ def test_hidden_tabs_redraw_when_shown(window, qtbot):
     assert residual._drawn_norms is None or residual._drawn_norms[0] is not trace  # not drawn while hidden
     assert diff._shown is None or diff._shown[0] is not trace
 
-    w.show_view("Residual stream")
+    w.show_view("residual")
     qtbot.waitUntil(residual.isVisible)
     assert not residual._refresh_waiting and residual._drawn_norms[0] is trace
     np.testing.assert_array_equal(residual.matrix(), trace.resid_norms.astype(np.float32))
 
-    w.show_view("Attention diff")
+    w.show_view("diff")
     qtbot.waitUntil(diff.isVisible)
     assert not diff._refresh_waiting and diff._shown[:2] == (trace, clean)
     np.testing.assert_array_equal(diff.matrix(), attention_diff(trace, clean, w.state.layer, w.state.head))
@@ -46,7 +46,7 @@ def test_a_view_outside_a_shown_window_draws_at_once(window, qtbot):
 def test_the_attention_panel_behind_another_tab_catches_up_when_shown_or_exported(window, qtbot, tmp_path):
     w = window
     panel = w.attention
-    w.show_view("Residual stream")
+    w.show_view("residual")
     qtbot.waitUntil(lambda: not panel.isVisible())
     before = w.state.trace
     w.state.set_mask(mask_of(w, (1, 2)))
@@ -63,7 +63,7 @@ def test_the_attention_panel_behind_another_tab_catches_up_when_shown_or_exporte
 
     w.state.set_selection(layer=0, head=1)  # hidden again: waits
     assert panel._refresh_waiting and (panel._layer, panel._head) == (1, 3)
-    w.show_view("Attention")
+    w.show_view("attention")
     qtbot.waitUntil(panel.isVisible)
     assert not panel._refresh_waiting and (panel._layer, panel._head) == (0, 1)
     np.testing.assert_array_equal(panel.matrix(), attention_matrix(trace.overview_max, 0, 1, "head", trace.mask)[0])
@@ -71,7 +71,7 @@ def test_the_attention_panel_behind_another_tab_catches_up_when_shown_or_exporte
 
 def test_a_closed_heads_grid_redraws_when_reopened_or_exported(window, qtbot, tmp_path):
     w = window
-    grid, dock = w.head_grid, w.docks["All heads"]
+    grid, dock = w.head_grid, w.docks["grid"]
     dock.close()
     qtbot.waitUntil(lambda: not grid.isVisible())
     drawn = grid._overviews[0]
@@ -88,14 +88,14 @@ def test_a_closed_heads_grid_redraws_when_reopened_or_exported(window, qtbot, tm
     w.state.set_mask(mask_of(w))
     wait_idle(qtbot, w, lambda: w.state.trace is not trace and not w.state.trace.mask.any())
     assert grid._refresh_waiting
-    w.show_view("All heads")
+    w.show_view("grid")
     qtbot.waitUntil(grid.isVisible)
     assert not grid._refresh_waiting and grid._overviews[0] is w.state.trace.overview_max
 
 
 def test_the_mlp_view_behind_another_tab_draws_when_shown_and_still_serves_a_selected_neuron(window, qtbot):
     w = window
-    view, st = w.views["MLP neurons"], w.state
+    view, st = w.views["mlp"], w.state
     assert not view.isVisible()
     view.top_title.setText("as it was")
     before = st.trace
@@ -109,14 +109,14 @@ def test_the_mlp_view_behind_another_tab_draws_when_shown_and_still_serves_a_sel
     wait_idle(qtbot, w, lambda: st.layer_activations(trace, st.layer) is not None)
     assert view.top_title.text() == "as it was"
 
-    w.show_view("MLP neurons")
+    w.show_view("mlp")
     qtbot.waitUntil(lambda: view._drawn is not None and view._drawn[0] is trace)
     assert view.matrix().shape[1] == trace.n_tokens
 
 
 def test_a_closed_floating_heads_grid_waits_too(window, qtbot):
     w = window
-    grid, dock = w.head_grid, w.docks["All heads"]
+    grid, dock = w.head_grid, w.docks["grid"]
     dock.setFloating(True)
     qtbot.waitUntil(grid.isVisible)
     dock.close()
@@ -133,7 +133,7 @@ def test_a_closed_floating_heads_grid_waits_too(window, qtbot):
 
 def test_a_closed_token_strip_lays_out_the_new_prompt_when_reopened(window, qtbot):
     w = window
-    strip, dock = w.token_strip, w.docks["Prompt and tokens"]
+    strip, dock = w.token_strip, w.docks["prompt"]
     dock.close()
     qtbot.waitUntil(lambda: not strip.isVisible())
     shown = strip.canvas.labels

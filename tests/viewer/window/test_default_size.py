@@ -22,14 +22,14 @@ def test_the_default_size_shows_every_tab(qtbot, window):
     qtbot.waitUntil(lambda: bar.width() >= bar.sizeHint().width())
     assert bar.count() >= 7
     assert all(0 <= bar.tabRect(i).left() and bar.tabRect(i).right() < bar.width() for i in range(bar.count()))
-    assert window.docks["Next token"].width() >= 300  # the next-token table keeps its columns
+    assert window.docks["next-token"].width() >= 300  # the next-token table keeps its columns
 
 
 def test_the_scan_fields_show_their_text(qtbot, window):
     window.resize(*DEFAULT_SIZE)
     window.apply_default_sizes()
-    window.show_view("Head scan")
-    scan = window.views["Head scan"]
+    window.show_view("scan")
+    scan = window.views["scan"]
     qtbot.waitUntil(scan.isVisible)
     for edit, text in ((scan.target_edit, "' Paris'"), (scan.distractor_edit, "' London'")):
         edit.setText(text)

@@ -11,6 +11,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
+from tests.helpers.handlers import swap_handler
 from tests.helpers.window import PROMPT, mask_of, new_window, reference_session, wait_idle
 from transformer_viewer.model.capture.on_demand import mlp_activations
 from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
@@ -145,7 +146,7 @@ def test_a_toggle_shows_the_prediction_before_the_views_catch_up(qtbot, window, 
             gate.wait(30)
         return handle_trace(session, request, progress, is_cancelled)
 
-    monkeypatch.setitem(requests.HANDLERS, requests.TraceRequest, requests._Entry(held_trace, True))
+    swap_handler(monkeypatch, requests.TraceRequest, held_trace)
     st = window.state
     try:
         qtbot.mouseClick(window.mask_grid.canvas, Qt.LeftButton, pos=mask_cell_center(window, 1, 0).toPoint())
@@ -374,15 +375,15 @@ def test_device_change_runs_on_the_worker_and_keeps_the_view(qtbot, window):
 
 def test_view_menu_toggles_every_dock(window):
     texts = {a.text() for a in window.actions_.view_menu.actions()}
-    for title, dock in window.docks.items():
-        assert title in texts
+    for dock in window.docks.values():
+        assert dock.windowTitle() in texts
         dock.toggleViewAction().trigger()
         assert not dock.isVisible()
         dock.toggleViewAction().trigger()
         assert dock.isVisible()
-    window.docks["Next token"].close()
+    window.docks["next-token"].close()
     window.actions_.reset_layout()
-    assert window.docks["Next token"].isVisible()
+    assert window.docks["next-token"].isVisible()
 
 
 def test_busy_indicator_shows_only_for_slow_work(qtbot, window):

@@ -9,6 +9,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from tests.helpers.handlers import swap_handler
 from tests.helpers.window import PROMPT, WAIT_MS, reference_session
 from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError, ModelError
@@ -22,7 +23,6 @@ from transformer_viewer.viewer.worker.requests import (
     Request,
     TraceRequest,
     TraceResult,
-    register_handler,
 )
 
 GATE = threading.Event()  # lets a test hold a handler mid-run
@@ -90,10 +90,13 @@ def watch_handler(_session, request, _progress, is_cancelled):
     return request.tag
 
 
-register_handler(SlowRequest, slow_handler, needs_session=False)
-register_handler(WatchRequest, watch_handler, needs_session=False)
-register_handler(SlowLoadRequest, slow_load_handler, needs_session=False)
-register_handler(BrokenRequest, "tests.viewer.worker.test_client:broken_handler", needs_session=False)
+@pytest.fixture(autouse=True)
+def _test_routes(monkeypatch):
+    """This file's own request types, routed for each of its tests."""
+    for request_type, handler in ((SlowRequest, slow_handler), (WatchRequest, watch_handler),
+                                  (SlowLoadRequest, slow_load_handler), (BrokenRequest, broken_handler),
+                                  (NiceRequest, nice_handler)):
+        swap_handler(monkeypatch, request_type, handler, needs_session=False)
 
 
 class Collector:
@@ -313,8 +316,6 @@ def nice_handler(_session, _request, _progress, _is_cancelled):
     tids = [int(t) for t in os.listdir("/proc/self/task")]
     return {t: (nice_of(t), name_of(t)) for t in tids}, threading.get_native_id()
 
-
-register_handler(NiceRequest, nice_handler, needs_session=False)
 
 
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="thread nice values are Linux's")

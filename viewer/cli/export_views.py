@@ -1,0 +1,95 @@
+"""What `transformer-viewer export`'s arguments do to each view it can write, by view id.
+
+`configure_view(view_id, view, args)` applies `--mode`, `--colormap`, `--log`, `--diff`,
+`--rows`, `--target` ... to a view the export command has built; a view without an entry here
+takes no arguments beyond the common ones. The views registry (viewer/views/registry.py) says
+what a view is and where it sits; the arguments of one command are this module's.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from transformer_viewer.model.errors import ModelError
+
+
+def _configure_attention(view, args) -> None:
+    from transformer_viewer.viewer.views.attention_panel import MODES
+
+    if args.mode not in MODES:
+        raise ModelError(f"--mode {args.mode}: use one of {', '.join(MODES)}")
+    view.set_mode(args.mode)
+    view.set_colormap(args.colormap)
+    view.set_log_scale(args.log)
+    if args.query is None:
+        view.set_query(None)  # an export highlights a row only when asked to
+
+
+def _configure_grid(view, args) -> None:
+    view.set_colormap(args.colormap)
+    view.set_log_scale(args.log)
+    if args.layer is None or args.head is None:
+        view.set_selected(None)
+
+
+def _needs_mask_for_diff(view, args) -> None:
+    if args.diff and not view.state.is_masked:
+        raise ModelError("--diff shows masked minus clean: mask a head with --mask L.H "
+                         "(with nothing masked the difference is exactly zero)")
+
+
+def _configure_residual(view, args) -> None:
+    _needs_mask_for_diff(view, args)
+    view.log_box.setChecked(bool(args.log))
+    view.diff.setChecked(bool(args.diff))
+
+
+def _configure_mlp(view, args) -> None:
+    if args.rows < 1:
+        raise ModelError(f"--rows must be at least 1, got {args.rows}")
+    _needs_mask_for_diff(view, args)
+    view.rows_spin.setValue(args.rows)
+    view.set_sort(args.sort)
+    view.diff.setChecked(bool(args.diff))
+
+
+def _configure_lens(view, args) -> None:
+    _needs_mask_for_diff(view, args)
+    view.diff.setChecked(bool(args.diff))
+
+
+def _configure_scan(view, args) -> None:
+    view.shown_combo.setCurrentIndex(view.shown_combo.findData(args.show))
+    view.target_edit.setText(args.target or "")
+    view.distractor_edit.setText(args.distractor or "")
+    view.start(names=("--target", "--distractor"))
+
+
+def _configure_attribution(view, args) -> None:
+    if args.target or args.distractor:  # the logit of --target, minus --distractor's
+        view.set_tokens(args.target, args.distractor)
+
+
+def _configure_diff(view, _args) -> None:
+    if not view.state.is_masked:
+        print("note: nothing is masked (--mask L.H), so the difference is exactly zero", file=sys.stderr)
+
+
+CONFIGURE: dict[str, Callable] = {
+    "attention": _configure_attention,
+    "grid": _configure_grid,
+    "residual": _configure_residual,
+    "mlp": _configure_mlp,
+    "logit-lens": _configure_lens,
+    "scan": _configure_scan,
+    "diff": _configure_diff,
+    "attribution": _configure_attribution,
+}
+
+
+def configure_view(view_id: str, view, args) -> None:
+    """Apply the export command's arguments to the view `view_id` (its registry id)."""
+    configure = CONFIGURE.get(view_id)
+    if configure is not None:
+        configure(view, args)
