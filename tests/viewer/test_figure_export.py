@@ -183,6 +183,8 @@ FIGURE_ARGS = {  # what each view shows: a selected row (a red outline) wherever
     "scan": [],
     "diff": ["--mask", "0.1"],
     "attribution": [],
+    "routes": [],  # edges of many widths: strokes that renderers must draw alike
+    "rollout": [],
 }
 OUTLINE = (255, 60, 60)  # the selected query row's / head's outline
 LINE = (30, 100, 200)  # the residual view's norm through depth

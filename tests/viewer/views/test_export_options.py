@@ -23,8 +23,8 @@ def test_the_export_options_dialog_offers_theme_and_dpi(qtbot):
 
 def test_a_views_export_button_writes_a_titled_figure_in_the_theme(qtbot, tmp_path, tiny_ckpt):
     window = new_window(qtbot, tmp_path, tiny_ckpt, prompt=PROMPT)
-    window.show_view("Residual stream")
-    view = window.views["Residual stream"]
+    window.show_view("residual")
+    view = window.views["residual"]
     qtbot.waitUntil(view.isVisible)
     wait_idle(qtbot, window)
     for theme, page in (("light", (255, 255, 255)), ("dark", (0, 0, 0))):
