@@ -220,9 +220,7 @@ def session_for_prompt(args):
 
     session = Session(load_from_args(args))
     session.set_prompt(args.prompt)
-    if session.dropped:
-        print(f"note: the prompt is longer than the model's context of {session.config.block_size} tokens; "
-              f"kept its last {len(session.tokens.ids)}, positions count from there", file=sys.stderr)
+    note_truncated(session.dropped, len(session.tokens.ids), session.config.block_size)
     return session
 
 

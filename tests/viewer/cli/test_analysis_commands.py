@@ -120,3 +120,12 @@ def test_rollout_rows_and_files(ckpt, session, capsys, tmp_path):
 def test_mistakes_are_one_line(ckpt, capsys, argv, expect):
     line = error_line(*cli(capsys, argv[0], ckpt, "--prompt", PROMPT, *argv[1:]))
     assert expect in line
+
+
+@pytest.mark.parametrize("command", ["attribute", "routes", "rollout"])
+def test_a_prompt_over_the_context_is_noted_as_every_command_notes_it(ckpt, capsys, command):
+    long = "the cat sat on the mat " * 40  # past the tiny model's 64-token context
+    rc, _, err = cli(capsys, command, ckpt, "--prompt", long, *(["--query", "-1"] if command == "rollout" else []))
+    assert rc == 0, err
+    notes = [line for line in err.splitlines() if line.startswith("note: the prompt is longer")]
+    assert len(notes) == 1 and "dropped the first" in notes[0]
