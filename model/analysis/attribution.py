@@ -133,7 +133,7 @@ def raw_head_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation
     mean_ablated = ablation == "mean" and masked.any()
     rows = x if mean_ablated else x[:, : p + 1]  # zero ablation is causal: nothing after p matters
     q, k, v = attn.heads_qkv(block.ln_1(rows))  # (1, nh, T', hs) each
-    off = torch.as_tensor(masked, device=x.device)[:, None]  # (nh, 1)
+    off = torch.tensor(masked, device=x.device)[:, None]  # (nh, 1); a copy: the mask is read-only
     if mean_ablated:  # the mean over every position of the masked heads' outputs
         z_all = attend_by_blocks(q, k, v, attn.window, attn.softcap)[0]  # (nh, T, hs)
         z = torch.where(off, z_all.mean(dim=1), z_all[:, p])  # (nh, hs)

@@ -136,7 +136,7 @@ class LayerParts:
         mean_ablated = ablation == "mean" and bool(masked.any())
         rows = x if mean_ablated else x[:, : last + 1]  # zero ablation is causal: keys past `last` never matter
         self.qh, self.kh, vh = attn.heads_qkv(block.ln_1(rows))  # (1, nh, T', hs) each
-        self.masked = torch.as_tensor(masked, device=x.device)  # (nh,)
+        self.masked = torch.tensor(masked, device=x.device)  # (nh,); a copy: the mask is read-only
         w_o = attn.c_proj.weight.float().T.reshape(nh, hs, -1)  # (nh, hs, C): z_h @ w_o[h] is head h's write
         # Each head's v_k W_O,h for every key the queries can see: (T', nh, C).
         self.vo = torch.einsum("hkd,hdc->khc", vh[0].float(), w_o)

@@ -140,7 +140,7 @@ def test_a_toggle_shows_the_prediction_before_the_views_catch_up(qtbot, window, 
     masked_traces = []
 
     def held_trace(session, request, progress, is_cancelled):
-        if request.mask is not None and np.asarray(request.mask).any():
+        if request.intervention is not None and not request.intervention.is_empty:
             masked_traces.append(request)
             gate.wait(30)
         return handle_trace(session, request, progress, is_cancelled)
