@@ -54,7 +54,7 @@ class Intervention:
 
     # -- making: the one check ----------------------------------------------------------------
     @classmethod
-    def make(cls, config, mask=None, ablation: str = "zero", what: str = "head mask") -> Intervention:
+    def make(cls, config, mask=None, ablation: str = ABLATIONS[0], what: str = "head mask") -> Intervention:
         """The intervention of `mask` (None: no head masked) under `ablation` for a model of
         `config`'s shape (anything with n_layer and n_head), once both are known to fit.
         `what` names the mask in the message."""
@@ -180,14 +180,14 @@ def _ablate_rows(masked, ablation: str):
 def as_intervention(config, intervention=None, ablation: str | None = None,
                     what: str = "head mask") -> Intervention:
     """The Intervention a caller passed, or one made by `Intervention.make` from a bare (L, nh)
-    mask (or None) and `ablation` (default zero). Kept so that scripts that pass `mask, ablation`
+    mask (or None) and `ablation` (default the first kind, zero). Kept so that scripts that pass `mask, ablation`
     still run; everything in the package passes Interventions."""
     if isinstance(intervention, Intervention):
         if ablation is not None and ablation != intervention.ablation:
             raise ModelError("pass the ablation inside the Intervention, not beside it")
         _check_shape(intervention.mask, config, what)  # made for another model?
         return intervention
-    return Intervention.make(config, intervention, "zero" if ablation is None else ablation, what)
+    return Intervention.make(config, intervention, ABLATIONS[0] if ablation is None else ablation, what)
 
 
 def requested(config, intervention=None, mask=None, ablation: str | None = None,
