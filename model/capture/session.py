@@ -76,6 +76,7 @@ class Session(Predictions):
         self.keep_full = keep_full  # also keep every (T, T) pattern and (T, n_mlp) activation in the trace
         self.model = loaded.model.eval()
         self.config = loaded.config
+        self.no_change = Intervention.none(self.config)  # the clean run's Intervention
         self.tokenizer = tokenizer or loaded.tokenizer  # the model's own (GPT-2's unless it brought one)
         self.pattern_dtype = np.dtype(pattern_dtype)
         self.memory_budget = memory_budget
@@ -129,6 +130,8 @@ class Session(Predictions):
     def _intervention(self, intervention, ablation: str | None) -> Intervention:
         # A bare mask (and ablation) from a script becomes an Intervention through the one
         # constructor; an Intervention passes as it is, once known to be for this model.
+        if intervention is None and ablation is None:
+            return self.no_change
         return as_intervention(self.config, intervention, ablation)
 
     def _position(self, position: int | None, T: int) -> int:

@@ -13,10 +13,10 @@ from transformer_viewer.viewer.worker.requests import PredictRequest, PredictRes
 
 def worth_asking(state) -> bool:
     """Whether a head toggle should first ask for the prediction alone (a `PredictRequest`)."""
-    info = state.model_info
-    if info is None or state.trace is None or not state.prompt or not state.mask.any():
-        return False  # nothing to compare against yet, or an unmasked run (answered from the cache)
-    return state.mask.shape == (info.n_layer, info.n_head)
+    # Nothing to compare against yet, or an unmasked run (answered from the cache). The state's
+    # Intervention was made for the model's shape (set_model remakes it when the shape changes).
+    return state.model_info is not None and state.trace is not None and bool(state.prompt) \
+        and not state.intervention.is_empty
 
 
 def show_if_current(window, request: PredictRequest, value: PredictResult) -> None:
