@@ -9,8 +9,8 @@ of runs keys on it: two Interventions are equal when they change the run alike.
 
 Room for what comes next, compared like the mask: `patches` (activation patches, each naming
 where its value comes from: source run, hook point, layer, head, positions; never a tensor, so
-a key stays cheap and exact) and `clamps` (feature clamps). Both are reserved: `make` accepts
-only empty ones until the runs apply them.
+a key stays cheap and exact) and `clamps` (feature clamps). Both are reserved and empty: `make`
+takes neither until the runs apply them.
 
 Torch loads on first use: the window makes Interventions on the GUI thread, which never imports
 torch.
@@ -73,11 +73,6 @@ class Intervention:
         """No change: the clean run of a model of `config`'s shape."""
         return cls.make(config)
 
-    def with_mask(self, mask, what: str = "head mask") -> Intervention:
-        """The same intervention with another head mask (checked like any other)."""
-        shape = _Shape(*self.mask.shape)
-        return Intervention.make(shape, mask, self.ablation, what)
-
     def with_head(self, layer: int, head: int) -> Intervention:
         """This with head `head` of layer `layer` masked too (a scan's run): derived from a
         checked value, so nothing is checked again."""
@@ -139,12 +134,6 @@ def _check_shape(mask: np.ndarray, config, what: str) -> None:
         raise ModelError(f"{what} has shape {mask.shape}; this model needs ({L}, {nh})")
 
 
-@dataclass(frozen=True)
-class _Shape:
-    n_layer: int
-    n_head: int
-
-
 def head_mask_hooks(mask: np.ndarray, ablation: str, start_layer: int = 0) -> list[tuple[str, object]]:
     """(hook name, hook) pairs that apply a checked `mask` (L, nh) (an Intervention's, or a
     trace's) to layers >= start_layer, in every batch element alike."""
@@ -180,8 +169,8 @@ def _ablate_rows(masked, ablation: str):
 def as_intervention(config, intervention=None, ablation: str | None = None,
                     what: str = "head mask") -> Intervention:
     """The Intervention a caller passed, or one made by `Intervention.make` from a bare (L, nh)
-    mask (or None) and `ablation` (default the first kind, zero). Kept so that scripts that pass `mask, ablation`
-    still run; everything in the package passes Interventions."""
+    mask (or None) and `ablation` (default the first kind, zero). Kept so that scripts that pass
+    `mask, ablation` still run; everything in the package passes Interventions."""
     if isinstance(intervention, Intervention):
         if ablation is not None and ablation != intervention.ablation:
             raise ModelError("pass the ablation inside the Intervention, not beside it")

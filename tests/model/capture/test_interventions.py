@@ -115,6 +115,7 @@ def makes(monkeypatch):
 def test_a_run_a_prediction_and_a_scan_check_once_per_request(loaded, makes):
     s = Session(loaded)
     s.set_prompt(PROMPT)
+    makes.clear()  # the session's own clean Intervention, made once with it
     change = Intervention.make(CONFIG, heads((0, 2)), "mean")
     assert len(makes) == 1
     s.run(change)
