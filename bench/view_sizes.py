@@ -109,6 +109,7 @@ def run_model(name: str, folder: str, out: str, reps: int, scan: bool) -> list[t
     import numpy as np
     from PySide6 import QtWidgets
 
+    from transformer_viewer.model.capture.interventions import Intervention
     from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
     from transformer_viewer.model.kernels.packing import pack_for_inference
     from transformer_viewer.viewer.state import ViewerState
@@ -141,7 +142,8 @@ def run_model(name: str, folder: str, out: str, reps: int, scan: bool) -> list[t
     def trace(m):
         got = []
         t0 = time.perf_counter()
-        client.submit(TraceRequest(text=prompt, mask=m), on_result=got.append,
+        client.submit(TraceRequest(text=prompt, intervention=None if m is None else Intervention.make(state, m)),
+                      on_result=got.append,
                       on_failure=lambda f: sys.exit(f"{name}: {f.message}"))
         wait(app, lambda: bool(got))
         rows.append((name, "capture (worker)", (time.perf_counter() - t0) * 1000.0))

@@ -43,6 +43,7 @@ _ENTRY_POINTS = {
     "save_checkpoint": "transformer_viewer.model.checkpoints.checkpoint",
     "load_tokenizer": "transformer_viewer.model.tokenizers.tokenizer_loading",
     "Session": "transformer_viewer.model.capture.session",
+    "Intervention": "transformer_viewer.model.capture.interventions",
     "Trace": "transformer_viewer.model.capture.trace",
     "head_pattern": "transformer_viewer.model.capture.on_demand",
     "logit_lens": "transformer_viewer.model.analysis.lens",

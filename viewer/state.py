@@ -10,7 +10,8 @@ Signals (each emitted only when the value really changed):
 - `trace_changed(Trace)`: the run views draw: the masked model when a mask is set, otherwise
   the same object as `clean_trace`. Emitted after `clean_trace_changed` when both change.
 - `selection_changed()`: `layer`, `head` or `query` changed.
-- `mask_changed(np.ndarray)`: the (L, nh) head mask or the ablation ("zero"/"mean") changed.
+- `mask_changed(np.ndarray)`: the (L, nh) head mask or the ablation changed: `intervention`, the
+  value requests carry, is new (`mask` and `ablation` read it, for the controls).
 - `neuron_changed(int | None)`: the MLP neuron chips are coloured by (of `layer`).
 - `prompt_changed(str)`: the prompt text to run (the editor and e.g. generation set it).
 - `activations_changed(int)`: MLP activations of that layer arrived from the worker
@@ -26,10 +27,10 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
+from transformer_viewer.model.capture.interventions import Intervention
 from transformer_viewer.viewer.worker.requests import ModelInfo
 
-ABLATIONS = ("zero", "mean")
-__all__ = ["ABLATIONS", "ModelInfo", "ViewerState"]
+__all__ = ["ModelInfo", "ViewerState"]
 
 
 class ViewerState(QObject):
@@ -52,8 +53,7 @@ class ViewerState(QObject):
         self.layer = 0
         self.head = 0
         self.query: int | None = None
-        self.mask = np.zeros((1, 1), dtype=bool)
-        self.ablation = "zero"
+        self.intervention = Intervention.none(self)  # what the runs change; checked where it is made
         self.neuron: int | None = None
         self._tokenizer = None  # (spec, tokenizer) of the model last asked about
         self._activations: dict[tuple[int, int], np.ndarray] = {}  # (run_id, layer) -> (T, n_mlp)
@@ -61,6 +61,15 @@ class ViewerState(QObject):
         self.token_overlay: tuple[np.ndarray, str, object] | None = None
 
     # -- derived --------------------------------------------------------------------------
+    @property
+    def mask(self) -> np.ndarray:
+        """The (L, nh) head mask, read-only: a change goes through set_mask."""
+        return self.intervention.mask
+
+    @property
+    def ablation(self) -> str:
+        return self.intervention.ablation
+
     @property
     def n_layer(self) -> int:
         return self.model_info.n_layer if self.model_info else 1
@@ -115,7 +124,7 @@ class ViewerState(QObject):
             self.trace = None
             self.clean_trace = None
             self._activations = {}
-            self.mask = np.zeros((self.n_layer, self.n_head), dtype=bool)
+            self.intervention = Intervention.make(self, None, self.ablation)
             self.neuron = None
             self.layer = min(self.layer, self.n_layer - 1)
             self.head = min(self.head, self.n_head - 1)
@@ -170,14 +179,8 @@ class ViewerState(QObject):
         self.selection_changed.emit()
 
     def set_mask(self, mask) -> None:
-        mask = np.asarray(mask, dtype=bool)
-        if mask.shape != (self.n_layer, self.n_head):
-            raise ValueError(f"mask shape {mask.shape} does not match the model's ({self.n_layer}, {self.n_head})")
-        if np.array_equal(mask, self.mask):
-            return
-        self.mask = mask.copy()
-        self.mask.setflags(write=False)  # views share it; a change goes through set_mask
-        self.mask_changed.emit(self.mask)
+        """Mask these heads (L, nh); a mask of another shape is refused (ModelError)."""
+        self.set_intervention(Intervention.make(self, mask, self.ablation))
 
     def toggle_head(self, layer: int, head: int) -> None:
         mask = self.mask.copy()
@@ -185,10 +188,13 @@ class ViewerState(QObject):
         self.set_mask(mask)
 
     def set_ablation(self, ablation: str) -> None:
-        if ablation not in ABLATIONS:
-            raise ValueError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
-        if ablation != self.ablation:
-            self.ablation = ablation
+        """Ablate masked heads this way (one of interventions.ABLATIONS; others: ModelError)."""
+        self.set_intervention(Intervention.make(self, self.mask, ablation))
+
+    def set_intervention(self, intervention: Intervention) -> None:
+        """What the runs change, made (and checked) elsewhere for this model's shape."""
+        if intervention != self.intervention:
+            self.intervention = intervention
             self.mask_changed.emit(self.mask)
 
     def set_token_overlay(self, values, legend: str = "", owner=None) -> None:

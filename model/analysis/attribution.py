@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from transformer_viewer.model.capture.interventions import check_intervention
+from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.decoder.norms import PlainLayerNorm, RMSNorm
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.kernels.attention_kernels import attend_by_blocks, attend_rows
@@ -75,12 +75,13 @@ def frozen_norm(norm: nn.Module, x: torch.Tensor) -> FrozenNorm:
 
 
 @torch.inference_mode()
-def head_attribution(session, position: int | None = None, token: int | None = None, mask=None,
-                     ablation: str = "zero", step: Callable[[int, int], None] | None = None) -> HeadAttribution:
+def head_attribution(session, position: int | None = None, token: int | None = None, intervention: Intervention | None = None,
+                     mask=None, ablation: str | None = None, step: Callable[[int, int], None] | None = None) -> HeadAttribution:
     """Each head's direct effect on the logit of `token` (default: the top token) at `position`
     (default: the last), in a run of the session's prompt under `mask`. `step(layer, n_layer)`
     hears of each layer as it starts (and may raise to stop)."""
-    mask = check_intervention(session.config, mask, ablation)
+    change = requested(session.config, intervention, mask, ablation)  # a bare mask: made by Intervention.make
+    mask, ablation = change.mask, change.ablation
     if session.tokens is None or not session.tokens.ids:
         raise ModelError("the prompt is empty; type some text first")
     model, c = session.model, session.config
@@ -92,7 +93,7 @@ def head_attribution(session, position: int | None = None, token: int | None = N
         session.residuals()
     except ModelError:
         session.predict(None)  # fills the layer cache with one clean run
-    resid = session.masked_residuals(mask, ablation)  # resid_pre of each layer, then the last resid_post
+    resid = session.masked_residuals(change)  # resid_pre of each layer, then the last resid_post
     final = resid[-1][0, p]  # (C,)
     h = model.hook_final(model.ln_f(final))
     raw = model.lm_head(h).float()[: session.n_vocab]  # (V,): the logits before any soft-cap
@@ -132,7 +133,7 @@ def raw_head_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation
     mean_ablated = ablation == "mean" and masked.any()
     rows = x if mean_ablated else x[:, : p + 1]  # zero ablation is causal: nothing after p matters
     q, k, v = attn.heads_qkv(block.ln_1(rows))  # (1, nh, T', hs) each
-    off = torch.as_tensor(masked, device=x.device)[:, None]  # (nh, 1)
+    off = torch.tensor(masked, device=x.device)[:, None]  # (nh, 1); a copy: the mask is read-only
     if mean_ablated:  # the mean over every position of the masked heads' outputs
         z_all = attend_by_blocks(q, k, v, attn.window, attn.softcap)[0]  # (nh, T, hs)
         z = torch.where(off, z_all.mean(dim=1), z_all[:, p])  # (nh, hs)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from transformer_viewer.model.capture.interventions import check_intervention, head_mask_hooks
+from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.decoder.hooks import hooks
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.tokenizers.tokenizer import decode_after
@@ -41,7 +41,8 @@ class Generation:
 
 @torch.inference_mode()
 def generate(session, n_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-             seed: int | None = None, mask=None, ablation: str = "zero", prompt_ids=None,
+             seed: int | None = None, intervention: Intervention | None = None, mask=None,
+             ablation: str | None = None, prompt_ids=None,
              progress: Callable[[int, int], None] | None = None,
              is_cancelled: Callable[[], bool] | None = None) -> Generation:
     """Generate `n_tokens` after the session's prompt (or `prompt_ids`). temperature 0 is greedy
@@ -56,7 +57,8 @@ def generate(session, n_tokens: int, temperature: float = 0.0, top_k: int | None
     if top_k is not None and int(top_k) < 1:
         raise ModelError(f"top-k must be at least 1, got {top_k}")
     c = session.config
-    mask = check_intervention(c, mask, ablation)
+    change = requested(c, intervention, mask, ablation)  # a bare mask: made by Intervention.make
+    mask, ablation = change.mask, change.ablation
     if prompt_ids is None:
         if session.tokens is None or not session.tokens.ids:
             raise ModelError("the prompt is empty; type some text first")
@@ -85,7 +87,7 @@ def generate(session, n_tokens: int, temperature: float = 0.0, top_k: int | None
     # Only the last position's output is read: the last layer computes it alone, unless a head
     # of that layer is mean-ablated (its mean needs every position).
     last_only = ablation == "zero" or not mask[-1].any()
-    with hooks(session.model, head_mask_hooks(mask, ablation)):
+    with hooks(session.model, change.hooks()):
         for n in range(n_tokens):
             if check():
                 cancelled = True

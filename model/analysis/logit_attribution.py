@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from transformer_viewer.model.analysis.attribution import FrozenNorm, frozen_norm, raw_head_writes
-from transformer_viewer.model.capture.interventions import check_intervention
+from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.decoder.gpt import ParallelBlock, sinusoidal_positions
 from transformer_viewer.model.errors import ModelError
 
@@ -94,9 +94,10 @@ class Readout:
         return self.final_norm.linear(writes.float()) @ self.direction
 
 
-def prepare(session, position: int | None, tokens, mask, ablation: str):
-    """Checks shared by every direct-effect function: (mask, p, residuals, tokens, raw logits)."""
-    mask = check_intervention(session.config, mask, ablation)
+def prepare(session, position: int | None, tokens, intervention, mask, ablation: str | None):
+    """Checks shared by every direct-effect function: (intervention, p, residuals, tokens, raw
+    logits)."""
+    change = requested(session.config, intervention, mask, ablation)  # a bare mask: made by Intervention.make
     if session.tokens is None or not session.tokens.ids:
         raise ModelError("the prompt is empty; type some text first")
     p = session._position(position, len(session.tokens.ids))  # negative counts from the end
@@ -104,7 +105,7 @@ def prepare(session, position: int | None, tokens, mask, ablation: str):
         session.residuals()
     except ModelError:
         session.predict(None)  # fills the layer cache with one clean run
-    resid = session.masked_residuals(mask, ablation)  # resid_pre of each layer, then the last resid_post
+    resid = session.masked_residuals(change)  # resid_pre of each layer, then the last resid_post
     model = session.model
     final = resid[-1][0, p]  # (C,)
     raw = model.lm_head(model.hook_final(model.ln_f(final))).float()[: session.n_vocab]  # (V,), before any cap
@@ -114,7 +115,7 @@ def prepare(session, position: int | None, tokens, mask, ablation: str):
     for t in tokens:
         if not 0 <= t < session.n_vocab:
             raise ModelError(f"token id {t} is outside the vocabulary of {session.n_vocab}")
-    return mask, p, resid, tokens, raw
+    return change, p, resid, tokens, raw
 
 
 def readout_for(model, final: torch.Tensor, tokens: tuple[int, ...]) -> Readout:
@@ -168,12 +169,14 @@ def embedding_writes(model, ids: torch.Tensor, p: int) -> tuple[torch.Tensor, to
 
 
 @torch.inference_mode()
-def logit_attribution(session, position: int | None = None, tokens=None, mask=None, ablation: str = "zero",
+def logit_attribution(session, position: int | None = None, tokens=None, intervention: Intervention | None = None,
+                      mask=None, ablation: str | None = None,
                       step: Callable[[int, int], None] | None = None) -> LogitAttribution:
     """Every writer's direct effect on the logit of tokens[0] (minus tokens[1]'s, for a pair) at
     `position` (default: the last; negative counts from the end), in the session's run under `mask`. `tokens` None: the top
     token. `step(layer, n_layer)` hears of each layer as it starts (and may raise to stop)."""
-    mask, p, resid, tokens, raw = prepare(session, position, tokens, mask, ablation)
+    change, p, resid, tokens, raw = prepare(session, position, tokens, intervention, mask, ablation)
+    mask, ablation = change.mask, change.ablation
     model, c = session.model, session.config
     readout = readout_for(model, resid[-1][0, p], tokens)
     ids = torch.tensor([session.tokens.ids], device=resid[0].device)
@@ -198,8 +201,8 @@ def logit_attribution(session, position: int | None = None, tokens=None, mask=No
 
 
 @torch.inference_mode()
-def head_sources(session, layer: int, head: int, position: int | None = None, tokens=None, mask=None,
-                 ablation: str = "zero") -> np.ndarray:
+def head_sources(session, layer: int, head: int, position: int | None = None, tokens=None,
+                 intervention: Intervention | None = None, mask=None, ablation: str | None = None) -> np.ndarray:
     """Head (layer, head)'s direct effect split by the key position it read, (p + 1,) float32,
     summing to the head's term in `logit_attribution`: its write at p is sum over k of
     pattern[p, k] * v_k W_O,h, each part read through the same frozen norms.
@@ -207,7 +210,8 @@ def head_sources(session, layer: int, head: int, position: int | None = None, to
     A zero-ablated head moves nothing (all zeros). A mean-ablated head writes its mean output
     over every query position, so its parts are the pattern's column means over all queries
     (keys past p included: the mean reads the whole prompt)."""
-    mask, p, resid, tokens, _raw = prepare(session, position, tokens, mask, ablation)
+    change, p, resid, tokens, _raw = prepare(session, position, tokens, intervention, mask, ablation)
+    mask, ablation = change.mask, change.ablation
     model, c = session.model, session.config
     if not (0 <= layer < c.n_layer and 0 <= head < c.n_head):
         raise ModelError(f"head {layer}.{head} is not in this model's {c.n_layer} layers x {c.n_head} heads")

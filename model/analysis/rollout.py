@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from transformer_viewer.model.capture.interventions import check_intervention
+from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.errors import ModelError
 
 MAX_ROWS = 512  # query rows one call computes: (rows, T) floats of product, rows x T^2 work per layer
@@ -77,13 +77,14 @@ def heads_label(how: str, chosen: np.ndarray | None) -> str:
 
 @torch.inference_mode()
 def rollout_rows(session, first: int, stop: int, layers: tuple[int, int] | None = None, heads="mean",
-                 residual: bool = True, mask=None, ablation: str = "zero",
+                 residual: bool = True, intervention: Intervention | None = None, mask=None, ablation: str | None = None,
                  step: Callable[[int, int], None] | None = None) -> RolloutRows:
     """Rows first..stop-1 of the rollout through `layers` = (a, b) (default: every layer), in
     the session's run under `mask`. `heads`: "mean", "max", or (layer, head) pairs whose mean is
     taken in each layer (a layer with none of them passes only its residual). `step(i, n)` hears
     of each layer as it starts and may raise to stop."""
-    mask = check_intervention(session.config, mask, ablation)
+    change = requested(session.config, intervention, mask, ablation)  # a bare mask: made by Intervention.make
+    mask, ablation = change.mask, change.ablation
     c = session.config
     if session.tokens is None or not session.tokens.ids:
         raise ModelError("the prompt is empty; type some text first")
@@ -102,7 +103,7 @@ def rollout_rows(session, first: int, stop: int, layers: tuple[int, int] | None 
         session.residuals()
     except ModelError:
         session.predict(None)
-    resid = session.masked_residuals(mask, ablation)
+    resid = session.masked_residuals(change)
     model = session.model
     r = stop - first
     # The running product, (r, stop): row i starts as query first + i's unit vector.

@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from transformer_viewer.model.analysis.attribution import frozen_norm
-from transformer_viewer.model.capture.interventions import check_intervention
+from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.decoder.gpt import ParallelBlock
 from transformer_viewer.model.errors import ModelError
 
@@ -136,7 +136,7 @@ class LayerParts:
         mean_ablated = ablation == "mean" and bool(masked.any())
         rows = x if mean_ablated else x[:, : last + 1]  # zero ablation is causal: keys past `last` never matter
         self.qh, self.kh, vh = attn.heads_qkv(block.ln_1(rows))  # (1, nh, T', hs) each
-        self.masked = torch.as_tensor(masked, device=x.device)  # (nh,)
+        self.masked = torch.tensor(masked, device=x.device)  # (nh,); a copy: the mask is read-only
         w_o = attn.c_proj.weight.float().T.reshape(nh, hs, -1)  # (nh, hs, C): z_h @ w_o[h] is head h's write
         # Each head's v_k W_O,h for every key the queries can see: (T', nh, C).
         self.vo = torch.einsum("hkd,hdc->khc", vh[0].float(), w_o)
@@ -189,11 +189,12 @@ class LayerParts:
 
 @torch.inference_mode()
 def information_routes(session, position: int | None = None, threshold: float = DEFAULT_THRESHOLD,
-                       renormalize: bool = True, mask=None, ablation: str = "zero",
+                       renormalize: bool = True, intervention: Intervention | None = None, mask=None, ablation: str | None = None,
                        step: Callable[[int, int], None] | None = None) -> Routes:
     """The route from `position` (default: the last) down to the input tokens, in the session's
     run under `mask`. `step(i, n_layer)` hears of each layer as it starts and may raise to stop."""
-    mask = check_intervention(session.config, mask, ablation)
+    change = requested(session.config, intervention, mask, ablation)  # a bare mask: made by Intervention.make
+    mask, ablation = change.mask, change.ablation
     if not 0.0 <= float(threshold) < 1.0 or threshold != threshold:
         raise ModelError(f"threshold {threshold} must be at least 0 and below 1")
     if session.tokens is None or not session.tokens.ids:
@@ -204,7 +205,7 @@ def information_routes(session, position: int | None = None, threshold: float = 
         session.residuals()
     except ModelError:
         session.predict(None)
-    resid = session.masked_residuals(mask, ablation)  # resid_pre of each layer, then the last resid_post
+    resid = session.masked_residuals(change)  # resid_pre of each layer, then the last resid_post
     model, c = session.model, session.config
     L, nh = c.n_layer, c.n_head
     graph = _Graph(nh)

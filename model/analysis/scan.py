@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transformer_viewer.model.capture.interventions import check_intervention
+from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.decoder.hooks import reading
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.kernels.attention_kernels import LARGEST_BLOCK
@@ -93,15 +93,18 @@ def batch_size(config, T: int) -> int:
 
 
 def head_scan(session, target: int | None = None, distractor: int | None = None, position: int | None = None,
-              ablation: str = "zero", base_mask=None,
+              intervention: Intervention | None = None, ablation: str | None = None, base_mask=None,
               progress: Callable[[int, int], None] | None = None,
               is_cancelled: Callable[[], bool] | None = None) -> ScanResult:
     """Scan every head. `target` None means the baseline's top token. Cancelling (is_cancelled()
     returning True) stops within one layer's compute and returns a partial result flagged
-    `cancelled`; the session is unchanged either way."""
-    base = check_intervention(session.config, base_mask, ablation, what="base mask")
+    `cancelled`; the session is unchanged either way. `intervention` holds in every run, the
+    baseline's included, and says how each scanned head is ablated (`base_mask=` and
+    `ablation=` instead: made into one by Intervention.make)."""
+    change = requested(session.config, intervention, base_mask, ablation, what="base mask")
+    base, ablation = change.mask, change.ablation
     L, nh = base.shape
-    baseline = session.predict(base, ablation, position, top_k=1, update_cache=False)
+    baseline = session.predict(change, position=position, top_k=1, update_cache=False)
     p = baseline.position
     V = baseline.probs.shape[0]
     target = int(baseline.top_ids[0]) if target is None else int(target)
@@ -139,10 +142,8 @@ def head_scan(session, target: int | None = None, distractor: int | None = None,
             for batch in batches:
                 if check():
                     raise _Cancelled
-                masks = [base.copy() for _ in batch]
-                for mask, (layer, head) in zip(masks, batch, strict=True):
-                    mask[layer, head] = True
-                for (layer, head), out in zip(batch, session.predict_many(masks, ablation, p, top_k=1), strict=True):
+                runs = [change.with_head(layer, head) for layer, head in batch]
+                for (layer, head), out in zip(batch, session.predict_many(runs, position=p, top_k=1), strict=True):
                     values[layer, head] = _metric(out.probs, target, distractor)
                     kl[layer, head] = kl_divergence(baseline.probs, out.probs)
                     tprobs[layer, head] = out.probs[target]

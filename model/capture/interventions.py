@@ -1,44 +1,150 @@
-"""Head masks as hooks on `blocks.{l}.attn.hook_z`: the head's output is removed (zero) or
-replaced by its mean over the prompt's positions (mean) before the output projection.
+"""What a run changes, as one frozen value: `Intervention`.
 
-`check_intervention` is the one place a mask and an ablation from outside are checked; every
-function that takes them (capture, prediction, the lens, scans, generation) calls it first.
+Today that is a head mask, applied as hooks on `blocks.{l}.attn.hook_z`: each masked head's
+output is removed (zero) or replaced by its mean over the prompt's positions (mean) before the
+output projection. `Intervention.make` is the one place a mask and an ablation from outside are
+checked; everything that runs the model (capture, prediction, the lens, scans, attributions,
+generation, the worker, the command line, exports) takes the value it returns, and every cache
+of runs keys on it: two Interventions are equal when they change the run alike.
+
+Room for what comes next, compared like the mask: `patches` (activation patches, each naming
+where its value comes from: source run, hook point, layer, head, positions; never a tensor, so
+a key stays cheap and exact) and `clamps` (feature clamps). Both are reserved and empty: `make`
+takes neither until the runs apply them.
+
+Torch loads on first use: the window makes Interventions on the GUI thread, which never imports
+torch.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
+from dataclasses import dataclass, field
 
-from transformer_viewer.model.decoder.config import GPTConfig
+import numpy as np
+
 from transformer_viewer.model.errors import ModelError
 
-ABLATIONS = ("zero", "mean")
+# The ablation kinds and what each does, listed here only: the window's buttons and the command
+# line's --ablation read them from here.
+ABLATION_HELP = {
+    "zero": "a masked head writes nothing",
+    "mean": "a masked head writes its mean output over the prompt's positions",
+}
+ABLATIONS = tuple(ABLATION_HELP)
+
+_MADE = object()  # the token only `Intervention.make` passes
 
 
-def check_intervention(config: GPTConfig, mask, ablation: str, what: str = "head mask") -> np.ndarray:
-    """`mask` as a fresh (n_layer, n_head) bool array (None: no head masked), once it and
-    `ablation` are known to fit the model. `what` names the mask in the message."""
-    if ablation not in ABLATIONS:
-        raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+@dataclass(frozen=True, eq=False)  # compared and hashed by value below
+class Intervention:
+    """A head mask (n_layer, n_head) bool, read-only, and how masked heads are ablated.
+
+    Made only by `Intervention.make` (or `none`), which checks it once; equal values hash
+    alike, so caches of runs key on it."""
+
+    mask: np.ndarray  # (L, nh) bool, read-only
+    ablation: str  # one of ABLATIONS
+    patches: tuple = ()  # reserved: activation patches, each naming its source
+    clamps: tuple = ()  # reserved: feature clamps
+    _token: object = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self._token is not _MADE:
+            raise TypeError("make an Intervention with Intervention.make(config, mask, ablation)")
+
+    # -- making: the one check ----------------------------------------------------------------
+    @classmethod
+    def make(cls, config, mask=None, ablation: str = ABLATIONS[0], what: str = "head mask") -> Intervention:
+        """The intervention of `mask` (None: no head masked) under `ablation` for a model of
+        `config`'s shape (anything with n_layer and n_head), once both are known to fit.
+        `what` names the mask in the message."""
+        if ablation not in ABLATIONS:
+            raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+        if mask is None:
+            mask = np.zeros((config.n_layer, config.n_head), dtype=bool)
+        else:
+            mask = np.array(mask, dtype=bool)  # a copy: the caller's array may change later
+            _check_shape(mask, config, what)
+        mask.setflags(write=False)
+        return cls(mask, ablation, _token=_MADE)
+
+    @classmethod
+    def none(cls, config) -> Intervention:
+        """No change: the clean run of a model of `config`'s shape."""
+        return cls.make(config)
+
+    def with_head(self, layer: int, head: int) -> Intervention:
+        """This with head `head` of layer `layer` masked too (a scan's run): derived from a
+        checked value, so nothing is checked again."""
+        mask = self.mask.copy()
+        mask[layer, head] = True
+        mask.setflags(write=False)
+        return Intervention(mask, self.ablation, self.patches, self.clamps, _token=_MADE)
+
+    # -- equality: caches key on the value ------------------------------------------------------
+    def _key(self) -> tuple:
+        return (self.mask.shape, self.mask.tobytes(), self.ablation, self.patches, self.clamps)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Intervention) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    # -- reading ----------------------------------------------------------------------------
+    @property
+    def is_empty(self) -> bool:
+        """True when the run is the clean one."""
+        return not self.mask.any() and not self.patches and not self.clamps
+
+    @property
+    def n_masked(self) -> int:
+        return int(np.count_nonzero(self.mask))
+
+    def masked_heads(self) -> list[tuple[int, int]]:
+        """(layer, head) of every masked head, layer by layer."""
+        return [(int(la), int(h)) for la, h in zip(*self.mask.nonzero(), strict=True)]
+
+    def describe(self) -> str:
+        """One line for people: "heads 1.2, 3.0 (zero)", or "no intervention"."""
+        if self.is_empty:
+            return "no intervention"
+        heads = ", ".join(f"{la}.{h}" for la, h in self.masked_heads())
+        return f"head{'s' if self.n_masked != 1 else ''} {heads} ({self.ablation})"
+
+    def first_changed_layer(self, other: Intervention) -> int:
+        """The first layer whose computation differs between `other` and this (n_layer if none)."""
+        L = self.mask.shape[0]
+        for layer in range(L):
+            if not np.array_equal(other.mask[layer], self.mask[layer]):
+                return layer
+            if other.ablation != self.ablation and self.mask[layer].any():
+                return layer
+        return L
+
+    def hooks(self, start_layer: int = 0) -> list[tuple[str, object]]:
+        """(hook name, hook) pairs that apply this to layers >= start_layer, in every batch
+        element alike."""
+        return head_mask_hooks(self.mask, self.ablation, start_layer)
+
+
+def _check_shape(mask: np.ndarray, config, what: str) -> None:
     L, nh = config.n_layer, config.n_head
-    if mask is None:
-        return np.zeros((L, nh), dtype=bool)
-    mask = np.array(mask, dtype=bool)  # a copy: callers keep it past the caller's edits
     if mask.shape != (L, nh):
         raise ModelError(f"{what} has shape {mask.shape}; this model needs ({L}, {nh})")
-    return mask
 
 
 def head_mask_hooks(mask: np.ndarray, ablation: str, start_layer: int = 0) -> list[tuple[str, object]]:
-    """(hook name, hook) pairs that apply `mask` (L, nh) to layers >= start_layer, in every
-    batch element alike."""
+    """(hook name, hook) pairs that apply a checked `mask` (L, nh) (an Intervention's, or a
+    trace's) to layers >= start_layer, in every batch element alike."""
     return batched_head_mask_hooks(np.asarray(mask)[None], ablation, start_layer)
 
 
 def batched_head_mask_hooks(masks: np.ndarray, ablation: str, start_layer: int = 0) -> list[tuple[str, object]]:
     """Like `head_mask_hooks` for a batch of runs: masks (B, L, nh), masks[b] applied to batch
     element b (a single mask, B = 1, to all), with the same arithmetic as a run of its own."""
+    import torch  # on first use: see the module's docstring
+
     named = []
     for layer in range(start_layer, masks.shape[1]):
         rows = masks[:, layer]  # (B, nh)
@@ -48,7 +154,9 @@ def batched_head_mask_hooks(masks: np.ndarray, ablation: str, start_layer: int =
     return named
 
 
-def _ablate_rows(masked: torch.Tensor, ablation: str):
+def _ablate_rows(masked, ablation: str):
+    import torch  # on first use: see the module's docstring
+
     # A new tensor, never an edit of z: other hooks may hold it.
     def hook(_module, _inputs, z: torch.Tensor) -> torch.Tensor:
         m = masked.to(z.device)[:, None, :, None]  # (B, 1, nh, 1) against z's (B, T, nh, hs)
@@ -58,12 +166,23 @@ def _ablate_rows(masked: torch.Tensor, ablation: str):
     return hook
 
 
-def first_changed_layer(old_mask: np.ndarray, old_ablation: str, new_mask: np.ndarray, new_ablation: str) -> int:
-    """The first layer whose computation differs between two mask settings (n_layer if none)."""
-    L = new_mask.shape[0]
-    for layer in range(L):
-        if not np.array_equal(old_mask[layer], new_mask[layer]):
-            return layer
-        if old_ablation != new_ablation and new_mask[layer].any():
-            return layer
-    return L
+def as_intervention(config, intervention=None, ablation: str | None = None,
+                    what: str = "head mask") -> Intervention:
+    """The Intervention a caller passed, or one made by `Intervention.make` from a bare (L, nh)
+    mask (or None) and `ablation` (default the first kind, zero). Kept so that scripts that pass
+    `mask, ablation` still run; everything in the package passes Interventions."""
+    if isinstance(intervention, Intervention):
+        if ablation is not None and ablation != intervention.ablation:
+            raise ModelError("pass the ablation inside the Intervention, not beside it")
+        _check_shape(intervention.mask, config, what)  # made for another model?
+        return intervention
+    return Intervention.make(config, intervention, ABLATIONS[0] if ablation is None else ablation, what)
+
+
+def requested(config, intervention=None, mask=None, ablation: str | None = None,
+              what: str = "head mask") -> Intervention:
+    """What an analysis was asked to run under: its `intervention=`, or the `mask=` and
+    `ablation=` keywords kept for scripts, made into an Intervention by `Intervention.make`."""
+    if intervention is not None and mask is not None:
+        raise ValueError("pass an Intervention or a mask, not both")
+    return as_intervention(config, intervention if intervention is not None else mask, ablation, what)

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from transformer_viewer.model.capture import host_arrays
-from transformer_viewer.model.capture.interventions import head_mask_hooks
 from transformer_viewer.model.capture.session import Session
 from transformer_viewer.model.capture.trace import Trace
 from transformer_viewer.model.decoder.hooks import hooks
@@ -218,7 +217,7 @@ def mlp_activations(session: Session, trace: Trace, layer: int) -> np.ndarray:
         seen["post"] = out
         raise _Stop
 
-    named = head_mask_hooks(trace.mask, trace.ablation, layer)
+    named = trace.intervention.hooks(layer)
     named = [(n, fn) for n, fn in named if n.startswith(f"blocks.{layer}.")]
     named.append((f"blocks.{layer}.mlp.hook_post", take))
     try:

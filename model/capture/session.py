@@ -33,11 +33,7 @@ from transformer_viewer.model.capture.capture_readers import (
     readers,
     trace_arrays,
 )
-from transformer_viewer.model.capture.interventions import (
-    check_intervention,
-    first_changed_layer,
-    head_mask_hooks,
-)
+from transformer_viewer.model.capture.interventions import Intervention, as_intervention
 from transformer_viewer.model.capture.layer_watch import attention_watch, layer_watch
 from transformer_viewer.model.capture.memory_budget import (  # noqa: F401 (DEFAULT_MEMORY_BUDGET: the app's default)
     DEFAULT_MEMORY_BUDGET,
@@ -62,11 +58,10 @@ _RUN_IDS = itertools.count(1)  # unique in the process, so no session mistakes a
 
 @dataclass
 class _Run:
-    """What recomputing a run's activations starts from: its residual stream and its mask."""
+    """What recomputing a run's activations starts from: its residual stream and what it changed."""
 
     resid: list  # resid_pre of each layer, then the final resid_post, (1, T, C) each
-    mask: np.ndarray
-    ablation: str
+    intervention: Intervention
 
 
 class Session(Predictions):
@@ -81,6 +76,7 @@ class Session(Predictions):
         self.keep_full = keep_full  # also keep every (T, T) pattern and (T, n_mlp) activation in the trace
         self.model = loaded.model.eval()
         self.config = loaded.config
+        self.no_change = Intervention.none(self.config)  # the clean run's Intervention
         self.tokenizer = tokenizer or loaded.tokenizer  # the model's own (GPT-2's unless it brought one)
         self.pattern_dtype = np.dtype(pattern_dtype)
         self.memory_budget = memory_budget
@@ -120,8 +116,8 @@ class Session(Predictions):
 
     def _clear_cache(self) -> None:
         self._resid: list[torch.Tensor] | None = None  # resid_pre of each layer, then the final resid_post
-        self._cached_mask: np.ndarray | None = None
-        self._cached_ablation = "zero"
+        # What the cached run changed: its residual stream is current for an equal Intervention.
+        self._cached_intervention: Intervention | None = None
         self._cached_trace: Trace | None = None
         self._runs.clear()
         self.recompute_cache.clear()
@@ -131,8 +127,12 @@ class Session(Predictions):
             raise ModelError("the prompt is empty; type some text first")
         return self._ids
 
-    def _check(self, mask, ablation: str) -> np.ndarray:
-        return check_intervention(self.config, mask, ablation)
+    def _intervention(self, intervention, ablation: str | None) -> Intervention:
+        # A bare mask (and ablation) from a script becomes an Intervention through the one
+        # constructor; an Intervention passes as it is, once known to be for this model.
+        if intervention is None and ablation is None:
+            return self.no_change
+        return as_intervention(self.config, intervention, ablation)
 
     def _position(self, position: int | None, T: int) -> int:
         p = T - 1 if position is None else int(position)
@@ -152,9 +152,12 @@ class Session(Predictions):
 
     # -- capture --------------------------------------------------------------------------
     @torch.inference_mode()
-    def run(self, mask=None, ablation: str = "zero", position: int | None = None, top_k: int = 10,
-            logprobs: bool = True, progress=None, is_cancelled=None) -> Trace:
-        """Capture under `mask`, reusing cached layers before the first changed one.
+    def run(self, intervention: Intervention | None = None, ablation: str | None = None,
+            position: int | None = None, top_k: int = 10, logprobs: bool = True, progress=None,
+            is_cancelled=None) -> Trace:
+        """Capture under `intervention` (None: the clean run), reusing cached layers before the
+        first changed one. A script may pass a bare (L, nh) mask and `ablation` instead; they are
+        made into an Intervention by `Intervention.make`.
 
         `logprobs=False` leaves `token_logprobs` None (the unembedding at every position is the
         costliest part of a late-layer toggle); `token_logprobs(trace)` computes them later.
@@ -163,11 +166,11 @@ class Session(Predictions):
         query rows (model/capture/layer_watch.py), and the session is as it was before the call.
         """
         ids = self._require_prompt()
-        mask = self._check(mask, ablation)
+        change = self._intervention(intervention, ablation)
         T = ids.shape[1]
         self._check_budget(T)
         p = self._position(position, T)
-        start = self._start_layer(mask, ablation, self._cached_trace is not None)
+        start = self._start_layer(change, self._cached_trace is not None)
         t0 = time.perf_counter()
         L = self.config.n_layer
         arrays = trace_arrays(self.config, T, n_cells(T), start, self.pattern_dtype, self.keep_full,
@@ -177,7 +180,7 @@ class Session(Predictions):
         # Overviews pooled from the blocks of pattern rows as they pass; with keep_full, from
         # the whole pattern the trace keeps anyway.
         observers = attention_watch(range(start, L), is_cancelled, {} if self.keep_full else poolers)
-        with (self._scratch_attention(), hooks(self.model, head_mask_hooks(mask, ablation, start)),
+        with (self._scratch_attention(), hooks(self.model, change.hooks(start)),
               observe_pattern_rows(self.model, observers),
               reading(self.model, readers(self.model, arrays, start, self._head_factors, self.keep_full, poolers)
                       + layer_watch(start, L, progress, is_cancelled)),
@@ -197,13 +200,13 @@ class Session(Predictions):
             token_lp, (logits_p, logprobs_p) = None, position_logits(self.model, final[0, p], self.n_vocab)
         nxt = next_token(logits_p, logprobs_p, p, top_k)
         elapsed = (time.perf_counter() - t0) * 1000.0
-        self._resid, self._cached_mask, self._cached_ablation = new_resid, mask.copy(), ablation
-        run_id = self._keep_run(_Run(new_resid, mask.copy(), ablation))
+        self._resid, self._cached_intervention = new_resid, change
+        run_id = self._keep_run(_Run(new_resid, change))
         tok = self.tokens
         trace = Trace(
             token_ids=np.asarray(tok.ids, dtype=np.int64), labels=tok.labels, spans=tok.spans, text=tok.text,
             dropped_tokens=self.dropped, overview_cell=cell_size(T), resid_labels=resid_labels(L),
-            token_logprobs=token_lp, next=nxt, mask=mask.copy(), ablation=ablation, forward_ms=elapsed,
+            token_logprobs=token_lp, next=nxt, intervention=change, forward_ms=elapsed,
             first_layer_run=start, run_id=run_id, special=tok.special, **arrays,
         )
         self._cached_trace = trace
@@ -233,7 +236,7 @@ class Session(Predictions):
             self._runs.move_to_end(trace.run_id)
             return run.resid[layer]
         model = self.model
-        with self._scratch_attention(), hooks(model, head_mask_hooks(trace.mask, trace.ablation, 0)):
+        with self._scratch_attention(), hooks(model, trace.intervention.hooks(0)):
             return model.run_blocks(model.embed(self._ids), 0, layer)
 
     @torch.inference_mode()
@@ -257,10 +260,12 @@ class Session(Predictions):
             return attention_workspace(self.model, self._workspace)
         return contextlib.nullcontext()
 
-    def _start_layer(self, mask: np.ndarray, ablation: str, have_cache: bool) -> int:
-        if not have_cache or self._resid is None or self._cached_mask is None:
+    def _start_layer(self, change: Intervention, have_cache: bool) -> int:
+        if not have_cache or self._resid is None or self._cached_intervention is None:
             return 0
-        return first_changed_layer(self._cached_mask, self._cached_ablation, mask, ablation)
+        if change == self._cached_intervention:
+            return self.config.n_layer
+        return change.first_changed_layer(self._cached_intervention)
 
     def residuals(self) -> list[torch.Tensor]:
         """resid_pre of every layer, then the final resid_post, for the cached run (1, T, C)."""

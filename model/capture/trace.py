@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from transformer_viewer.model.capture.interventions import Intervention
+
 
 @dataclass(frozen=True)
 class NextToken:
@@ -43,8 +45,7 @@ class Trace:
     head_norms: np.ndarray  # (L, nh, T) float32, L2 norm of each head's write to the residual
     token_logprobs: np.ndarray | None  # (T,) float32, log p(token t | tokens < t); NaN at t = 0; None: not yet
     next: NextToken
-    mask: np.ndarray  # (L, nh) bool, the heads that were ablated
-    ablation: str  # "zero" or "mean"
+    intervention: Intervention  # what the run changed (its head mask and ablation)
     forward_ms: float
     first_layer_run: int  # 0 for a full run; l when layers < l were reused from the cache
     special: tuple[bool, ...] = ()  # per token: a special token (BOS, <|endoftext|>), shown apart
@@ -55,6 +56,15 @@ class Trace:
     @property
     def n_tokens(self) -> int:
         return int(self.token_ids.shape[0])
+
+    @property
+    def mask(self) -> np.ndarray:
+        """(L, nh) bool, read-only: the heads that were ablated."""
+        return self.intervention.mask
+
+    @property
+    def ablation(self) -> str:
+        return self.intervention.ablation
 
     @property
     def nbytes(self) -> int:

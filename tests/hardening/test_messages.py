@@ -286,8 +286,18 @@ def lens_error(ctx, kind):
     if kind == "reference":
         return raised(lambda: logit_lens(s, reference_ids=np.zeros((1, 1))))
     if kind == "mask":
-        return raised(lambda: s.masked_residuals(mask=np.zeros((5, 5))))
+        return raised(lambda: s.masked_residuals(np.zeros((5, 5))))
     return raised(lambda: s.masked_residuals(ablation="half"))
+
+
+def intervention_error(ctx, kind):
+    from transformer_viewer.model.capture.interventions import Intervention
+
+    s = session_with(ctx, PROMPT)
+    if kind == "beside":
+        return raised(lambda: s.run(Intervention.none(s.config), "mean"))
+    mixed = [Intervention.make(s.config, None, "zero"), Intervention.make(s.config, None, "mean")]
+    return raised(lambda: s.predict_many(mixed))
 
 
 def scan_error(ctx, kind):
@@ -412,6 +422,10 @@ CASES = [
          "ablation must be one of zero, mean, got 'half'"),
     Case("unknown ablation, predict", lambda c: raised(lambda: session_with(c, PROMPT).predict(ablation="half")),
          "ablation must be one of zero, mean"),
+    Case("an ablation beside an Intervention", lambda c: intervention_error(c, "beside"),
+         "pass the ablation inside the Intervention, not beside it"),
+    Case("a batch of predictions under two ablations", lambda c: intervention_error(c, "mixed"),
+         "the interventions of one batch of predictions must share one ablation"),
     Case("token outside a small vocabulary", small_vocab_session, "outside this model's vocabulary of 100"),
     Case("tokens past the context", too_many_tokens, "101 tokens do not fit the model's context of 64"),
     Case("residuals before a run", lambda c: raised(c.session().residuals), "no run yet; call run() first"),

@@ -99,7 +99,7 @@ def exercise(session: Session, text: str, mask=None, position=None, ablation: st
         return
     T = len(tok.ids)
     try:
-        trace = session.run(mask=mask, ablation=ablation, position=position, top_k=5)
+        trace = session.run(mask, ablation, position=position, top_k=5)
     except ModelError as e:
         assert one_line(str(e))
         assert position is not None and not -T <= position < T, e
@@ -109,7 +109,7 @@ def exercise(session: Session, text: str, mask=None, position=None, ablation: st
     assert trace.overview_max.shape == (TINY.n_layer, TINY.n_head, n, n) and n * trace.overview_cell >= T
     assert np.isfinite(trace.overview_max).all() and np.isfinite(trace.next.probs).all()
     assert abs(float(trace.next.probs.sum()) - 1.0) < 1e-3
-    nxt = session.predict(mask=mask, ablation=ablation, position=position, top_k=5)
+    nxt = session.predict(mask, ablation, position=position, top_k=5)
     # a prediction reads the last layer's last rows alone: the float32 rule, not the capture's bits
     from tests.helpers.tolerances import assert_probs_close, largest_logit, model_reduction
 

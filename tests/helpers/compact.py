@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.helpers.interventions import ablating
 from tests.helpers.models import scaled_init_loaded
 from transformer_viewer.model.decoder.config import GPTConfig
 
@@ -28,7 +29,7 @@ def traced_state(session, text: str = LONG_PROMPT, mask=None):
     state = ViewerState()
     state.set_model(session.info())
     state.set_prompt(text)
-    result = handle_trace(session, TraceRequest(text=text, mask=mask), lambda *a: None, lambda: False)
+    result = handle_trace(session, TraceRequest(text=text, intervention=ablating(mask)), lambda *a: None, lambda: False)
     state.set_traces(result.trace, result.clean)
     return state
 

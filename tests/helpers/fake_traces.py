@@ -4,8 +4,11 @@ what these tests check, at sizes a forward on the test machine could not afford.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
+from transformer_viewer.model.capture.interventions import Intervention
 from transformer_viewer.model.capture.trace import NextToken, Trace, resid_labels
 from transformer_viewer.viewer.worker.requests import ModelInfo
 
@@ -36,7 +39,7 @@ def fake_trace(n_tokens: int = 64, n_layer: int = 2, n_head: int = 4, n_mlp: int
         mlp_max=mlp_max, mlp_argmax=mlp_argmax.astype(np.int64), mlp_mean=np.zeros((L, n_mlp), np.float32),
         head_norms=rng.random((L, n_head, T)).astype(np.float32),
         token_logprobs=-rng.random(T).astype(np.float32), next=fake_next(n_vocab, T - 1, seed),
-        mask=np.zeros((L, n_head), bool) if mask is None else mask, ablation="zero", forward_ms=0.0,
+        intervention=Intervention.make(SimpleNamespace(n_layer=L, n_head=n_head), mask), forward_ms=0.0,
         first_layer_run=0, run_id=run_id, mlp_post=mlp_post,
     )
 

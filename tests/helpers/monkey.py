@@ -177,7 +177,7 @@ class Monkey:
         self.rng.choice([self.w.mask_grid.clear_button, self.w.mask_grid.invert_button]).click()
 
     def ablation(self):
-        self.rng.choice([self.w.mask_grid.zero, self.w.mask_grid.mean]).click()
+        self.rng.choice(list(self.w.mask_grid.ablation_buttons.values())).click()
 
     def nav(self):
         self.rng.choice(self.w.actions_.nav_actions).trigger()

@@ -13,7 +13,11 @@ import argparse
 import sys
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.viewer.cli.common import add_checkpoint_arguments, add_token_pair_argument
+from transformer_viewer.viewer.cli.common import (
+    add_ablation_argument,
+    add_checkpoint_arguments,
+    add_token_pair_argument,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_token_pair_argument(p, "the logit split")
     p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
                    help="ablate head H of layer L in the run that is split, e.g. 3.1 or 0.*")
-    p.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how masked heads are ablated (default: zero)")
+    add_ablation_argument(p)
     p.add_argument("--top", type=int, default=15, help="how many of the largest terms the text lists (default: 15)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the terms as one JSON object")
@@ -42,7 +46,7 @@ def result(a, session) -> dict:
 def run(args) -> int:
     from transformer_viewer.viewer.cli.common import (
         check_mask_syntax,
-        parse_mask_spec,
+        intervention_from_args,
         parse_token_pair,
         refuse_non_finite,
         session_for_prompt,
@@ -57,10 +61,9 @@ def run(args) -> int:
     session = session_for_prompt(args)
     from transformer_viewer.model.analysis.logit_attribution import logit_attribution
 
-    c = session.config
     tokens = parse_token_pair(args.tokens, session.tokenizer, session.n_vocab)
     a = logit_attribution(session, position=args.position, tokens=tokens,
-                          mask=parse_mask_spec(args.mask, c.n_layer, c.n_head), ablation=args.ablation)
+                          intervention=intervention_from_args(args, session.config))
     refuse_non_finite("direct effects", [a.logit], [t["value"] for t in a.terms()])
     obj = result(a, session)
     if args.json:

@@ -194,6 +194,23 @@ def parse_mask_spec(specs: list[str] | None, n_layer: int, n_head: int):
     return mask
 
 
+def add_ablation_argument(parser: argparse.ArgumentParser,
+                          help_text: str = "how masked heads are ablated (default: zero)") -> None:
+    """`--ablation`, its choices the ablation kinds the model knows."""
+    from transformer_viewer.model.capture.interventions import ABLATIONS
+
+    parser.add_argument("--ablation", default=ABLATIONS[0], choices=ABLATIONS, help=help_text)
+
+
+def intervention_from_args(args, config, what: str = "head mask"):
+    """`--mask` and `--ablation` as one Intervention for a model of `config`'s shape: the one
+    place the command line turns them into what a run changes."""
+    from transformer_viewer.model.capture.interventions import Intervention
+
+    mask = parse_mask_spec(args.mask, config.n_layer, config.n_head)
+    return Intervention.make(config, mask, args.ablation, what)
+
+
 def add_token_pair_argument(parser: argparse.ArgumentParser, help_subject: str) -> None:
     """`--tokens A [B]`, the one spelling of a token or a token pair across commands."""
     parser.add_argument("--tokens", nargs="+", default=None, metavar="TOKEN",

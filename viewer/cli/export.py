@@ -22,11 +22,12 @@ import sys
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli.common import (
     TerminalBar,
+    add_ablation_argument,
     add_checkpoint_arguments,
+    intervention_from_args,
     load_from_args,
     note_truncated,
     parse_head_option,
-    parse_mask_spec,
     refuse_non_finite,
 )
 from transformer_viewer.viewer.cli.export_views import configure_view
@@ -64,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attention: one head, mean of the layer's heads, or mean over layers of this head")
     parser.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
                         help="heads to ablate, e.g. 3.1 or 0.* for a layer; repeatable")
-    parser.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how masked heads are ablated")
+    add_ablation_argument(parser, "how masked heads are ablated")
     parser.add_argument("--colormap", default="viridis", help="viridis, inferno, magma, plasma, cividis, CET-D1, ...")
     parser.add_argument("--log", action="store_true", help="log colour scale (1e-4 .. 1)")
     parser.add_argument("--theme", default="light", choices=sorted(THEMES),
@@ -126,13 +127,13 @@ def run(args) -> int:
     for name, value, top in (("layer", args.layer, c.n_layer), ("head", args.head, c.n_head)):
         if value is not None and not 0 <= value < top:
             raise ModelError(f"--{name} {value} does not exist; the model has {name}s 0..{top - 1}")
-    mask = parse_mask_spec(args.mask, c.n_layer, c.n_head)
+    intervention = intervention_from_args(args, c)
     session = WorkerSession(loaded)  # views ask for full patterns and activations as they draw
 
     app = _qt_app()
     bar = TerminalBar("head")  # for the requests that report progress (the scan)
     worker = InlineWorker(session, report=lambda progress: bar.update(progress.done, progress.total))
-    state = _state(worker, mask, args)
+    state = _state(worker, intervention, args)
     trace = state.trace
     note_truncated(trace.dropped_tokens, trace.n_tokens, c.block_size)
     entry = exportable()[args.view]
@@ -297,22 +298,21 @@ def check_arguments(args) -> None:
         _check_colormap(args.colormap)
 
 
-def _state(worker, mask, args):
-    """A ViewerState as the window would hold it after running `args.prompt` under `mask`."""
+def _state(worker, intervention, args):
+    """A ViewerState as the window would hold it after running `args.prompt` under `intervention`."""
     from transformer_viewer.viewer.state import ViewerState
     from transformer_viewer.viewer.worker.requests import LogprobsRequest, TraceRequest
 
     st = ViewerState()
     st.set_model(worker.session.info())
-    st.set_mask(mask)
-    st.set_ablation(args.ablation)
+    st.set_intervention(intervention)
     st.set_prompt(args.prompt)
     traced = []
-    worker.submit(TraceRequest(text=args.prompt, mask=mask, ablation=args.ablation), on_result=traced.append)
+    worker.submit(TraceRequest(text=args.prompt, intervention=intervention), on_result=traced.append)
     trace, clean = traced[0].value.trace, traced[0].value.clean
     if trace.token_logprobs is None:  # the second pass the window makes once the views are drawn
         filled = []
-        worker.submit(LogprobsRequest(text=args.prompt, mask=mask, ablation=args.ablation), on_result=filled.append)
+        worker.submit(LogprobsRequest(text=args.prompt, intervention=intervention), on_result=filled.append)
         trace = filled[0].value.trace or trace
         clean = filled[0].value.clean or clean
     refuse_non_finite("next-token probabilities", trace.next.top_probs,

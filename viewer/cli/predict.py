@@ -12,7 +12,7 @@ import argparse
 import json
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
+from transformer_viewer.viewer.cli.common import add_ablation_argument, add_checkpoint_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,18 +24,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=10, help="how many next tokens to show (default: 10)")
     p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
                    help="ablate head H of layer L (0-based), e.g. --mask 3.1 0.2; L.* ablates a whole layer")
-    p.add_argument("--ablation", default="zero", choices=["zero", "mean"],
-                   help="zero: remove the head's output; mean: replace it by its mean over the prompt (default: zero)")
+    add_ablation_argument(p, "zero: remove the head's output; mean: replace it by its mean over the prompt (default: zero)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
 def predict(session, args) -> dict:
     """The JSON-ready result for `args` on a session that already holds the prompt."""
-    from transformer_viewer.viewer.cli.common import parse_mask_spec
+    from transformer_viewer.viewer.cli.common import intervention_from_args
 
-    c = session.config
-    mask = parse_mask_spec(args.mask, c.n_layer, c.n_head)
-    nxt = session.run(mask=mask, ablation=args.ablation, position=args.position, top_k=args.top_k).next
+    intervention = intervention_from_args(args, session.config)
+    mask = intervention.mask
+    nxt = session.run(intervention, position=args.position, top_k=args.top_k).next
     tok = session.tokenizer
 
     def text(i) -> str:  # what the token stands for (a SentencePiece piece keeps its space)

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
+from transformer_viewer.viewer.cli.common import add_ablation_argument, add_checkpoint_arguments
 
 MAX_FULL_BYTES = 1 << 30  # every row of an (8192, 8192) float32 rollout is 256 MB; a bigger prompt asks for --query
 
@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-residual", dest="residual", action="store_false",
                    help="leave out the identity for the residual stream (default: (A + I) / 2, rows renormalised)")
     p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H", help="ablate these heads in the run")
-    p.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how masked heads are ablated (default: zero)")
+    add_ablation_argument(p)
     p.add_argument("--out", default=None, help="write the rows to FILE.npy (float32), FILE.csv or FILE.json")
 
 
@@ -62,7 +62,7 @@ def run(args) -> int:
     from transformer_viewer.viewer.cli.common import (
         TerminalBar,
         check_mask_syntax,
-        parse_mask_spec,
+        intervention_from_args,
         session_for_prompt,
     )
 
@@ -76,7 +76,7 @@ def run(args) -> int:
     c = session.config
     T = len(session.tokens.ids)
     layers = parse_layers(args.layers, c.n_layer)
-    mask = parse_mask_spec(args.mask, c.n_layer, c.n_head)
+    intervention = intervention_from_args(args, c)
     if args.query is not None:
         q = session._position(args.query, T)
         blocks = [(q, q + 1)]
@@ -90,7 +90,7 @@ def run(args) -> int:
         for first, stop in blocks:
             bar.update(first, T, "rollout")
             rows.append(rollout_rows(session, first, stop, layers=layers, heads=heads, residual=args.residual,
-                                     mask=mask, ablation=args.ablation))
+                                     intervention=intervention))
     matrix = np.concatenate([r.rows for r in rows])
     label = f"rollout of layers {layers[0]}:{layers[1]}, heads {rows[0].heads}" + (
         "" if args.residual else ", without the residual")

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.viewer.cli.common import add_checkpoint_arguments
+from transformer_viewer.viewer.cli.common import add_ablation_argument, add_checkpoint_arguments
 
 FIGURES = (".svg", ".pdf", ".png")
 FIGURE_SIZE = (1000, 700)  # the export command's size for the Routes view
@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "sum to 1 at each node)")
     p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
                    help="ablate head H of layer L in the run, e.g. 3.1 or 0.*")
-    p.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how masked heads are ablated (default: zero)")
+    add_ablation_argument(p)
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the graph as one JSON object")
     out.add_argument("--out", default=None,
@@ -43,7 +43,7 @@ def run(args) -> int:
     from transformer_viewer.viewer.cli.common import (
         TerminalBar,
         check_mask_syntax,
-        parse_mask_spec,
+        intervention_from_args,
         session_for_prompt,
         write_json_or_print,
     )
@@ -61,11 +61,10 @@ def run(args) -> int:
     session = session_for_prompt(args)
     from transformer_viewer.model.analysis.routes import information_routes
 
-    c = session.config
     with TerminalBar("layer", after_s=0.5) as bar:
         r = information_routes(session, position=args.position, threshold=args.threshold,
-                               renormalize=args.renormalize, mask=parse_mask_spec(args.mask, c.n_layer, c.n_head),
-                               ablation=args.ablation, step=lambda i, n: bar.update(i, n, "routes"))
+                               renormalize=args.renormalize, intervention=intervention_from_args(args, session.config),
+                               step=lambda i, n: bar.update(i, n, "routes"))
     if figure:
         print(f"wrote {write_figure(r, session.tokens.labels, args.out)}", file=sys.stderr)
         return 0

@@ -13,9 +13,10 @@ from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.tokenizers.tokenizer import parse_token
 from transformer_viewer.viewer.cli.common import (
     TerminalBar,
+    add_ablation_argument,
     add_checkpoint_arguments,
+    intervention_from_args,
     load_from_args,
-    parse_mask_spec,
     refuse_non_finite,
 )
 
@@ -30,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure the logit difference target - distractor (equal to the log-prob difference)")
     p.add_argument("--position", type=int, default=None,
                    help="token position whose next-token prediction is measured (default: the last; negative counts from the end)")
-    p.add_argument("--ablation", default="zero", choices=["zero", "mean"], help="how a head is removed (default: zero)")
+    add_ablation_argument(p, "how a head is removed (default: zero)")
     p.add_argument("--mask", nargs="*", default=[], metavar="L.H",
                    help="heads ablated in every run, the baseline included (LAYER.HEAD, 0-based; LAYER.* for a layer)")
     p.add_argument("--sort", default="effect", choices=["effect", "abs", "kl"],
@@ -58,12 +59,12 @@ def run(args) -> int:
         raise ModelError("the prompt is empty; pass some text with --prompt")
     note_truncated(session.dropped, len(session.tokens.ids), loaded.config.block_size)
     c = loaded.config
-    base = parse_mask_spec(args.mask, c.n_layer, c.n_head)
+    base = intervention_from_args(args, c, what="base mask")
     target = parse_token(args.target, session.tokenizer, session.n_vocab, "--target")
     distractor = parse_token(args.distractor, session.tokenizer, session.n_vocab, "--distractor")
     with TerminalBar("head", enabled=not args.no_progress) as bar, torch.inference_mode():
         result = head_scan(session, target=target, distractor=distractor, position=args.position,
-                           ablation=args.ablation, base_mask=base, progress=bar.update)
+                           intervention=base, progress=bar.update)
     measured = result.done  # heads not run are NaN by design
     refuse_non_finite("predictions with heads ablated", result.baseline_metric, result.baseline_target_prob,
                       result.effect[measured], result.kl[measured], result.target_probs[measured])

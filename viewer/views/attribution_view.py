@@ -171,6 +171,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         self.cover.show_message("computing the logit attribution\u2026")
         self.stale = StaleMark(self.heatmap)  # over a result of an earlier prompt
         self.result_prompt: str | None = None  # the prompt `result` was computed on
+        self.result_intervention = None  # the Intervention `result` was computed under
         state.prompt_changed.connect(lambda _t: self._mark_stale())
         self.heatmap.cell_clicked.connect(lambda row, col: state.set_selection(layer=row, head=col))
         state.trace_changed.connect(self._on_trace)
@@ -259,7 +260,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         self._asked = want
         self._say("computing the logit attribution\u2026")
         request = AttributionRequest(text=st.prompt, position=st.query_index, tokens=self.tokens,
-                                     mask=st.trace.mask, ablation=st.trace.ablation)
+                                     intervention=st.trace.intervention)
         self._pending = request
         self.worker.submit(request, on_result=self._on_result, on_failure=self._on_failed)
 
@@ -268,7 +269,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
             self.dropped += 1  # superseded while it was computed
             return
         self._pending = None
-        self.set_result(answer.value, answer.request.text)
+        self.set_result(answer.value, answer.request.text, answer.request.intervention)
 
     def _on_failed(self, failure) -> None:
         """Cancelled (or failed): say so; showing the view or selecting a token asks again."""
@@ -293,7 +294,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         if p is not None and (p.layer, p.head, p.position, p.tokens) == (layer, head, r.position, r.tokens):
             return
         request = HeadSourcesRequest(text=st.prompt, layer=layer, head=head, position=r.position, tokens=r.tokens,
-                                     mask=r.mask, ablation=r.ablation)
+                                     intervention=self.result_intervention)
         self._pending_sources = request
         self.sources_plot.getPlotItem().setTitle(f"L{layer}H{head}: computing its split by source position\u2026",
                                                  size="9pt")
@@ -312,10 +313,13 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         self.set_sources(req.layer, req.head, answer.value)
 
     # -- drawing --------------------------------------------------------------------------
-    def set_result(self, result, prompt: str | None = None) -> None:
-        """Draw `result` (a LogitAttribution), computed on `prompt` (None: the current one)."""
+    def set_result(self, result, prompt: str | None = None, intervention=None) -> None:
+        """Draw `result` (a LogitAttribution), computed on `prompt` under `intervention` (None:
+        the current prompt, the current trace's intervention)."""
         self.result = result
         self.result_prompt = self.state.prompt if prompt is None else prompt
+        trace = self.state.trace
+        self.result_intervention = intervention if intervention is not None or trace is None else trace.intervention
         self.sources = None
         tok = self.state.tokenizer()
         names = [token_label(t, tok) for t in result.tokens]

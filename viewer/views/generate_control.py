@@ -9,7 +9,6 @@ to the new one (the user's text is never replaced).
 
 from __future__ import annotations
 
-import numpy as np
 from PySide6 import QtCore, QtWidgets
 
 
@@ -88,7 +87,7 @@ class GenerateControl(QtWidgets.QWidget):
         return GenerateRequest(
             text=st.prompt, n_tokens=self.n_spin.value(), temperature=self.temp_spin.value() if sample else 0.0,
             top_k=(self.topk_spin.value() or None) if sample else None, seed=self.seed_spin.value() if sample else None,
-            mask=np.array(st.mask) if self.mask_box.isChecked() else None, ablation=st.ablation)
+            intervention=st.intervention if self.mask_box.isChecked() else None)
 
     def start(self) -> None:
         if self.worker is None or self.state.model_info is None or not self.state.prompt:

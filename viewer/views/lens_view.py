@@ -179,7 +179,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         size = WINDOW if info is None else window_size(info.n_layer + 1, info.vocab_size or 50257, info.n_embd)
         window = lens_window(st.trace.n_tokens, st.query_index, size)
         self._asked = (st.trace, window)
-        self.worker.submit(LensRequest(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation,
+        self.worker.submit(LensRequest(text=st.prompt, intervention=st.intervention,
                                        window=None if window == (0, st.trace.n_tokens) else window),
                            on_result=lambda answer: self.set_result(answer.value), on_failure=self._on_failed,
                            on_progress=self._on_progress)
@@ -202,13 +202,13 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
     # -- drawing --------------------------------------------------------------------------
     def _current(self):
         """The result if it fits the displayed trace and shows the selected position (a newer
-        prompt, mask or window may be on its way)."""
+        prompt, intervention or window may be on its way)."""
         r, trace = self.result, self.state.trace
         if r is None or trace is None or (r.n_tokens or r.lens.n_tokens) != trace.n_tokens:
             return None
         if r.text and r.text != self.state.prompt:  # another prompt of the same length
             return None
-        if not np.array_equal(r.mask, self.state.mask):
+        if r.intervention != self.state.intervention:
             return None
         if not r.start <= self.state.query_index < r.start + r.lens.n_tokens:
             return None
@@ -276,7 +276,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
             self.heatmap.hover_prefix = "top token"
             self.heatmap.set_data(lens.top_probs, lens.row_labels, labels, levels=(0.0, 1.0),
                                   colormap="viridis", title="logit lens: top token and its probability"
-                                  + (" (masked model)" if r.mask.any() else "") + window,
+                                  + (" (masked model)" if not r.intervention.is_empty else "") + window,
                                   row_name="layer", col_name="position")
             self.heatmap.set_cell_text(tokens, lens.top_probs > 0.55)
         compact_axes(self.heatmap)

@@ -129,13 +129,13 @@ class LogitsPanel(QWidget):
             return
         self._show(trace, clean.next, trace.next, int(trace.mask.sum()), trace.ablation)
 
-    def show_preview(self, masked, mask, ablation: str) -> None:
-        """The masked distribution for a mask the views have not caught up with yet (a head
+    def show_preview(self, masked, intervention) -> None:
+        """The distribution under an intervention the views have not caught up with yet (a head
         toggle's quick answer); the trace that follows replaces it."""
         trace, clean = self.state.trace, self.state.clean_trace
         if trace is None or clean is None or masked.position >= trace.n_tokens:
             return
-        self._show(trace, clean.next, masked, int(np.count_nonzero(mask)), ablation,
+        self._show(trace, clean.next, masked, intervention.n_masked, intervention.ablation,
                    note=" Updating the other views\u2026")
         self.preview = True
 

@@ -23,6 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from transformer_viewer.model.capture.interventions import ABLATION_HELP
+
 _ON = QColor(200, 50, 50)
 _OFF = QColor(225, 232, 240)
 _SEL = QColor(30, 30, 30)
@@ -180,15 +182,14 @@ class MaskGrid(QWidget):
         self.invert_button = QPushButton("Invert")
         self.invert_button.setToolTip("mask the active heads, unmask the masked ones")
         self.invert_button.clicked.connect(lambda: self._edited(~state.mask))
-        self.zero = QRadioButton("zero")
-        self.zero.setToolTip("a masked head writes nothing")
-        self.mean = QRadioButton("mean")
-        self.mean.setToolTip("a masked head writes its mean output over the prompt's positions")
-        self.zero.setChecked(True)
+        self.ablation_buttons: dict[str, QRadioButton] = {}  # one per ablation kind the model knows
         group = QButtonGroup(self)
-        group.addButton(self.zero)
-        group.addButton(self.mean)
-        self.zero.toggled.connect(lambda on: state.set_ablation("zero" if on else "mean"))
+        for name, help_text in ABLATION_HELP.items():
+            button = self.ablation_buttons[name] = QRadioButton(name)
+            button.setToolTip(help_text)
+            button.toggled.connect(lambda on, name=name: on and state.set_ablation(name))
+            group.addButton(button)
+        self.ablation_buttons[state.ablation].setChecked(True)
         self.count = QLabel()
         self.scroll = QScrollArea()
         self.scroll.setWidgetResizable(True)  # the grid fills the dock, and scrolls past its minimum
@@ -200,8 +201,8 @@ class MaskGrid(QWidget):
         row.addWidget(self.invert_button)
         row.addSpacing(8)
         row.addWidget(QLabel("ablation:"))
-        row.addWidget(self.zero)
-        row.addWidget(self.mean)
+        for button in self.ablation_buttons.values():
+            row.addWidget(button)
         row.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -221,7 +222,7 @@ class MaskGrid(QWidget):
         st = self.state
         self.canvas.set_mask(st.mask)
         self.canvas.set_selected(st.layer, st.head)
-        (self.zero if st.ablation == "zero" else self.mean).setChecked(True)
+        self.ablation_buttons[st.ablation].setChecked(True)
         n = int(st.mask.sum())
         self.count.setText(f"{n} of {st.mask.size} heads masked ({st.ablation} ablation)" if n else
                            "no heads masked: click a head to ablate it")

@@ -124,7 +124,7 @@ class RolloutView(HeatmapExport, QtWidgets.QWidget):
         st = self.state
         if st.trace is None:
             return None
-        return (st.trace.run_id, id(st.trace.mask), self.layers(), self.heads.currentData(), self.residual.isChecked(),
+        return (st.trace.run_id, st.trace.intervention, self.layers(), self.heads.currentData(), self.residual.isChecked(),
                 block_of(st.query_index, st.trace.n_tokens))
 
     def _on_trace(self, trace) -> None:
@@ -162,7 +162,7 @@ class RolloutView(HeatmapExport, QtWidgets.QWidget):
             return
         first, stop = key[-1]
         request = RolloutRequest(text=st.prompt, first=first, stop=stop, layers=key[2], heads=key[3],
-                                 residual=key[4], mask=st.trace.mask, ablation=st.trace.ablation)
+                                 residual=key[4], intervention=st.trace.intervention)
         self._pending, self._pending_key = request, key
         a, b = key[2]
         self._say(f"computing the rollout of layers {a}..{b - 1}, rows {first}..{stop - 1}\u2026")

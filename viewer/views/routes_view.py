@@ -221,7 +221,7 @@ class RoutesView(QtWidgets.QWidget):
         self._asked = want
         self._say(f"computing the routes to position {want[1]}\u2026")
         request = RoutesRequest(text=st.prompt, position=want[1], threshold=want[2], renormalize=want[3],
-                                mask=st.trace.mask, ablation=st.trace.ablation)
+                                intervention=st.trace.intervention)
         self._pending = request
         self.worker.submit(request, on_result=self._on_result, on_failure=self._on_failed)
 

@@ -179,7 +179,7 @@ class ScanView(HeatmapExport, QtWidgets.QWidget):
         if self.result is None:
             self.cover.show_message(f"scanning {total} heads\u2026")
         request = ScanRequest(text=st.prompt, target=target, distractor=distractor, position=st.query_index,
-                              ablation=st.ablation, base_mask=np.array(st.mask))
+                              intervention=st.intervention)
         self.handle = None
         handle = self.worker.submit(request, on_result=self._on_result, on_failure=self._on_failed,
                                     on_progress=self._on_progress)

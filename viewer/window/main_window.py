@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -237,8 +236,7 @@ class MainWindow(QMainWindow):
     def _run_request(self, request_type: type[TraceRequest]) -> TraceRequest:
         """A run of the prompt, mask and position as they are now (a trace, or a prediction)."""
         st = self.state
-        return request_type(text=st.prompt, mask=np.array(st.mask), ablation=st.ablation, position=st.query,
-                            top_k=TOP_K)
+        return request_type(text=st.prompt, intervention=st.intervention, position=st.query, top_k=TOP_K)
 
     # -- state -> worker ------------------------------------------------------------------
     def _on_prompt(self, text: str) -> None:
@@ -318,8 +316,8 @@ class MainWindow(QMainWindow):
                                on_result=self._on_logprobs, on_failure=self._on_trace_failed)
 
     def _logprobs_request(self, traced: TraceRequest) -> LogprobsRequest:
-        return LogprobsRequest(text=traced.text, mask=traced.mask, ablation=traced.ablation,
-                               position=traced.position, top_k=traced.top_k)
+        return LogprobsRequest(text=traced.text, intervention=traced.intervention, position=traced.position,
+                               top_k=traced.top_k)
 
     def _on_logprobs(self, answer) -> None:
         value, st = answer.value, self.state

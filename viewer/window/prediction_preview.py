@@ -8,27 +8,25 @@ forward), while the capture that redraws every later heatmap follows.
 
 from __future__ import annotations
 
-import numpy as np
-
 from transformer_viewer.viewer.worker.requests import PredictRequest, PredictResult
 
 
 def worth_asking(state) -> bool:
     """Whether a head toggle should first ask for the prediction alone (a `PredictRequest`)."""
-    info = state.model_info
-    if info is None or state.trace is None or not state.prompt or not state.mask.any():
-        return False  # nothing to compare against yet, or an unmasked run (answered from the cache)
-    return state.mask.shape == (info.n_layer, info.n_head)
+    # Nothing to compare against yet, or an unmasked run (answered from the cache). The state's
+    # Intervention was made for the model's shape (set_model remakes it when the shape changes).
+    return state.model_info is not None and state.trace is not None and bool(state.prompt) \
+        and not state.intervention.is_empty
 
 
 def show_if_current(window, request: PredictRequest, value: PredictResult) -> None:
     """Show the prediction when it answers the state as it is now and the views have not
-    caught up with it already (a trace of the same mask may have come first)."""
+    caught up with it already (a trace of the same intervention may have come first)."""
     st = window.state
     if value.next is None or st.trace is None:
         return
-    if request.text != st.prompt or request.ablation != st.ablation or not np.array_equal(request.mask, st.mask):
+    if request.text != st.prompt or request.intervention != st.intervention:
         return
-    if np.array_equal(st.trace.mask, st.mask) and st.trace.ablation == st.ablation:
+    if st.trace.intervention == st.intervention:
         return
-    window.logits.show_preview(value.next, request.mask, request.ablation)
+    window.logits.show_preview(value.next, request.intervention)

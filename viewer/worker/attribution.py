@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from transformer_viewer.model.errors import stop_if_cancelled
-from transformer_viewer.viewer.worker.requests import Request, session_mask
+from transformer_viewer.viewer.worker.requests import Request
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -18,8 +18,7 @@ class AttributionRequest(Request):
     text: str = ""
     position: int | None = None  # None: the last token
     tokens: tuple[int, ...] = ()  # (): the top token; (A,): A's logit; (A, B): logit(A) - logit(B)
-    mask: Any = None  # (L, nh) bool ndarray or None
-    ablation: str = "zero"
+    intervention: Any = None  # Intervention (model/capture/interventions.py); None: the clean run
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,8 +31,7 @@ class HeadSourcesRequest(Request):
     head: int = 0
     position: int | None = None
     tokens: tuple[int, ...] = ()
-    mask: Any = None
-    ablation: str = "zero"
+    intervention: Any = None  # Intervention (model/capture/interventions.py); None: the clean run
 
 
 def handle_attribution(session, request: AttributionRequest, progress, is_cancelled):
@@ -48,7 +46,7 @@ def handle_attribution(session, request: AttributionRequest, progress, is_cancel
         report(layer, n_layer)
 
     return logit_attribution(session, request.position, tokens=request.tokens or None,
-                             mask=session_mask(session, request.mask), ablation=request.ablation, step=step)
+                             intervention=request.intervention, step=step)
 
 
 def handle_head_sources(session, request: HeadSourcesRequest, progress, is_cancelled):
@@ -57,4 +55,4 @@ def handle_head_sources(session, request: HeadSourcesRequest, progress, is_cance
     session.prepare_analysis(request.text)
     stop_if_cancelled(is_cancelled)
     return head_sources(session, request.layer, request.head, request.position, tokens=request.tokens or None,
-                        mask=session_mask(session, request.mask), ablation=request.ablation)
+                        intervention=request.intervention)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from transformer_viewer.viewer.worker.requests import Request, session_mask
+from transformer_viewer.viewer.worker.requests import Request
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -19,8 +19,7 @@ class GenerateRequest(Request):
     temperature: float = 0.0
     top_k: int | None = None
     seed: int | None = None
-    mask: Any = None
-    ablation: str = "zero"
+    intervention: Any = None  # Intervention (model/capture/interventions.py); None: the clean run
 
 
 def handle_generate(session, request: GenerateRequest, progress, is_cancelled):
@@ -31,5 +30,5 @@ def handle_generate(session, request: GenerateRequest, progress, is_cancelled):
     def report(done, total):
         progress(done, total, f"generating: {done}/{total} tokens")
     return generate(session, request.n_tokens, temperature=request.temperature, top_k=request.top_k,
-                    seed=request.seed, mask=session_mask(session, request.mask), ablation=request.ablation,
+                    seed=request.seed, intervention=request.intervention,
                     progress=report, is_cancelled=is_cancelled)

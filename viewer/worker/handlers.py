@@ -10,9 +10,9 @@ import math
 import os
 import time
 
-import numpy as np
 import torch
 
+from transformer_viewer.model.capture.interventions import Intervention
 from transformer_viewer.model.capture.session import DEFAULT_MEMORY_BUDGET, Session
 from transformer_viewer.model.capture.trace import Trace
 from transformer_viewer.model.checkpoints.checkpoint import bundled_checkpoint_path, load_checkpoint
@@ -68,7 +68,7 @@ class WorkerSession(Session):
         super().__init__(loaded, **kwargs)
         self.prompt_text: str | None = None  # the text last given to set_prompt
         self.clean: Trace | None = None  # unmasked trace of prompt_text
-        self.masked: tuple[tuple, Trace] | None = None  # (key, trace) of the last masked run
+        self.masked: tuple[Intervention, Trace] | None = None  # (intervention, trace) of the last masked run
         self.scratch: dict = {}
 
     def ensure_prompt(self, text: str) -> bool:
@@ -184,32 +184,31 @@ def handle_trace(session: WorkerSession, request: TraceRequest, progress, is_can
     if clean is None:
         # The views first; the log-probabilities follow as a LogprobsRequest. A newer request
         # for the same prompt (a head toggled meanwhile) starts from this clean run: it finishes.
-        clean = session.run(None, "zero", position, k, logprobs=False, progress=layers,
+        clean = session.run(None, None, position, k, logprobs=False, progress=layers,
                             is_cancelled=lambda: is_cancelled() and not _newer_needs(is_cancelled, request, False))
     elif clean.next.position != position or len(clean.next.top_ids) != k:
         # Same prompt, another prediction position: only the next-token distribution moves.
-        nxt = session.predict(None, "zero", position, k, update_cache=False)
+        nxt = session.predict(None, None, position, k, update_cache=False)
         clean = dataclasses.replace(clean, next=nxt)
     session.clean = clean
-    mask = None if request.mask is None else np.asarray(request.mask, dtype=bool)
-    masked = mask is not None and bool(mask.any())
+    change = request.intervention
+    masked = change is not None and not change.is_empty
     if is_cancelled() and not (masked and _newer_needs(is_cancelled, request, True)):
         raise Cancelled  # superseded: the newer request takes it from here
     if not masked:
         trace = clean
     else:
-        key = _mask_key(mask, request.ablation)
-        if session.masked is None or session.masked[0] != key:
+        if session.masked is None or session.masked[0] != change:  # equal Interventions: the same run
             # The views first; the log-probabilities follow as a LogprobsRequest. A newer request
             # with the same mask (another query position) takes this trace as it is: it finishes.
-            trace = session.run(mask, request.ablation, position, k, logprobs=False, progress=layers,
+            trace = session.run(change, None, position, k, logprobs=False, progress=layers,
                                 is_cancelled=lambda: is_cancelled() and not _newer_needs(is_cancelled, request, True))
         else:
             trace = session.masked[1]
             if trace.next.position != position or len(trace.next.top_ids) != k:
-                nxt = session.predict(mask, request.ablation, position, k, update_cache=False)
+                nxt = session.predict(change, None, position, k, update_cache=False)
                 trace = dataclasses.replace(trace, next=nxt)
-        session.masked = (key, trace)
+        session.masked = (change, trace)
         if is_cancelled():  # superseded while the masked run finished: the newer request takes it from here
             raise Cancelled
     return TraceResult(trace=trace, clean=clean, forward_ms=(time.perf_counter() - t0) * 1000.0,
@@ -218,26 +217,21 @@ def handle_trace(session: WorkerSession, request: TraceRequest, progress, is_can
 
 def _newer_needs(is_cancelled, request: TraceRequest, masked: bool) -> bool:
     """Whether the request that superseded this one starts from what this one is computing:
-    the clean run of the same prompt, or (`masked`) the masked run of the same prompt and mask."""
+    the clean run of the same prompt, or (`masked`) the masked run of the same prompt and
+    intervention."""
     newer = getattr(is_cancelled, "newer", None)
     if newer is None or getattr(newer, "text", None) != request.text:
         return False
     if not masked:
         return True
-    theirs = getattr(newer, "mask", None)
-    return theirs is not None and (_mask_key(np.asarray(theirs, dtype=bool), newer.ablation)
-                                   == _mask_key(np.asarray(request.mask, dtype=bool), request.ablation))
-
-
-def _mask_key(mask: np.ndarray, ablation: str) -> tuple:
-    return (mask.tobytes(), mask.shape, ablation)
+    return getattr(newer, "intervention", None) == request.intervention
 
 
 def handle_logprobs(session: WorkerSession, request: LogprobsRequest, progress, is_cancelled) -> LogprobsResult:
     """Fill in the per-token log-probabilities of the clean trace (if not yet there) and of the
     trace the request names: the masked one the last TraceRequest made, or the clean one."""
     vocabulary = progress_after_delay(progress, "log-probabilities of the prompt's tokens…")
-    mask = None if request.mask is None else np.asarray(request.mask, dtype=bool)
+    change = request.intervention
     clean = session.clean
     if request.text != session.prompt_text or clean is None:
         return LogprobsResult(None)  # another prompt since: a newer trace request handles it
@@ -247,11 +241,11 @@ def handle_logprobs(session: WorkerSession, request: LogprobsRequest, progress, 
         if logprobs is None:
             raise Cancelled
         session.clean = filled = clean = dataclasses.replace(clean, token_logprobs=logprobs)
-    if mask is None or not mask.any():
+    if change is None or change.is_empty:
         return LogprobsResult(clean, filled)
     masked = session.masked
-    if masked is None or masked[0] != _mask_key(mask, request.ablation):
-        return LogprobsResult(None, filled)  # another mask since: a newer trace request handles it
+    if masked is None or masked[0] != change:
+        return LogprobsResult(None, filled)  # another intervention since: a newer trace request handles it
     trace = masked[1]
     if trace.token_logprobs is None:
         logprobs = session.token_logprobs(trace, is_cancelled, vocabulary)
@@ -271,6 +265,6 @@ def handle_predict(session: WorkerSession, request: PredictRequest, progress, is
         return PredictResult(None)  # no clean run of this prompt yet: the trace request does it all
     position = _prediction_position(request, len(session.tokens.ids))
     layers = progress_after_delay(progress, "predicting: layer {step} of {total}…")
-    nxt = session.predict(np.asarray(request.mask, dtype=bool), request.ablation, position, int(request.top_k),
+    nxt = session.predict(request.intervention, None, position, int(request.top_k),
                           update_cache=False, progress=layers, is_cancelled=is_cancelled)
     return PredictResult(nxt)

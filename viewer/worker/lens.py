@@ -13,26 +13,25 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from transformer_viewer.model.errors import stop_if_cancelled
-from transformer_viewer.viewer.worker.requests import Request, session_mask
+from transformer_viewer.viewer.worker.requests import Request
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
 class LensRequest(Request):
-    """The logit lens of `text` under `mask`, and of the clean model when something is masked."""
+    """The logit lens of `text` under `intervention`, and of the clean model when it changes anything."""
 
     kind: ClassVar[str] = "lens"
     text: str = ""
-    mask: Any = None  # (L, nh) bool ndarray or None
-    ablation: str = "zero"
+    intervention: Any = None  # Intervention (model/capture/interventions.py); None: the clean run
     window: tuple[int, int] | None = None  # positions window[0]..window[1]-1; None: all
 
 
 @dataclass(frozen=True)
 class LensResult:
-    lens: Any  # LogitLens under the mask (reference_ids = the clean top tokens)
+    lens: Any  # LogitLens under the intervention (reference_ids = the clean top tokens)
     clean: Any  # LogitLens of the clean model (the same object when nothing is masked)
     diff: Any  # (L + 1, T) float32 p_masked(clean top) - p_clean(clean top); zeros when unmasked
-    mask: Any  # the mask it was computed under
+    intervention: Any  # the Intervention it was computed under
     text: str = ""
     start: int = 0  # the position of the lens's first column
     n_tokens: int = 0  # the prompt's length (the lens may cover a window of it)
@@ -43,13 +42,15 @@ def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensRe
 
     from transformer_viewer.model.analysis.diff import lens_diff
     from transformer_viewer.model.analysis.lens import logit_lens
+    from transformer_viewer.model.capture.interventions import as_intervention
 
     session.prepare_analysis(request.text)
-    mask = session_mask(session, request.mask)
+    change = as_intervention(session.config, request.intervention)  # None: the clean run's
+    mask = change.mask
     T = len(session.tokens.ids)
     window = (0, T) if request.window is None else tuple(request.window)
     rows = session.config.n_layer + 1
-    passes = 2 if mask.any() else 1
+    passes = 1 if change.is_empty else 2
 
     def step(offset):
         def report(done, total):
@@ -62,19 +63,19 @@ def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensRe
 
     clean = _windowed(session.scratch, "lens:clean", (), window, clean_part)
     done = dict(text=request.text, start=window[0], n_tokens=T)
-    if not mask.any():
-        return LensResult(lens=clean, clean=clean, diff=np.zeros_like(clean.top_probs), mask=mask, **done)
+    if change.is_empty:
+        return LensResult(lens=clean, clean=clean, diff=np.zeros_like(clean.top_probs), intervention=change, **done)
     # A head in layer l changes resid_pre of layer l + 1 on: rows 0..l are the clean lens's.
     first = int(np.flatnonzero(mask.any(axis=1))[0])
 
     def masked_part(a, b):
         part = clean.columns(a - window[0], b - window[0])
-        masked_resid = session.masked_residuals(mask, request.ablation)  # a rerun from layer `first`
+        masked_resid = session.masked_residuals(change)  # a rerun from layer `first`
         return logit_lens(session, masked_resid, reference_ids=part.top_ids, positions=(a, b), step=step(rows),
                           known=part, known_rows=first + 1)
 
-    lens = _windowed(session.scratch, "lens:masked", (mask.tobytes(), request.ablation), window, masked_part)
-    return LensResult(lens=lens, clean=clean, diff=lens_diff(clean, lens), mask=mask, **done)
+    lens = _windowed(session.scratch, "lens:masked", (change,), window, masked_part)
+    return LensResult(lens=lens, clean=clean, diff=lens_diff(clean, lens), intervention=change, **done)
 
 
 def _windowed(scratch: dict, name: str, key: tuple, window: tuple[int, int], compute):

@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import numpy as np
-
 # Raised by a handler that saw `is_cancelled()`, or by the model code it passed the flag to;
 # comes back as a cancelled Failure. One class for both: the model's (it imports no torch).
 from transformer_viewer.model.errors import Cancelled  # noqa: F401 - handlers raise it, the client catches it
@@ -60,19 +58,18 @@ class DeviceRequest(Request):
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
 class TraceRequest(Request):
-    """Run `text` clean (cached per prompt) and, when `mask` has any head, masked too."""
+    """Run `text` clean (cached per prompt) and, when `intervention` changes anything, under it too."""
 
     kind: ClassVar[str] = "trace"
     text: str = ""
-    mask: Any = None  # (L, nh) bool ndarray or None
-    ablation: str = "zero"
+    intervention: Any = None  # Intervention (model/capture/interventions.py); None: the clean run
     position: int | None = None  # prediction position; None: the last token
     top_k: int = 10
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
 class PredictRequest(TraceRequest):
-    """Only the next-token distribution of `text` under `mask`: the quick answer to a head
+    """Only the next-token distribution of `text` under `intervention`: the quick answer to a head
     toggle, shown while the TraceRequest submitted after it redraws every view. Its own kind,
     so the two do not supersede each other."""
 
@@ -81,8 +78,8 @@ class PredictRequest(TraceRequest):
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
 class LogprobsRequest(TraceRequest):
-    """The per-token log-probabilities of the trace of `text` under `mask` (the clean one
-    without a mask): the second, cancellable pass after the views have landed (the unembedding
+    """The per-token log-probabilities of the trace of `text` under `intervention` (the clean
+    one without): the second, cancellable pass after the views have landed (the unembedding
     at every position is the costliest part of a capture at short prompts and of a late-layer
     toggle). The clean trace's come first, whatever the mask: masked views compare against them."""
 
@@ -164,7 +161,7 @@ class TraceResult:
 
 @dataclass(frozen=True)
 class PredictResult:
-    next: Any  # NextToken under the request's mask; None when there was no clean run to start from
+    next: Any  # NextToken under the request's intervention; None when there was no clean run to start from
 
 
 @dataclass(frozen=True)
@@ -186,9 +183,4 @@ class NewSession:
     session: Any
     value: Any
 
-
-def session_mask(session, mask) -> np.ndarray:
-    """A request's head mask for the session's model (None: nothing masked)."""
-    L, nh = session.config.n_layer, session.config.n_head
-    return np.zeros((L, nh), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from transformer_viewer.model.errors import stop_if_cancelled
-from transformer_viewer.viewer.worker.requests import Request, session_mask
+from transformer_viewer.viewer.worker.requests import Request
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -20,8 +20,7 @@ class RolloutRequest(Request):
     layers: tuple[int, int] | None = None  # (a, b): layers a..b-1; None: every layer
     heads: Any = "mean"  # "mean", "max", or (layer, head) pairs
     residual: bool = True
-    mask: Any = None  # (L, nh) bool ndarray or None
-    ablation: str = "zero"
+    intervention: Any = None  # Intervention (model/capture/interventions.py); None: the clean run
 
 
 def handle_rollout(session, request: RolloutRequest, progress, is_cancelled):
@@ -36,5 +35,4 @@ def handle_rollout(session, request: RolloutRequest, progress, is_cancelled):
         report(i, n)
 
     return rollout_rows(session, request.first, request.stop, layers=request.layers, heads=request.heads,
-                        residual=request.residual, mask=session_mask(session, request.mask),
-                        ablation=request.ablation, step=step)
+                        residual=request.residual, intervention=request.intervention, step=step)

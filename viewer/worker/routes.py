@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from transformer_viewer.model.errors import stop_if_cancelled
-from transformer_viewer.viewer.worker.requests import Request, session_mask
+from transformer_viewer.viewer.worker.requests import Request
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
@@ -17,8 +17,7 @@ class RoutesRequest(Request):
     position: int | None = None  # None: the last token
     threshold: float = 0.04
     renormalize: bool = True
-    mask: Any = None  # (L, nh) bool ndarray or None
-    ablation: str = "zero"
+    intervention: Any = None  # Intervention (model/capture/interventions.py); None: the clean run
 
 
 def handle_routes(session, request: RoutesRequest, progress, is_cancelled):
@@ -33,5 +32,4 @@ def handle_routes(session, request: RoutesRequest, progress, is_cancelled):
         report(i, n_layer)
 
     return information_routes(session, request.position, threshold=request.threshold,
-                              renormalize=request.renormalize, mask=session_mask(session, request.mask),
-                              ablation=request.ablation, step=step)
+                              renormalize=request.renormalize, intervention=request.intervention, step=step)

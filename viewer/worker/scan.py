@@ -6,20 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from transformer_viewer.viewer.worker.requests import Request, session_mask
+from transformer_viewer.viewer.worker.requests import Request
 
 
 @dataclass(frozen=True, eq=False)  # holds an ndarray: compared by identity
 class ScanRequest(Request):
-    """Ablate each head on top of `base_mask`."""
+    """Ablate each head on top of `intervention` (which also says how)."""
 
     kind: ClassVar[str] = "scan"
     text: str = ""
     target: int | None = None  # None: the baseline's top token
     distractor: int | None = None
     position: int | None = None  # None: the last token
-    ablation: str = "zero"
-    base_mask: Any = None
+    intervention: Any = None  # Intervention (model/capture/interventions.py); None: the clean run
 
 
 def handle_scan(session, request: ScanRequest, progress, is_cancelled):
@@ -30,5 +29,5 @@ def handle_scan(session, request: ScanRequest, progress, is_cancelled):
     def report(done, total):
         progress(done, total, f"scanning heads: {done}/{total}")
     return head_scan(session, target=request.target, distractor=request.distractor, position=request.position,
-                     ablation=request.ablation, base_mask=session_mask(session, request.base_mask),
+                     intervention=request.intervention,
                      progress=report, is_cancelled=is_cancelled)

@@ -111,7 +111,7 @@ def test_prediction_and_recompute_use_the_prompts_own_base(pair):
     fast = s.predict(mask).probs
     with torch.no_grad():
         loaded.model(_ids(2 * ORIGINAL))  # another length in between, with frequencies of its own
-    full = session_on(loaded, ids).run(mask=mask).next.probs
+    full = session_on(loaded, ids).run(mask).next.probs
     assert np.abs(fast - full).max() <= 1e-6
 
 

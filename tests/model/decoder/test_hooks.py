@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from tests.helpers.models import tiny_loaded
-from transformer_viewer.model.capture.interventions import check_intervention
 from transformer_viewer.model.capture.session import Session
 from transformer_viewer.model.decoder.config import GPTConfig
 from transformer_viewer.model.decoder.gpt import GPT
@@ -23,7 +22,6 @@ from transformer_viewer.model.decoder.hooks import (
     reading,
     run_with_cache,
 )
-from transformer_viewer.model.errors import ModelError
 
 BLOCK_HOOKS = [
     "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_pattern",
@@ -142,19 +140,6 @@ def test_reading_sees_what_an_earlier_hook_returned():
     assert torch.count_nonzero(seen[0]) == 0
     assert set(kept) == {"blocks.0.hook_resid_mid"}
     assert count_hooks(model) == 0
-
-
-def test_one_check_for_masks_and_ablations():
-    mask = [[True, False, False, False], [False] * 4]
-    out = check_intervention(CONFIG, mask, "mean")
-    assert out.dtype == bool and out.shape == (2, 4) and out[0, 0] and out.sum() == 1
-    source = np.zeros((2, 4), dtype=bool)
-    assert check_intervention(CONFIG, source, "zero") is not source  # a copy the caller may keep
-    assert not check_intervention(CONFIG, None, "zero").any()
-    with pytest.raises(ModelError, match="ablation must be one of zero, mean, got 'half'"):
-        check_intervention(CONFIG, None, "half")
-    with pytest.raises(ModelError, match=r"base mask has shape \(4, 2\); this model needs \(2, 4\)"):
-        check_intervention(CONFIG, np.zeros((4, 2)), "zero", what="base mask")
 
 
 def test_hook_shapes():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.interventions import ablating
 from transformer_viewer.model.capture.session import Session
 from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 from transformer_viewer.model.decoder.config import GPTConfig
@@ -167,8 +168,7 @@ def test_the_exported_state_has_the_log_probabilities_the_window_fills_in_later(
     mask = np.zeros((2, 4), dtype=bool)
     mask[0, 1] = masked
     worker = InlineWorker(WorkerSession(load_checkpoint(ckpt), keep_full=True))
-    st = _state(worker, mask, argparse.Namespace(prompt=PROMPT, ablation="zero", query=None,
-                                                                   layer=None, head=None))
+    st = _state(worker, ablating(mask), argparse.Namespace(prompt=PROMPT, query=None, layer=None, head=None))
     assert (st.trace is st.clean_trace) == (not masked)
     np.testing.assert_allclose(st.clean_trace.token_logprobs, reference().token_logprobs, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(st.trace.token_logprobs, reference(mask if masked else None).token_logprobs,

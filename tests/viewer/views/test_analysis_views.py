@@ -315,7 +315,7 @@ def test_continue_appends_greedy_tokens_and_views_cover_them(window, qtbot, ckpt
     a.generate.seed_spin.setValue(7)
     req = a.generate.request()
     assert req.temperature == pytest.approx(1.0) and req.seed == 7 and req.top_k == 40
-    assert np.array_equal(req.mask, st.mask)
+    assert req.intervention == st.intervention
 
 
 def test_a_prompt_edited_while_generating_is_kept(window, qtbot):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.interventions import ablating
 from tests.helpers.models import scaled_init_loaded
 from tests.helpers.window import WAIT_MS
 from transformer_viewer.model.capture.on_demand import mlp_activations
@@ -36,7 +37,7 @@ def compact(qtbot):
 
 def run_traces(qtbot, client, state, mask=None):
     got = []
-    client.submit(TraceRequest(text=PROMPT, mask=mask), on_result=got.append)
+    client.submit(TraceRequest(text=PROMPT, intervention=ablating(mask)), on_result=got.append)
     qtbot.waitUntil(lambda: bool(got) and not client.busy, timeout=WAIT_MS)
     if mask is not None:
         state.set_mask(mask)

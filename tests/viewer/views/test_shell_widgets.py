@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
+from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.state import ModelInfo, ViewerState
 from transformer_viewer.viewer.views.prompt_editor import PromptEditor
 from transformer_viewer.viewer.views.token_strip import ChipCanvas
@@ -39,8 +40,8 @@ def test_state_signals_fire_on_change_only(qapp):
     st.toggle_head(1, 1)
     st.set_mask(st.mask.copy())  # same values: no signal
     assert spy.events.count("mask_changed") == 1 and st.is_masked
-    with pytest.raises(ValueError):
-        st.set_mask(np.zeros((2, 2), bool))
+    with pytest.raises(ModelError, match=r"head mask has shape \(2, 2\); this model needs \(3, 4\)"):
+        st.set_mask(np.zeros((2, 2), bool))  # checked where the Intervention is made
     with pytest.raises(ValueError):
         st.mask[0, 0] = True  # read-only: changes go through set_mask
     st.set_ablation("mean")

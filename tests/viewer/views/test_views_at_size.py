@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 
 from tests.helpers.fake_traces import fake_next, fake_state, fake_trace
+from tests.helpers.interventions import ablating
 from tests.helpers.models import scaled_init_loaded
 from transformer_viewer.model.analysis.lens import logit_lens
 from transformer_viewer.model.decoder.config import GPTConfig
@@ -193,13 +194,13 @@ def test_the_lens_request_reports_rows_and_stops_when_cancelled(long_session):
     mask = np.zeros((2, 4), dtype=bool)
     mask[0, 3] = True
     seen = []
-    r = handle_lens(session, LensRequest(text=prompt, mask=mask, window=(10, 40)), lambda *a: seen.append(a[:2]),
+    r = handle_lens(session, LensRequest(text=prompt, intervention=ablating(mask), window=(10, 40)), lambda *a: seen.append(a[:2]),
                     lambda: False)
     assert (r.start, r.n_tokens, r.lens.n_tokens) == (10, len(session.tokens.ids), 30)
     done = [d for d, _total in seen]
     assert seen[-1] == (6, 6) and done == sorted(done) and 3 in done  # 3 rows clean, then 3 masked
     with pytest.raises(Cancelled):
-        handle_lens(session, LensRequest(text=prompt, mask=mask, window=(0, 20)), lambda *a: None, lambda: True)
+        handle_lens(session, LensRequest(text=prompt, intervention=ablating(mask), window=(0, 20)), lambda *a: None, lambda: True)
 
 
 @pytest.mark.parametrize("layer", [0, 1])
@@ -210,7 +211,7 @@ def test_the_lens_request_lends_clean_rows_and_answers_as_a_full_masked_lens(lon
     mask = np.zeros((2, 4), dtype=bool)
     mask[layer, :3] = True
     window = (20, 60)
-    r = handle_lens(session, LensRequest(text=prompt, mask=mask, window=window), lambda *a: None, lambda: False)
+    r = handle_lens(session, LensRequest(text=prompt, intervention=ablating(mask), window=window), lambda *a: None, lambda: False)
     clean = logit_lens(session, session.masked_residuals(), positions=window)
     full = logit_lens(session, session.masked_residuals(mask), reference_ids=clean.top_ids, positions=window)
     for name in ("top_ids", "final_ranks", "reference_ids"):
@@ -232,7 +233,7 @@ def test_a_moved_lens_window_computes_only_its_new_positions(long_session, monke
     mask[1, 2] = True
 
     def lens(window, m=None):
-        return handle_lens(session, LensRequest(text=prompt, mask=m, window=window), lambda *a: None, lambda: False)
+        return handle_lens(session, LensRequest(text=prompt, intervention=ablating(m), window=window), lambda *a: None, lambda: False)
 
     lens((10, 40), mask)
     assert asked == [(10, 40), (10, 40)]  # clean, then masked

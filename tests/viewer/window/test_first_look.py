@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.helpers.interventions import ablating
 from tests.helpers.window import PROMPT, new_window, wait_idle
 from transformer_viewer.viewer.window import empty_states as es
 from transformer_viewer.viewer.window.status_bar import StatusBar
@@ -103,7 +104,7 @@ def test_trace_result_carries_the_worker_threads_own_time(tiny_ckpt):
     from transformer_viewer.viewer.worker.requests import TraceRequest
 
     session = WorkerSession(load_checkpoint(tiny_ckpt, device="cpu"))
-    result = handle_trace(session, TraceRequest(text=PROMPT, mask=np.zeros((2, 4), bool), ablation="zero",
+    result = handle_trace(session, TraceRequest(text=PROMPT, intervention=ablating(np.zeros((2, 4), bool)),
                                                 position=None, top_k=5), None, lambda: False)
     assert result.compute_ms is not None and 0 < result.compute_ms
 

@@ -141,7 +141,7 @@ def test_a_toggle_shows_the_prediction_before_the_views_catch_up(qtbot, window, 
     masked_traces = []
 
     def held_trace(session, request, progress, is_cancelled):
-        if request.mask is not None and np.asarray(request.mask).any():
+        if request.intervention is not None and not request.intervention.is_empty:
             masked_traces.append(request)
             gate.wait(30)
         return handle_trace(session, request, progress, is_cancelled)
@@ -213,7 +213,7 @@ def test_mask_grid_drag_right_click_clear_invert(qtbot, window):
     assert st.mask[0].all() and not st.mask[1].any()
     qtbot.mouseClick(window.mask_grid.clear_button, Qt.LeftButton)
     assert not st.mask.any()
-    window.mask_grid.mean.setChecked(True)
+    window.mask_grid.ablation_buttons["mean"].setChecked(True)
     assert st.ablation == "mean"
     st.toggle_head(0, 0)
     wait_idle(qtbot, window, lambda: st.trace.mask[0, 0] and st.trace.ablation == "mean")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.handlers import swap_handler
+from tests.helpers.interventions import ablating
 from tests.helpers.window import PROMPT, WAIT_MS, reference_session
 from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import CheckpointError, ModelError
@@ -143,7 +144,7 @@ def test_masked_trace_keeps_the_clean_baseline_and_reuses_early_layers(qtbot, cl
     client.submit(LoadRequest(path=tiny_ckpt, device="cpu"))
     mask = np.zeros((2, 4), dtype=bool)
     mask[1, 2] = True
-    client.submit(TraceRequest(text=PROMPT, mask=mask))
+    client.submit(TraceRequest(text=PROMPT, intervention=ablating(mask)))
     qtbot.waitUntil(_answered(col, 2), timeout=WAIT_MS)
     result = col.results[1].value
     assert result.trace is not result.clean

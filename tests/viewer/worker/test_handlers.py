@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.interventions import ablating
 from tests.helpers.models import scaled_init_loaded
 from transformer_viewer.viewer.worker import handlers
 from transformer_viewer.viewer.worker.handlers import WorkerSession, handle_trace
@@ -76,7 +77,7 @@ def test_a_head_toggled_during_the_clean_capture_lets_it_finish_for_the_next_req
     L, nh = session.config.n_layer, session.config.n_head
     mask = np.zeros((L, nh), dtype=bool)
     mask[L - 1, 0] = True
-    newer = TraceRequest(text=PROMPT, mask=mask)
+    newer = TraceRequest(text=PROMPT, intervention=ablating(mask))
     flag = Flag(after=1, newer=newer)
     with pytest.raises(Cancelled):  # its own answer is stale: the newer request answers
         handle_trace(session, TraceRequest(text=PROMPT), lambda *a: None, flag)
@@ -94,8 +95,8 @@ def test_a_newer_mask_stops_the_masked_capture(session):
     other = mask.copy()
     other[0, 2] = True
     with pytest.raises(Cancelled):
-        handle_trace(session, TraceRequest(text=PROMPT, mask=mask), lambda *a: None,
-                     Flag(after=0, newer=TraceRequest(text=PROMPT, mask=other)))
+        handle_trace(session, TraceRequest(text=PROMPT, intervention=ablating(mask)), lambda *a: None,
+                     Flag(after=0, newer=TraceRequest(text=PROMPT, intervention=ablating(other))))
     assert session.masked is None
 
 
@@ -122,11 +123,11 @@ def test_a_superseded_prediction_stops(session, monkeypatch):
     mask = np.zeros((L, nh), dtype=bool)
     mask[0, 1] = True
     with pytest.raises(Cancelled):
-        handle_predict(session, PredictRequest(text=PROMPT, mask=mask), lambda *a: None,
-                       Flag(after=0, newer=PredictRequest(text=PROMPT, mask=~mask)))
+        handle_predict(session, PredictRequest(text=PROMPT, intervention=ablating(mask)), lambda *a: None,
+                       Flag(after=0, newer=PredictRequest(text=PROMPT, intervention=ablating(~mask))))
     monkeypatch.setattr(handlers, "PROGRESS_AFTER_S", 0.0)
     seen = []
-    answer = handle_predict(session, PredictRequest(text=PROMPT, mask=mask), lambda *a: seen.append(a), lambda: False)
+    answer = handle_predict(session, PredictRequest(text=PROMPT, intervention=ablating(mask)), lambda *a: seen.append(a), lambda: False)
     assert answer.next is not None and [a[:2] for a in seen] == [(layer, L) for layer in range(L)]
 
 
@@ -135,9 +136,9 @@ def test_another_query_position_during_the_masked_capture_lets_it_finish(session
     L, nh = session.config.n_layer, session.config.n_head
     mask = np.zeros((L, nh), dtype=bool)
     mask[0, 1] = True
-    newer = TraceRequest(text=PROMPT, mask=mask.copy(), position=3)
+    newer = TraceRequest(text=PROMPT, intervention=ablating(mask.copy()), position=3)
     with pytest.raises(Cancelled):
-        handle_trace(session, TraceRequest(text=PROMPT, mask=mask), lambda *a: None, Flag(after=0, newer=newer))
+        handle_trace(session, TraceRequest(text=PROMPT, intervention=ablating(mask)), lambda *a: None, Flag(after=0, newer=newer))
     kept = session.masked[1]
     answer = handle_trace(session, newer, lambda *a: None, lambda: False)
     assert answer.trace.run_id == kept.run_id and answer.trace.next.position == 3  # only the prediction moved

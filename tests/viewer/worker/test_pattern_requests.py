@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from tests.helpers.interventions import ablating
 from tests.helpers.models import scaled_init_loaded
 from transformer_viewer.model.capture.on_demand import head_pattern, pattern_tile
 from transformer_viewer.model.errors import ModelError
@@ -32,7 +33,7 @@ def traced():
     session = WorkerSession(scaled_init_loaded(seed=4))
     mask = np.zeros((2, 4), dtype=bool)
     mask[0, 1] = True
-    result = handle_trace(session, TraceRequest(text=PROMPT, mask=mask), _no_progress, lambda: False)
+    result = handle_trace(session, TraceRequest(text=PROMPT, intervention=ablating(mask)), _no_progress, lambda: False)
     return session, result
 
 

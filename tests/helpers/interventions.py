@@ -1,0 +1,18 @@
+"""An Intervention for a bare (L, nh) mask in tests that have the mask but not the config."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from transformer_viewer.model.capture.interventions import Intervention
+
+
+def ablating(mask, ablation: str = "zero") -> Intervention | None:
+    """The Intervention that ablates `mask`'s heads, for a model of the mask's shape (None: none,
+    the clean run)."""
+    if mask is None:
+        return None
+    L, nh = np.shape(mask)
+    return Intervention.make(SimpleNamespace(n_layer=L, n_head=nh), mask, ablation)
