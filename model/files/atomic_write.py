@@ -42,35 +42,7 @@ def replaced_mode(path: str | os.PathLike) -> int | None:
 def write_bytes(path: str | os.PathLike, data: bytes | bytearray | memoryview) -> str:
     """Atomically make `path` hold exactly `data`; returns the absolute path written. A file
     replaced keeps its own permission bits; a read-only one is refused (see `replaced_mode`)."""
-    path = os.path.abspath(os.fspath(path))
-    mode = replaced_mode(path)
-    folder, name = os.path.split(path)
-    view = memoryview(data).cast("B")
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
-    try:
-        written = 0
-        while written < len(view):
-            n = os.write(fd, view[written:written + CHUNK])
-            if n <= 0:  # the kernel took nothing: treat as the full disk it almost always is
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            written += n
-        os.fsync(fd)  # delayed-allocation file systems report a full disk only here
-        size = os.fstat(fd).st_size
-        if size != len(view):
-            raise OSError(errno.EIO, f"{size} of {len(view)} bytes reached the disk")
-        os.close(fd)
-        fd = -1
-        # mkstemp makes 0600; a new file is an ordinary one, a replaced one keeps its mode
-        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_chunks(path, (data,))
 
 
 def _umask() -> int:
@@ -81,15 +53,13 @@ def _umask() -> int:
 
 def write_chunks(path: str | os.PathLike, chunks) -> str:
     """Atomically make `path` hold the concatenated `chunks` (an iterable of bytes-like pieces,
-    never all in memory at once), each piece's write checked as `write_bytes` checks its data.
-    A new file gets 0666 less the umask; a file replaced keeps its own mode. Whatever the
-    iterable raises (a cancellation) removes the temporary file and propagates."""
+    never all in memory at once), every write checked; returns the absolute path written. A new
+    file gets 0666 less the umask; a file replaced keeps its own mode, and a read-only one is
+    refused before anything is written (`replaced_mode`). Whatever the iterable raises (a
+    cancellation) removes the temporary file and propagates."""
     path = os.path.abspath(os.fspath(path))
+    mode = replaced_mode(path)
     folder, name = os.path.split(path)
-    try:
-        mode = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
     try:
         total = 0
@@ -98,17 +68,18 @@ def write_chunks(path: str | os.PathLike, chunks) -> str:
             written = 0
             while written < len(view):
                 n = os.write(fd, view[written:written + CHUNK])
-                if n <= 0:
+                if n <= 0:  # the kernel took nothing: treat as the full disk it almost always is
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 written += n
             total += written
-        os.fsync(fd)
+        os.fsync(fd)  # delayed-allocation file systems report a full disk only here
         size = os.fstat(fd).st_size
         if size != total:
             raise OSError(errno.EIO, f"{size} of {total} bytes reached the disk")
         os.close(fd)
         fd = -1
-        os.chmod(tmp, mode)
+        # mkstemp makes 0600; a new file is an ordinary one, a replaced one keeps its mode
+        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         if fd >= 0:
