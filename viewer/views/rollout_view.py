@@ -1,6 +1,8 @@
 """Attention rollout (model/analysis/rollout.py, Abnar & Zuidema 2020) shown like a head's pattern:
 query rows, key columns, each row the query's share of each input token after the chosen layers,
-with the residual stream as the identity, each layer's heads combined by their mean or maximum.
+with the residual stream as the identity, each layer's heads combined by their mean, their
+maximum, or the mean of heads the user chooses ("L.H, L.H": a layer with none of them passes
+only its residual).
 
 One row needs every lower layer's pattern rows up to it, so the view never asks for the whole
 (T, T) product: it shows the block of BLOCK_ROWS query rows around the selected query, asked of
@@ -24,7 +26,7 @@ from transformer_viewer.viewer.views.parts import ExportButton, bar_over, view_b
 
 BLOCK_ROWS = 256  # query rows asked for at once (model/analysis/rollout.py takes up to 512)
 CACHE_BLOCKS = 16  # blocks kept: 16 x 256 rows x 8,192 keys x 4 bytes = 128 MB at most
-HEADS = ("mean", "max")
+HEADS = ("mean", "max", "chosen")
 
 
 def block_of(query: int, n_tokens: int, rows: int | None = None) -> tuple[int, int]:
@@ -51,6 +53,12 @@ class RolloutView(HeatmapExport, QtWidgets.QWidget):
         self.heads = QtWidgets.QComboBox()
         for h in HEADS:
             self.heads.addItem(f"heads: {h}", h)
+        self.chosen = QtWidgets.QLineEdit()
+        self.chosen.setPlaceholderText("L.H, L.H")
+        self.chosen.setToolTip("The heads whose mean each layer uses (0-based layer.head, comma separated); a layer "
+                               "with none of them passes only its residual")
+        self.chosen.setMinimumWidth(110)
+        self.chosen.hide()
         self.residual = QtWidgets.QCheckBox("residual")
         self.residual.setChecked(True)
         self.residual.setToolTip("Add the identity for the residual stream to each layer, (A + I) / 2, rows "
@@ -59,13 +67,14 @@ class RolloutView(HeatmapExport, QtWidgets.QWidget):
         self.info.setWordWrap(True)
         self.export_button = ExportButton(self, "rollout")
         bar = view_bar(self.info, self.export_button, QtWidgets.QLabel("layers"), self.first_layer,
-                       QtWidgets.QLabel("to"), self.last_layer, self.heads, self.residual)
+                       QtWidgets.QLabel("to"), self.last_layer, self.heads, self.chosen, self.residual)
         bar_over(self, bar, self.heatmap)
         self.cover = EmptyState(self.heatmap)
         self.cover.show_message("computing the rollout\u2026")
         for spin in (self.first_layer, self.last_layer):
             spin.valueChanged.connect(self._on_range)
-        self.heads.currentIndexChanged.connect(lambda _i: self.request())
+        self.heads.currentIndexChanged.connect(self._on_heads)
+        self.chosen.editingFinished.connect(self.request)
         self.residual.toggled.connect(lambda _on: self.request())
         self.heatmap.cell_clicked.connect(lambda row, _col: self._select_row(row))
         state.model_changed.connect(self._on_model)
@@ -93,23 +102,47 @@ class RolloutView(HeatmapExport, QtWidgets.QWidget):
             other.blockSignals(False)
         self.request()
 
-    def set_options(self, layers: tuple[int, int] | None = None, heads: str | None = None,
-                    residual: bool | None = None) -> None:
-        """Layers (a, b): a..b-1; heads "mean" or "max"; the residual term on or off."""
-        for w in (self.first_layer, self.last_layer, self.heads, self.residual):
+    def set_options(self, layers: tuple[int, int] | None = None, heads=None, residual: bool | None = None) -> None:
+        """Layers (a, b): a..b-1; heads "mean", "max" or (layer, head) pairs; the residual term on or off."""
+        for w in (self.first_layer, self.last_layer, self.heads, self.chosen, self.residual):
             w.blockSignals(True)
         try:
             if layers is not None:
                 self.first_layer.setValue(int(layers[0]))
                 self.last_layer.setValue(int(layers[1]) - 1)
-            if heads is not None:
+            if isinstance(heads, str):
                 self.heads.setCurrentIndex(HEADS.index(heads))
+            elif heads is not None:
+                self.heads.setCurrentIndex(HEADS.index("chosen"))
+                self.chosen.setText(", ".join(f"{layer}.{head}" for layer, head in heads))
+            self.chosen.setVisible(self.heads.currentData() == "chosen")
             if residual is not None:
                 self.residual.setChecked(bool(residual))
         finally:
-            for w in (self.first_layer, self.last_layer, self.heads, self.residual):
+            for w in (self.first_layer, self.last_layer, self.heads, self.chosen, self.residual):
                 w.blockSignals(False)
         self.request()
+
+    def _on_heads(self, _index: int) -> None:
+        chosen = self.heads.currentData() == "chosen"
+        self.chosen.setVisible(chosen)
+        if chosen and not self.chosen.text().strip():  # start from the selected head
+            self.chosen.setText(f"{self.state.layer}.{self.state.head}")
+        self.request()
+
+    def head_choice(self):
+        """"mean", "max", or the chosen heads as sorted (layer, head) pairs; None when the text
+        names no head of this model."""
+        from transformer_viewer.model.capture.prompts import parse_layer_head
+
+        how = self.heads.currentData()
+        if how != "chosen":
+            return how
+        pairs = [parse_layer_head(item) for item in self.chosen.text().split(",") if item.strip()]
+        st = self.state
+        if not pairs or any(p is None or not (0 <= p[0] < st.n_layer and 0 <= p[1] < st.n_head) for p in pairs):
+            return None
+        return tuple(sorted(set(pairs)))
 
     def layers(self) -> tuple[int, int]:
         return self.first_layer.value(), self.last_layer.value() + 1
@@ -124,7 +157,7 @@ class RolloutView(HeatmapExport, QtWidgets.QWidget):
         st = self.state
         if st.trace is None:
             return None
-        return (st.trace.run_id, st.trace.intervention, self.layers(), self.heads.currentData(), self.residual.isChecked(),
+        return (st.trace.run_id, st.trace.intervention, self.layers(), self.head_choice(), self.residual.isChecked(),
                 block_of(st.query_index, st.trace.n_tokens))
 
     def _on_trace(self, trace) -> None:
@@ -154,6 +187,10 @@ class RolloutView(HeatmapExport, QtWidgets.QWidget):
         key = self.key()
         if key is None or not self.isVisible():
             return
+        if key[3] is None:
+            self._say(f"heads: write the chosen heads as layer.head, comma separated (layers 0..{st.n_layer - 1}, "
+                      f"heads 0..{st.n_head - 1}), e.g. {st.layer}.{st.head}")
+            return
         if key in self.cache:
             self.cache.move_to_end(key)
             self._draw(self.cache[key])
@@ -161,7 +198,8 @@ class RolloutView(HeatmapExport, QtWidgets.QWidget):
         if key == self._pending_key:
             return
         first, stop = key[-1]
-        request = RolloutRequest(text=st.prompt, first=first, stop=stop, layers=key[2], heads=key[3],
+        heads = key[3] if isinstance(key[3], str) else list(key[3])
+        request = RolloutRequest(text=st.prompt, first=first, stop=stop, layers=key[2], heads=heads,
                                  residual=key[4], intervention=st.trace.intervention)
         self._pending, self._pending_key = request, key
         a, b = key[2]

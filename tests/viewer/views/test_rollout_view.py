@@ -46,6 +46,28 @@ def test_the_window_view_draws_the_rows_of_the_chosen_range(qtbot, tmp_path, tin
         w.close()
 
 
+def test_a_chosen_subset_of_heads_and_a_bad_choice(qtbot, tmp_path, tiny_ckpt):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        view = w.views[VIEW_ID]
+        w.show_view(VIEW_ID)
+        wait_idle(qtbot, w, lambda: view.result is not None)
+        ref = reference_session(tiny_ckpt)
+        T = w.state.trace.n_tokens
+        view.set_options(layers=(0, 2), heads=[(1, 0), (0, 1)])
+        assert view.chosen.isVisible() and view.chosen.text() == "1.0, 0.1"
+        wait_idle(qtbot, w, lambda: view.result.heads == "0.1,1.0")
+        np.testing.assert_allclose(view.matrix(), rollout_rows(ref, 0, T, heads=[(0, 1), (1, 0)]).rows,
+                                   rtol=1e-5, atol=1e-6)
+        view.chosen.setText("9.9")  # no such head: one line, nothing asked
+        view.chosen.editingFinished.emit()
+        assert "layer.head" in view.info.text() and view.result.heads == "0.1,1.0"
+        view.heads.setCurrentIndex(0)  # back to the mean
+        assert not view.chosen.isVisible()
+    finally:
+        w.close()
+
+
 def test_blocks_of_rows_a_late_answer_dropped(qtbot, tiny_ckpt, monkeypatch):
     """Blocks of rows around the selected query, never the whole product; an answer for a block
     or range no longer wanted is not drawn."""
