@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.files import regular_file
+from transformer_viewer.model.files.file_errors import CHMOD, read_errors
 
 
 def read_head(path: str, n: int) -> bytes:
     """Up to `n` bytes from the start of `path` (what decides its format); a path that is no
     regular file (a pipe, a device) is refused saying what it is, unread."""
-    try:
+    with read_errors(path, "put the checkpoint file itself there", "check the path", denied=CHMOD):
         return regular_file.read_head(path, n)
-    except PermissionError:
-        raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
-    except regular_file.NotRegularFile as e:
-        raise CheckpointError(f"{path}: {e.strerror}; put the checkpoint file itself there") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
 
 
 HEAD_BYTES = 64  # enough to tell every format we read, or name what a file is instead

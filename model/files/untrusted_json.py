@@ -21,6 +21,7 @@ import numpy as np
 
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.files import regular_file
+from transformer_viewer.model.files.file_errors import read_errors
 
 MAX_JSON_BYTES = 16 << 20  # GPT-2 XL's safetensors header is 60 KB; a config.json a few KB
 MAX_TEXT_BYTES = 4096  # refs/main holds one 40-character revision hash
@@ -74,14 +75,8 @@ def read_file(path: str, fix: str, where: str | None = None, max_bytes: int = MA
 def read_object(path: str, fix: str, max_bytes: int = MAX_JSON_BYTES) -> dict:
     """A JSON object from a file (config.json, tokenizer_config.json, ...), with the bounds above; a
     file that cannot be read or holds anything but an object is one line ending in `fix`."""
-    try:
+    with read_errors(path, fix, fix):
         obj = read_file(path, fix, max_bytes=max_bytes)
-    except PermissionError:
-        raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
-    except regular_file.NotRegularFile as e:
-        raise CheckpointError(f"{path}: {e.strerror}; {fix}") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: not a JSON object; {fix}")
     return obj

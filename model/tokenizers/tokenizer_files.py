@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from transformer_viewer.model.decoder.config import MAX_VOCAB_SIZE
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.files import folder_files, regular_file, untrusted_json
+from transformer_viewer.model.files.file_errors import read_errors
 from transformer_viewer.model.tokenizers.tokenizer import GPT2_PADDED_VOCAB, GPT2_VOCAB
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -66,23 +67,16 @@ def folder_tokenizer(folder: str, hf_config: dict) -> str:
 
 def read_text(path: str, limit: int, what: str) -> str:
     """The UTF-8 text of `path`, refused when it is larger than `limit` bytes or is no regular file."""
-    try:
-        with regular_file.open_regular(path) as f:
-            size = regular_file.size_of(f)
-            if size > limit:
-                raise CheckpointError(f"{path}: {size} bytes, more than the {limit >> 20} MiB a {what} may have; "
-                                      f"restore the model's own {os.path.basename(path)}")
-            data = f.read(limit + 1)
-    except PermissionError:
-        raise CheckpointError(f"{path}: permission denied; make it readable and retry") from None
-    except regular_file.NotRegularFile as e:
-        raise CheckpointError(f"{path}: {e.strerror}; restore the model's own {os.path.basename(path)}") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the folder") from None
+    own = f"restore the model's own {os.path.basename(path)}"
+    with read_errors(path, own, "check the folder"), regular_file.open_regular(path) as f:
+        size = regular_file.size_of(f)
+        if size > limit:
+            raise CheckpointError(f"{path}: {size} bytes, more than the {limit >> 20} MiB a {what} may have; {own}")
+        data = f.read(limit + 1)
     try:
         return data[:limit].decode("utf-8")
     except UnicodeDecodeError:
-        raise CheckpointError(f"{path}: not UTF-8 text; restore the model's own {os.path.basename(path)}") from None
+        raise CheckpointError(f"{path}: not UTF-8 text; {own}") from None
 
 
 def tokenizer_size_limit(vocab_size: int | None) -> int:

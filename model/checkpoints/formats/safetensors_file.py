@@ -29,6 +29,7 @@ import torch
 from transformer_viewer.model.checkpoints import load_watch
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.files import regular_file, untrusted_json
+from transformer_viewer.model.files.file_errors import CHMOD, read_errors
 
 MAX_HEADER = 100 << 20  # the format's own limit: larger is not a safetensors file
 MAX_TENSORS = 20_000  # entries in one header; GPT-2 XL has 580
@@ -201,14 +202,8 @@ def _ended_early(path: str, got: int, wanted: int) -> CheckpointError:
 def _opened(path: str) -> Iterator:
     """`regular_file.open_regular(path, buffering=0)`, every OSError (opening or reading) one
     CheckpointError line."""
-    try:
+    with read_errors(path, "put the safetensors file itself there", "check the path", denied=CHMOD):
         f = regular_file.open_regular(path, buffering=0)
-    except PermissionError:
-        raise CheckpointError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
-    except regular_file.NotRegularFile as e:
-        raise CheckpointError(f"{path}: {e.strerror}; put the safetensors file itself there") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
     with f:
         try:
             yield f

@@ -20,6 +20,7 @@ from transformer_viewer.model.checkpoints import load_watch
 from transformer_viewer.model.checkpoints.formats import pickle_safe, safetensors_file
 from transformer_viewer.model.errors import CheckpointError
 from transformer_viewer.model.files import folder_files, regular_file, untrusted_json
+from transformer_viewer.model.files.file_errors import read_errors
 from transformer_viewer.model.files.file_head import HEAD_BYTES, describe, read_head
 
 MAX_SHARDS = 1024  # the largest public models have a few hundred shards
@@ -106,14 +107,8 @@ def _short(key: str) -> str:
 
 
 def _weight_map(index_path: str) -> dict[str, str]:
-    try:
+    with read_errors(index_path, FIX, FIX):
         index = untrusted_json.read_file(index_path, FIX, where=f"{index_path}: not a valid shard index")
-    except PermissionError:
-        raise CheckpointError(f"{index_path}: permission denied; make it readable and retry") from None
-    except regular_file.NotRegularFile as e:
-        raise CheckpointError(f"{index_path}: {e.strerror}; {FIX}") from None
-    except OSError as e:
-        raise CheckpointError(f"{index_path}: cannot be read ({e.strerror or e}); {FIX}") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) and v for v in weight_map.values()):
         raise CheckpointError(f"{index_path}: not a valid shard index (it needs a weight_map from tensor names to "
