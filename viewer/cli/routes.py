@@ -3,9 +3,10 @@
 the information-flow routes (Ferrando & Voita 2024) from one position down to the input tokens.
 `--out` with .svg, .pdf or .png writes the graph as the window's Routes tab draws it.
 
-`--json` prints {"position", "threshold", "renormalized", "nodes": [{"id", "kind", "layer",
-"position"}...], "edges": [{"source", "target", "kind", "contribution", "heads"?}...],
-"token_share": [...], "expanded"}; see model/analysis/routes.py for what each means.
+`--json` prints {"model", "source", "prompt", "tokens", "position", "threshold", "renormalized",
+"nodes": [{"id", "kind", "layer", "position"}...], "edges": [{"source", "target", "kind",
+"contribution", "heads"?}...], "token_share": [...], "expanded"}; see model/analysis/routes.py
+for what each means.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def run(args) -> int:
     if figure:
         print(f"wrote {write_figure(r, session.tokens.labels, args.out)}", file=sys.stderr)
         return 0
-    obj = dict(r.to_json(), tokens=list(session.tokens.labels))
+    obj = dict(r.to_json(), model=session.loaded.name, source=session.loaded.source, prompt=session.tokens.text,
+               tokens=list(session.tokens.labels))
     if args.json or args.out is not None:
         write_json_or_print(obj, args.out)
     else:

@@ -43,6 +43,7 @@ def test_attribute_json_terms_sum_to_the_logit_and_match_the_library(ckpt, sessi
     mask[1, 2] = True
     ref = logit_attribution(session, position=-2, tokens=(262, 42), mask=mask)
     assert data["tokens"] == [262, 42] and data["position"] == ref.position and data["mask"] == ["1.2"]
+    assert data["prompt"] == PROMPT and data["source"] == ckpt
     assert data["logit"] == pytest.approx(ref.logit, abs=1e-6)
     assert [t["value"] for t in data["terms"]] == pytest.approx([t["value"] for t in ref.terms()], abs=1e-6)
     assert sum(t["value"] for t in data["terms"]) == pytest.approx(data["logit"], abs=1e-4)
@@ -66,6 +67,7 @@ def test_routes_json_matches_the_library(ckpt, session, capsys, tmp_path):
     assert len(data["nodes"]) == len(ref.nodes) and len(data["edges"]) == len(ref.edges)
     assert data["token_share"] == pytest.approx(ref.token_share.tolist(), abs=1e-6)
     assert data["tokens"] == list(session.tokens.labels)
+    assert data["prompt"] == PROMPT and data["model"] and data["source"] == ckpt
     out = tmp_path / "routes.json"
     rc, _, err = cli(capsys, "routes", ckpt, "--prompt", PROMPT, "--out", str(out), "--no-renormalize")
     assert rc == 0 and json.loads(out.read_text())["renormalized"] is False
