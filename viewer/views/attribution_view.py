@@ -252,9 +252,10 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         st = self.state
         if st.trace is None or not self.isVisible():
             return
-        want = (st.trace, st.query_index, self.tokens)
-        asked = self._asked
-        if asked is not None and asked[0] is want[0] and asked[1:] == want[1:]:
+        # The run, not the Trace object: the log-probabilities' second pass over the same run
+        # installs a new Trace of it, which changes nothing this view computes.
+        want = (st.trace.run_id, st.query_index, self.tokens)
+        if self._asked == want:
             self.request_sources()
             return
         self._asked = want

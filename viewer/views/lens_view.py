@@ -130,7 +130,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
 
         self.heatmap.cell_clicked.connect(lambda _r, col: state.set_selection(query=self._start + col))
         self._start = 0  # the position of the drawn lens's first column
-        self._asked: tuple | None = None  # (trace, window) last asked for
+        self._asked: tuple | None = None  # (run id, window) last asked for
         self._drawn: tuple | None = None  # (result, diff) the heatmap shows
         state.trace_changed.connect(self._on_trace)
         state.selection_changed.connect(self._on_selection)
@@ -146,6 +146,9 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
             self.refresh()
             return
         if self.worker is not None:
+            if self._asked is not None and self._asked[0] == trace.run_id and not self._pending:
+                self.refresh()  # the same run again (its log-probabilities came): the lens asked for stands
+                return
             if self.isVisible():
                 self.request()
             else:
@@ -178,7 +181,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         info = st.model_info
         size = WINDOW if info is None else window_size(info.n_layer + 1, info.vocab_size or 50257, info.n_embd)
         window = lens_window(st.trace.n_tokens, st.query_index, size)
-        self._asked = (st.trace, window)
+        self._asked = (st.trace.run_id, window)
         self.worker.submit(LensRequest(text=st.prompt, intervention=st.intervention,
                                        window=None if window == (0, st.trace.n_tokens) else window),
                            on_result=lambda answer: self.set_result(answer.value), on_failure=self._on_failed,

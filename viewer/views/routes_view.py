@@ -214,9 +214,10 @@ class RoutesView(QtWidgets.QWidget):
         if st.trace is None or not self.isVisible():
             return
         self._query_seen = st.query_index
-        want = (st.trace, self.target_position(), self.threshold_value(), self.renormalize.isChecked())
-        asked = self._asked
-        if asked is not None and asked[0] is want[0] and asked[1:] == want[1:]:
+        # The run, not the Trace object: a second pass over the same run (its log-probabilities)
+        # changes no route.
+        want = (st.trace.run_id, self.target_position(), self.threshold_value(), self.renormalize.isChecked())
+        if self._asked == want:
             return
         self._asked = want
         self._say(f"computing the routes to position {want[1]}\u2026")
