@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -113,3 +114,17 @@ def mask_of(window, *heads) -> np.ndarray:
     for layer, head in heads:
         mask[layer, head] = True
     return mask
+
+
+@contextlib.contextmanager
+def shown_view(qtbot, tmp_path, ckpt: str, view_id: str):
+    """A new window on the example prompt with the view `view_id` in front and its first result
+    drawn: yields (window, view); the window is closed afterwards."""
+    w = new_window(qtbot, tmp_path, ckpt)
+    try:
+        view = w.views[view_id]
+        w.show_view(view_id)
+        wait_idle(qtbot, w, lambda: view.result is not None)
+        yield w, view
+    finally:
+        w.close()

@@ -10,7 +10,7 @@ from PySide6 import QtCore
 
 from tests.helpers.cli import cli
 from tests.helpers.held_worker import HeldWorker, state_with_trace
-from tests.helpers.window import PROMPT, mask_of, new_window, reference_session, wait_idle
+from tests.helpers.window import PROMPT, mask_of, new_window, reference_session, shown_view, wait_idle
 from transformer_viewer.model.analysis.logit_attribution import head_sources, logit_attribution
 
 VIEW_ID = "attribution"
@@ -40,11 +40,7 @@ def test_export_of_a_logit_difference_and_its_figure(tiny_ckpt, capsys, tmp_path
 
 
 def test_the_window_view_follows_the_mask_and_the_selected_token(qtbot, tmp_path, tiny_ckpt):
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        view = w.views[VIEW_ID]
-        w.show_view(VIEW_ID)
-        wait_idle(qtbot, w, lambda: view.result is not None)
+    with shown_view(qtbot, tmp_path, tiny_ckpt, VIEW_ID) as (w, view):
         ref = reference_session(tiny_ckpt)
         want = logit_attribution(ref)
         np.testing.assert_allclose(view.matrix(), want.heads, rtol=1e-5, atol=1e-6)
@@ -63,16 +59,10 @@ def test_the_window_view_follows_the_mask_and_the_selected_token(qtbot, tmp_path
         want = logit_attribution(ref, position=2, mask=mask_of(w, (1, 2))).heads
         np.testing.assert_allclose(view.matrix(), want, rtol=1e-5, atol=1e-6)
         assert view.matrix()[1, 2] == 0.0
-    finally:
-        w.close()
 
 
 def test_clicking_a_head_selects_it_everywhere_and_splits_its_term_by_source(qtbot, tmp_path, tiny_ckpt):
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        view = w.views[VIEW_ID]
-        w.show_view(VIEW_ID)
-        wait_idle(qtbot, w, lambda: view.result is not None)
+    with shown_view(qtbot, tmp_path, tiny_ckpt, VIEW_ID) as (w, view):
         hm = view.heatmap
         QtCore.QCoreApplication.processEvents()
         pos = hm.graphics.mapFromScene(hm.cell_scene_pos(1, 3))
@@ -83,8 +73,6 @@ def test_clicking_a_head_selects_it_everywhere_and_splits_its_term_by_source(qtb
         ref = reference_session(tiny_ckpt)
         np.testing.assert_allclose(split, head_sources(ref, 1, 3), rtol=1e-5, atol=1e-6)
         assert float(split.sum()) == pytest.approx(float(view.result.heads[1, 3]), rel=1e-4, abs=1e-5)
-    finally:
-        w.close()
 
 
 def test_the_title_names_the_token_in_the_models_own_vocabulary(qtbot, tmp_path):

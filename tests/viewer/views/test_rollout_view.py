@@ -10,18 +10,14 @@ from PySide6 import QtCore
 
 from tests.helpers.cli import cli
 from tests.helpers.held_worker import HeldWorker, state_with_trace
-from tests.helpers.window import PROMPT, new_window, reference_session, wait_idle
+from tests.helpers.window import PROMPT, reference_session, shown_view, wait_idle
 from transformer_viewer.model.analysis.rollout import rollout_rows
 
 VIEW_ID = "rollout"
 
 
 def test_the_window_view_draws_the_rows_of_the_chosen_range(qtbot, tmp_path, tiny_ckpt):
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        view = w.views[VIEW_ID]
-        w.show_view(VIEW_ID)
-        wait_idle(qtbot, w, lambda: view.result is not None)
+    with shown_view(qtbot, tmp_path, tiny_ckpt, VIEW_ID) as (w, view):
         ref = reference_session(tiny_ckpt)
         T = w.state.trace.n_tokens
         np.testing.assert_allclose(view.matrix(), rollout_rows(ref, 0, T).rows, rtol=1e-5, atol=1e-6)
@@ -42,16 +38,10 @@ def test_the_window_view_draws_the_rows_of_the_chosen_range(qtbot, tmp_path, tin
         np.testing.assert_allclose(w.state.token_overlay[0], view.matrix()[3])
         w.show_view("attention")
         assert w.state.token_overlay is None
-    finally:
-        w.close()
 
 
 def test_a_chosen_subset_of_heads_and_a_bad_choice(qtbot, tmp_path, tiny_ckpt):
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        view = w.views[VIEW_ID]
-        w.show_view(VIEW_ID)
-        wait_idle(qtbot, w, lambda: view.result is not None)
+    with shown_view(qtbot, tmp_path, tiny_ckpt, VIEW_ID) as (w, view):
         ref = reference_session(tiny_ckpt)
         T = w.state.trace.n_tokens
         view.set_options(layers=(0, 2), heads=[(1, 0), (0, 1)])
@@ -64,8 +54,6 @@ def test_a_chosen_subset_of_heads_and_a_bad_choice(qtbot, tmp_path, tiny_ckpt):
         assert "layer.head" in view.info.text() and view.result.heads == "0.1,1.0"
         view.heads.setCurrentIndex(0)  # back to the mean
         assert not view.chosen.isVisible()
-    finally:
-        w.close()
 
 
 def test_blocks_of_rows_a_late_answer_dropped(qtbot, tiny_ckpt, monkeypatch):

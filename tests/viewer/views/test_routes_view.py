@@ -11,7 +11,7 @@ from PySide6 import QtCore
 
 from tests.helpers.cli import cli
 from tests.helpers.held_worker import HeldWorker, state_with_trace
-from tests.helpers.window import PROMPT, new_window, reference_session, wait_idle
+from tests.helpers.window import PROMPT, new_window, reference_session, shown_view, wait_idle
 from transformer_viewer.model.analysis.routes import information_routes
 
 VIEW_ID = "routes"
@@ -24,11 +24,7 @@ def _same_graph(got, want) -> None:
 
 
 def test_the_window_view_draws_the_routes_and_follows_the_threshold(qtbot, tmp_path, tiny_ckpt):
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        view = w.views[VIEW_ID]
-        w.show_view(VIEW_ID)
-        wait_idle(qtbot, w, lambda: view.result is not None)
+    with shown_view(qtbot, tmp_path, tiny_ckpt, VIEW_ID) as (w, view):
         ref = reference_session(tiny_ckpt)
         _same_graph(view.result, information_routes(ref))
         assert view.result.position == w.state.trace.n_tokens - 1  # the last token by default
@@ -44,8 +40,6 @@ def test_the_window_view_draws_the_routes_and_follows_the_threshold(qtbot, tmp_p
         wait_idle(qtbot, w, lambda: view.result.position == 4)
         w.show_view("attention")  # the strip colours by its own mode again
         assert w.state.token_overlay is None and "sum over paths" not in strip.legend.text()
-    finally:
-        w.close()
 
 
 def test_hover_names_an_edge_and_a_click_selects_its_head_and_query(qtbot, tmp_path, tiny_ckpt):
