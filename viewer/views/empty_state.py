@@ -18,62 +18,26 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
 
-class EmptyState(QLabel):
-    """A message covering `view` (its child, kept at its size) while there is nothing to show."""
+class Overlay(QLabel):
+    """A label laid over `view` (its child), following its size, hidden until `show_message`."""
 
-    def __init__(self, view: QWidget):
+    def __init__(self, view: QWidget, name: str, style: str):
         super().__init__(view)
         self.view = view
-        self.setObjectName("EmptyState")
-        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setObjectName(name)
         self.setWordWrap(True)
-        self.setAutoFillBackground(True)  # the window's plain background hides the axes beneath
-        self.setStyleSheet("QLabel#EmptyState { color: palette(mid); font-size: 13pt; }")
-        self._follow = _FollowSize(self)
-        view.installEventFilter(self._follow)
-        self.setGeometry(view.rect())
+        self.setAutoFillBackground(True)  # the window's plain background hides the plot beneath
+        self.setStyleSheet(style)
+        view.installEventFilter(_FollowSize(self))
+        self.place(view.rect())
         self.hide()
 
-    def show_message(self, text: str | None) -> None:
-        """Cover the view with `text`; None uncovers it."""
-        if text is None:
-            self.hide()
-            return
-        self.setText(text)
-        self.setGeometry(self.view.rect())
-        self.raise_()
-        self.show()
-
-    def message(self) -> str | None:
-        """The text covering the view now, or None."""
-        return None if self.isHidden() else self.text()
-
-
-def quoted_prompt(text: str, limit: int = 40) -> str:
-    """A prompt as a stale mark names it: one line, cut to `limit` characters."""
-    line = " ".join(text.split())
-    return repr(line if len(line) <= limit else line[: limit - 1] + "\u2026")
-
-
-class StaleMark(QLabel):
-    """A strip across the top of `view` saying its result is for another prompt; hidden until
-    `show_message` gives it a text."""
-
-    def __init__(self, view: QWidget):
-        super().__init__(view)
-        self.view = view
-        self.setObjectName("StaleMark")
-        self.setWordWrap(True)
-        self.setAutoFillBackground(True)
-        # Amber with dark text: reads as a warning on the dark plots and the light window alike.
-        self.setStyleSheet("QLabel#StaleMark { background: #ffe08a; color: #3d2e00; padding: 3px 6px; "
-                           "border-bottom: 1px solid #b38600; }")
-        self._follow = _FollowSize(self, whole=False)
-        view.installEventFilter(self._follow)
-        self.hide()
+    def place(self, rect) -> None:
+        """Where over the view's `rect` the label sits: all of it."""
+        self.setGeometry(rect)
 
     def show_message(self, text: str | None) -> None:
-        """Show `text` across the top of the view; None hides the strip."""
+        """Show `text` over the view; None hides it."""
         if text is None:
             self.hide()
             return
@@ -82,24 +46,45 @@ class StaleMark(QLabel):
         self.raise_()
         self.show()
 
-    def place(self, rect) -> None:
-        width = rect.width()
-        self.setGeometry(0, 0, width, max(self.heightForWidth(width), self.sizeHint().height()))
-
     def message(self) -> str | None:
         """The text shown now, or None."""
         return None if self.isHidden() else self.text()
 
 
+class EmptyState(Overlay):
+    """A message covering `view` while there is nothing to show."""
+
+    def __init__(self, view: QWidget):
+        super().__init__(view, "EmptyState", "QLabel#EmptyState { color: palette(mid); font-size: 13pt; }")
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+
+
+def quoted_prompt(text: str, limit: int = 40) -> str:
+    """A prompt as a stale mark names it: one line, cut to `limit` characters."""
+    line = " ".join(text.split())
+    return repr(line if len(line) <= limit else line[: limit - 1] + "\u2026")
+
+
+class StaleMark(Overlay):
+    """A strip across the top of `view` saying its result is for another prompt; hidden until
+    `show_message` gives it a text."""
+
+    def __init__(self, view: QWidget):
+        # Amber with dark text: reads as a warning on the dark plots and the light window alike.
+        super().__init__(view, "StaleMark", "QLabel#StaleMark { background: #ffe08a; color: #3d2e00; "
+                         "padding: 3px 6px; border-bottom: 1px solid #b38600; }")
+
+    def place(self, rect) -> None:
+        width = rect.width()
+        self.setGeometry(0, 0, width, max(self.heightForWidth(width), self.sizeHint().height()))
+
+
 class _FollowSize(QObject):
-    def __init__(self, label: QLabel, whole: bool = True):
+    def __init__(self, label: Overlay):
         super().__init__(label)
-        self.label, self.whole = label, whole
+        self.label = label
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt name
         if event.type() == QEvent.Type.Resize:
-            if self.whole:
-                self.label.setGeometry(obj.rect())
-            else:
-                self.label.place(obj.rect())
+            self.label.place(obj.rect())
         return False
