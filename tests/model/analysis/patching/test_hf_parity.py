@@ -129,6 +129,6 @@ def test_patching_equals_transformers_hooks(model_pair, what):
             logits = _hf_patched_logits(hf, family, s.config, target_ids, source_ids, patch)
             expected = float(logits[metric.tokens[0]] - logits[metric.tokens[1]])
             assert abs(grid.raw[cell] - expected) <= atol, (family, what, direction, cell, grid.raw[cell], expected)
-        # Some patch moves the metric: the comparison is not of the unpatched run with itself.
-        unpatched = grid.corrupted if source == "clean" else grid.clean
-        assert abs(grid.raw - unpatched).max() > 100 * atol
+        if what in ("resid", "heads"):  # a random model's MLPs may barely move this metric; these do
+            unpatched = grid.corrupted if source == "clean" else grid.clean
+            assert abs(grid.raw - unpatched).max() > 100 * atol  # not the unpatched run compared with itself
