@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from tests.helpers.models import tiny_session
-from tests.helpers.patching import CLEAN, CORRUPTED, reference_logits
+from tests.helpers.patch_references import CLEAN, CORRUPTED, reference_logits
 from tests.helpers.tolerances import assert_float32_close, model_reduction
 from transformer_viewer.model.capture.interventions import Patch
 from transformer_viewer.model.capture.patched_runs import Alignment, PatchedBatch, patched_final

@@ -12,7 +12,7 @@ import torch
 from tests.helpers.families import load_folder, session_on
 from tests.helpers.hf_family_models import build, save
 from tests.helpers.models import hf_config, hf_model
-from tests.helpers.patching import metric_atol
+from tests.helpers.patch_references import metric_atol
 from transformer_viewer.model.analysis.patching.exact import layout, patch_grid
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
