@@ -76,8 +76,13 @@ def check_arguments(args) -> None:
         raise ModelError("give --clean and --corrupted, or --pairs FILE, not both")
     if args.pairs is None and (args.clean is None or args.corrupted is None):
         raise ModelError("give the two prompts: --clean TEXT --corrupted TEXT (or --pairs FILE of tab-separated pairs)")
-    if args.out is not None and not args.out.lower().endswith(DATA_SUFFIXES + FIGURE_SUFFIXES):
-        raise ModelError(f"--out {args.out}: a patching grid is written as .npy or .csv (data) or .png, .svg or .pdf")
+    if args.out is not None:
+        from transformer_viewer.viewer.export_files import check_writable
+
+        if not args.out.lower().endswith(DATA_SUFFIXES + FIGURE_SUFFIXES):
+            raise ModelError(f"--out {args.out}: a patching grid is written as .npy or .csv (data) or .png, .svg "
+                             "or .pdf")
+        check_writable(args.out)  # before minutes of patched runs
     if args.what == "path":
         if args.receiver is None or args.input is None:
             raise ModelError("--what path needs the receiver head and its input: --receiver L.H --input q|k|v")
@@ -125,6 +130,12 @@ def default_tokens(session, position, need: int, intervention=None) -> tuple[int
 
 def compute_grid(args, session, metric, intervention, progress):
     """The grid the arguments ask for, of the session's two prompts."""
+    from transformer_viewer.model.analysis.patching.exact import BY_POSITION, EXACT_GRID_MAX_TOKENS
+
+    T = len(session.tokens.ids)
+    if not args.estimate and args.what in BY_POSITION and T > EXACT_GRID_MAX_TOKENS:
+        raise ModelError(f"the exact {args.what} grid of {T:,} tokens is a patched run per position and layer; "
+                         f"shorten the prompts to {EXACT_GRID_MAX_TOKENS} tokens or fewer, or add --estimate")
     if args.estimate:
         try:
             from transformer_viewer.model.analysis.patching.attribution_patching import estimate_grid
@@ -177,6 +188,7 @@ def run(args) -> int:
         if not session.tokens.ids or not session.corrupted.ids:
             raise ModelError("a prompt is empty; give both a clean and a corrupted text")
         note_truncated(session.dropped, len(session.tokens.ids), loaded.config.block_size)
+        note_truncated(session.corrupted_dropped, len(session.corrupted.ids), loaded.config.block_size)
 
     with TerminalBar("run", after_s=0.5, enabled=not args.no_progress) as bar, torch.inference_mode():
         if pairs is None:
