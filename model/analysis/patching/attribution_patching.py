@@ -9,9 +9,11 @@ metric of each patched run (the patched run's metric plus the estimated change),
 reads like the exact one and normalises alike; `estimate` is True and `note` says so.
 
 Where a first-order estimate goes wrong: a patch that moves the run far (a whole residual stream,
-an early layer's attention) or through a saturated softmax is underestimated or overestimated;
-and the kl metric is at its minimum, zero, on the clean run, so its gradient there is zero and
-in the noising direction the estimate is zero everywhere (the note says so).
+an early layer's attention) or through a saturated softmax is underestimated or overestimated.
+The kl metric is at its minimum, zero, on the clean run: its gradient there is zero, so in the
+noising direction the estimate is zero everywhere (the note says so); and being quadratic near
+it, a denoising patch that restores the clean run is estimated at about twice its exact change,
+however close the prompts.
 
 Memory. A backward through the whole model at once would keep every layer's attention
 probabilities, n_head x T^2 each. This one goes layer by layer from the saved residual streams:
