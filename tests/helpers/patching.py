@@ -36,11 +36,13 @@ def metric_of(model, ids: torch.Tensor, metric, named_hooks=(), clean_lp=None) -
 
 
 @torch.no_grad()
-def clean_logprobs_of(model, clean: torch.Tensor, metric) -> torch.Tensor | None:
-    """The clean run's log-softmax at the metric's position (V,), for the kl metric."""
+def clean_logprobs_of(model, clean: torch.Tensor, metric, named_hooks=()) -> torch.Tensor | None:
+    """The clean run's log-softmax at the metric's position (V,), for the kl metric, under
+    `named_hooks` (a head mask applies to the clean run too)."""
     if metric.kind != "kl":
         return None
-    logits, _ = model(clean.reshape(1, -1))
+    with hooks(model, list(named_hooks)):
+        logits, _ = model(clean.reshape(1, -1))
     return torch.log_softmax(logits[0, metric.resolve_position(clean.numel())].float(), dim=-1)
 
 

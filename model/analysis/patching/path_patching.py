@@ -188,8 +188,8 @@ def _run_from_receiver(model, pair: RunPair, x: torch.Tensor, R: int, input: str
         out[:, :, slot] = forks
         return out
 
-    T = x.shape[1]
-    last_only = pair.position == T - 1
+    # The last layer computes the metric's row alone, unless a head's mean over positions needs them all.
+    last_only = pair.causal and pair.position == x.shape[1] - 1
     named = [(f"blocks.{R}.attn.hook_{input}", patch), *change.hooks(R)]
     with hooks(model, named):
         final = model.run_blocks(x.expand(S, -1, -1), R, last_only=last_only)  # (S, T or 1, C)

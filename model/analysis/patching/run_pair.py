@@ -30,6 +30,7 @@ class RunPair:
     direction: str  # one of DIRECTIONS
     position: int  # the metric's position, < T'
     n_tokens: int  # T, the prompts' full length (columns of a by-position grid)
+    causal: bool  # True: no position after the metric's can reach it (no head is mean-ablated)
 
     @property
     def patched(self) -> torch.Tensor:
@@ -59,8 +60,9 @@ def run_pair(clean_ids, corrupted_ids, metric: PatchMetric, direction: str, chan
         raise ModelError(f"{what} needs the clean and corrupted prompts to have the same number of tokens "
                          f"(they have {T} and {Tc}); edit one so they line up token for token")
     p = metric.resolve_position(T)
-    keep = T if change.ablation == "mean" and change.mask.any() else p + 1
-    return RunPair(clean[:, :keep], corrupted[:, :keep], direction, p, T)
+    causal = not (change.ablation == "mean" and change.mask.any())
+    keep = p + 1 if causal else T
+    return RunPair(clean[:, :keep], corrupted[:, :keep], direction, p, T, causal)
 
 
 @torch.no_grad()
