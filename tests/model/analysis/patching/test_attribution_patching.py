@@ -9,8 +9,15 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.hook_patches import (
+    blending,
+    cache_of,
+    clean_logprobs_of,
+    metric_of,
+    prompt_pair,
+    replacing,
+)
 from tests.helpers.models import tiny_gpt
-from tests.helpers.patching import blending, cache_of, clean_logprobs_of, metric_of, prompt_pair, replacing
 from tests.helpers.tolerances import F32_EPS, SAFETY, largest_logit
 from transformer_viewer.model.analysis.patching.attribution_patching import (
     ESTIMATE_WHATS,
@@ -181,7 +188,7 @@ def test_the_grid_labels_its_axes():
     grid = estimate_grid_of(model, clean, corrupted, "heads-by-pos", METRICS["logprob"])
     assert grid.raw.shape == (L * NH, 5) and grid.rows[NH + 2] == "1.2" and grid.cols == ("0", "1", "2", "3", "4")
     grid = estimate_grid_of(model, clean, corrupted, "resid", METRICS["logprob"])
-    assert grid.rows[-1] == "final" and grid.row_axis == "layer" and grid.col_axis == "position"
+    assert grid.rows[-1] == "final resid_post" and grid.row_axis == "layer" and grid.col_axis == "position"
 
 
 def test_cancel_stops_before_the_next_layer():

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tests.helpers.family_switches import switch_model
+from tests.helpers.hook_patches import cache_of, clean_logprobs_of, metric_of, prompt_pair, replacing
 from tests.helpers.models import randomize_, tiny_gpt
-from tests.helpers.patching import cache_of, clean_logprobs_of, metric_of, prompt_pair, replacing
 from tests.helpers.tolerances import assert_float32_close, largest_logit, model_reduction
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 from transformer_viewer.model.analysis.patching.path_patching import path_patch_grid_of, receiver_slot
