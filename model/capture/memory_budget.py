@@ -116,17 +116,19 @@ def size_text(n: int) -> str:
 MAX_PATCH_BATCH = 64  # patched runs in one forward at most: larger batches gain little on a CPU
 
 
-def patch_sources_bytes(config, T: int) -> int:
-    """Bytes one prompt's run keeps as the source of patches: every layer's residual stream,
-    attention and MLP outputs, per-head outputs, queries, keys and values, float32."""
+def patch_site_bytes(config, site: str, T: int) -> int:
+    """Bytes one prompt's run keeps as the source of patches of `site` (model/capture/
+    interventions.py's PATCH_SITES; "resid_pre": the residual stream every run keeps), float32."""
     L, C, hs = config.n_layer, config.n_embd, config.head_size
-    per_layer = 3 * C + 2 * config.n_head * hs + 2 * config.kv_heads * hs
-    return (L * per_layer + 3 * C) * T * 4
+    per_position = {"resid_pre": (L + 1) * C, "embed": 2 * C, "attn_out": L * C, "mlp_out": L * C,
+                    "z": L * config.n_head * hs, "q": L * config.n_head * hs, "k": L * config.kv_heads * hs,
+                    "v": L * config.kv_heads * hs, "pattern": L * config.n_head * T}[site]
+    return per_position * T * 4
 
 
-def patch_pattern_bytes(config, T: int) -> int:
-    """Bytes of one run's attention patterns, every layer (pattern patching's source)."""
-    return config.n_layer * config.n_head * T * T * 4
+def patch_sources_bytes(config, T: int, sites) -> int:
+    """Bytes one prompt's run keeps for patches of `sites`, its residual stream included."""
+    return sum(patch_site_bytes(config, site, T) for site in {"resid_pre", *sites})
 
 
 def patched_run_bytes(config, T: int) -> int:

@@ -29,52 +29,60 @@ import torch
 from transformer_viewer.model.capture.interventions import PATCH_SITES, Patch, batched_head_mask_hooks
 from transformer_viewer.model.decoder.hooks import caching, hooks
 
+# The sites a run keeps for patches when no caller says which (the residual stream is always
+# kept: patched runs start from it); patterns, L x nh x T^2 floats a run, only when asked for.
+SOURCE_SITES = ("embed", "attn_out", "mlp_out", "z", "q", "k", "v")
+
 
 @dataclass
 class RunActivations:
-    """One prompt's run under a head mask, every patchable activation kept, each (1, T, ...):
+    """One prompt's run under a head mask, its patchable activations kept, each (1, T, ...):
     the source of patches into the other prompt's run, and the start of patched runs of its own."""
 
     ids: torch.Tensor  # (1, T)
     resid: list  # resid_pre of each layer, then the final resid_post, (1, T, C) each
     acts: dict  # hook name -> (1, T, ...) activation, as the run's hooks left it
-    patterns: dict = field(default_factory=dict)  # layer -> (1, nh, T, T), filled on first use
+    sites: set = field(default_factory=set)  # the sites (PATCH_SITES) whose activations `acts` holds
 
     @property
     def T(self) -> int:
         return self.ids.shape[1]
 
 
-def source_hook_names(model) -> list[str]:
-    """The hook points a patch can read, in a model of this shape (patterns apart: see
-    `record_patterns`)."""
+def site_hook_names(model, sites) -> list[str]:
+    """The hook points whose activations a patch of each of `sites` reads (the residual stream's
+    are always kept)."""
     L = model.config.n_layer
-    names = ["hook_embed"] + (["hook_pos_embed"] if model.wpe is not None else [])
-    for layer in range(L):
-        names += [f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_mlp_out"]
-        names += [f"blocks.{layer}.attn.hook_{s}" for s in ("z", "q", "k", "v")]
+    names = []
+    for site in sites:
+        if site == "embed":
+            names += ["hook_embed"] + (["hook_pos_embed"] if model.wpe is not None else [])
+        elif site != "resid_pre":
+            names += [PATCH_SITES[site][0].format(layer=layer) for layer in range(L)]
     return names
 
 
-def record_run(model, ids: torch.Tensor, mask, ablation: str, extra_hooks=()) -> RunActivations:
-    """Run `ids` (1, T) under the head mask `mask` (L, nh) and keep every patchable activation."""
+def record_run(model, ids: torch.Tensor, mask, ablation: str, sites=SOURCE_SITES) -> RunActivations:
+    """Run `ids` (1, T) under the head mask `mask` (L, nh), keeping the residual stream and the
+    activations of `sites`."""
     L = model.config.n_layer
     resid_names = [f"blocks.{layer}.hook_resid_pre" for layer in range(L)]
-    with (hooks(model, batched_head_mask_hooks(mask[None], ablation) + list(extra_hooks)),
-          caching(model, resid_names + source_hook_names(model)) as kept):
+    with (hooks(model, batched_head_mask_hooks(mask[None], ablation)),
+          caching(model, resid_names + site_hook_names(model, sites)) as kept):
         final = model.run_blocks(model.embed(ids))
     resid = [kept.pop(n) for n in resid_names] + [final]
-    return RunActivations(ids, resid, kept)
+    return RunActivations(ids, resid, kept, set(sites))
 
 
-def record_patterns(model, run: RunActivations, mask, ablation: str) -> None:
-    """Fill `run.patterns` with every layer's attention pattern (one forward from the cached
-    embedding; L x nh x T^2 floats, checked against the budget by the caller)."""
-    L = model.config.n_layer
-    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(L)]
-    with hooks(model, batched_head_mask_hooks(mask[None], ablation)), caching(model, names) as kept:
-        model.run_blocks(run.resid[0])
-    run.patterns.update({layer: kept[n] for layer, n in enumerate(names)})
+def record_sites(model, run: RunActivations, mask, ablation: str, sites) -> None:
+    """Add the activations of `sites` to a kept run: one more forward of its prompt."""
+    missing = [site for site in sites if site not in run.sites]
+    names = site_hook_names(model, missing)
+    if names:
+        with hooks(model, batched_head_mask_hooks(mask[None], ablation)), caching(model, names) as kept:
+            model.run_blocks(model.embed(run.ids))
+        run.acts.update(kept)
+    run.sites.update(missing)
 
 
 @dataclass(frozen=True)
@@ -200,9 +208,7 @@ def patched_final(model, batch: PatchedBatch, runs: list[tuple[Patch, ...]], ext
             for embed_name in ("hook_embed", "hook_pos_embed") if model.wpe is not None else ("hook_embed",):
                 named.append((embed_name, _patch_hook(B, entries, batch.source.acts[embed_name], batch.align, None, False)))
             continue
-        if p0.site == "pattern":
-            src = batch.source.patterns[p0.layer]
-        elif p0.site == "resid_pre":
+        if p0.site == "resid_pre":
             src = batch.source.resid[p0.layer]
         else:
             src = batch.source.acts[name]

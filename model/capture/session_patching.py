@@ -8,6 +8,7 @@ for the pair; setting the clean prompt clears the corrupted one too (a pair is s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -15,21 +16,18 @@ import numpy as np
 import torch
 
 from transformer_viewer.model.capture.interventions import Intervention
-from transformer_viewer.model.capture.memory_budget import (
-    check_budget,
-    patch_pattern_bytes,
-    patch_sources_bytes,
-)
+from transformer_viewer.model.capture.memory_budget import max_tokens, patch_sources_bytes, size_text
 from transformer_viewer.model.capture.patched_runs import (
+    SOURCE_SITES,
     Alignment,
     PatchedBatch,
     RunActivations,
     patched_final,
-    record_patterns,
     record_run,
+    record_sites,
 )
 from transformer_viewer.model.capture.unembedding import next_token
-from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.errors import CaptureTooLargeError, ModelError
 from transformer_viewer.model.tokenizers.tokenizer import Tokenized
 
 
@@ -112,36 +110,53 @@ class PatchedPredictions:
         return clean, self._corrupted_ids
 
     # -- the runs patches read from -------------------------------------------------------
-    def patch_sources_bytes(self) -> int:
-        """Bytes both runs' cached activations take."""
+    def patch_sources_bytes(self, sites=SOURCE_SITES) -> int:
+        """Bytes both runs' cached activations take with `sites` kept."""
         clean, corrupted = self._require_pair()
-        return patch_sources_bytes(self.config, clean.shape[1]) + patch_sources_bytes(self.config, corrupted.shape[1])
+        return sum(patch_sources_bytes(self.config, ids.shape[1], sites) for ids in (clean, corrupted))
 
     @torch.inference_mode()
-    def patch_sources(self, intervention: Intervention | None = None, patterns: bool = False) -> PatchSources:
-        """Both prompts' runs under `intervention`'s head mask (its patches aside), every patchable
-        activation kept: computed once per (prompts, head mask), dropped when a prompt changes.
-        `patterns`: every layer's attention pattern too (L x nh x T^2 floats a run)."""
+    def patch_sources(self, intervention: Intervention | None = None, patterns: bool = False,
+                      sites=None) -> PatchSources:
+        """Both prompts' runs under `intervention`'s head mask (its patches aside), their residual
+        streams and the activations of `sites` (PATCH_SITES; None: every site but the pattern)
+        kept: computed once per (prompts, head mask), dropped when a prompt changes; a site asked
+        for later costs one more forward of each prompt. `patterns`: the "pattern" site too
+        (L x nh x T^2 floats a run). The whole is bounded by the memory budget."""
         clean, corrupted = self._require_pair()
         change = self._intervention(intervention, None).with_patches(())
         for ids in (clean, corrupted):  # each run is a capture's forward: bounded alike
             self._check_budget(ids.shape[1])
-        need = self.patch_sources_bytes()
-        if patterns:
-            need += patch_pattern_bytes(self.config, clean.shape[1]) + patch_pattern_bytes(self.config, corrupted.shape[1])
-        longest = max(clean.shape[1], corrupted.shape[1])
-        check_budget(lambda t: need if t == longest else 0, self.memory_budget, self.config.block_size, longest)
+        sites = set(SOURCE_SITES if sites is None else sites) | ({"pattern"} if patterns else set())
         cached = self._patch_sources
-        if cached is None or cached.mask_intervention != change:
-            with self._scratch_attention():
-                runs = {name: record_run(self.model, ids, change.mask, change.ablation)
+        if cached is not None and cached.mask_intervention != change:
+            cached = self._patch_sources = None  # another head mask: its runs are not these
+        kept = set().union(*(run.sites for run in cached.runs.values())) if cached is not None else set()
+        self._check_patch_budget(max(clean.shape[1], corrupted.shape[1]), sites | kept)
+        # Kept patterns need a tensor each: the session's scratch attention reuses one buffer.
+        with self._scratch_attention() if "pattern" not in sites else contextlib.nullcontext():
+            if cached is None:
+                runs = {name: record_run(self.model, ids, change.mask, change.ablation, sites)
                         for name, ids in (("clean", clean), ("corrupted", corrupted))}
-            cached = self._patch_sources = PatchSources(change, runs)
-        if patterns:
-            for run in cached.runs.values():
-                if not run.patterns:
-                    record_patterns(self.model, run, change.mask, change.ablation)
+                cached = self._patch_sources = PatchSources(change, runs)
+            else:
+                for run in cached.runs.values():
+                    record_sites(self.model, run, change.mask, change.ablation, sites)
         return cached
+
+    def _check_patch_budget(self, T: int, sites) -> None:
+        """Refuse runs whose kept activations, beside a capture of the clean prompt (the two
+        prompts share one budget), would pass the memory budget, saying what length fits."""
+        def need(t: int) -> int:
+            return 2 * patch_sources_bytes(self.config, t, sites) + self.estimate_bytes(t)
+
+        if need(T) <= self.memory_budget:
+            return
+        fits = max_tokens(need, self.memory_budget, self.config.block_size)
+        raise CaptureTooLargeError(f"patching prompts of {T} tokens keeps about {size_text(need(T))} of activations, "
+                                   f"over the {size_text(self.memory_budget)} memory budget; shorten the prompts to "
+                                   f"{fits} tokens or fewer" + (", or patch fewer kinds at once" if len(sites) > 2
+                                                                else ""))
 
     def patch_alignment(self, target: RunActivations, source: RunActivations, position: int | None,
                         skip_rows: bool) -> Alignment:
@@ -173,7 +188,7 @@ class PatchedPredictions:
         change = self._intervention(intervention, None)
         if not change.patches:
             raise ModelError("this intervention has no patches; predict() runs it")
-        sources = self.patch_sources(change, patterns=any(p.site == "pattern" for p in change.patches))
+        sources = self.patch_sources(change, sites={p.site for p in change.patches})
         source_name = change.patches[0].source
         target = sources.runs[change.patches[0].target]
         source = sources.runs[source_name]

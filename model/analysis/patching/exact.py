@@ -110,7 +110,7 @@ def metric_top_tokens(session, position: int | None = None, intervention=None) -
     the last; negative: from the end), under `intervention`'s head mask: a logit-diff metric's
     default tokens."""
     change = as_intervention(session.config, intervention).with_patches(())
-    sources = session.patch_sources(change)
+    sources = session.patch_sources(change, sites=())
     tops = []
     for name in ("clean", "corrupted"):
         run = sources.runs[name]
@@ -131,9 +131,9 @@ class _Pair:
     target_value: float  # the unpatched target run's metric
 
 
-def _prepare(session, metric: PatchMetric, source: str, change, patterns: bool) -> _Pair:
+def _prepare(session, metric: PatchMetric, source: str, change, sites) -> _Pair:
     target = "corrupted" if source == "clean" else "clean"
-    sources = session.patch_sources(change, patterns=patterns)
+    sources = session.patch_sources(change, sites=sites)
     tgt, src = sources.runs[target], sources.runs[source]
     skip = session.skip_rows(change)
     align = session.patch_alignment(tgt, src, metric.position, skip)
@@ -172,7 +172,7 @@ def patched_metrics(session, interventions, metric: PatchMetric, progress=None, 
     if len(masks) != 1 or len(sources) != 1:
         raise ModelError("patched runs measured together need one head mask and patches from one source run")
     runs = [i.patches for i in interventions]
-    pair = _prepare(session, metric, sources.pop(), masks.pop(), any(p.site == "pattern" for r in runs for p in r))
+    pair = _prepare(session, metric, sources.pop(), masks.pop(), {p.site for r in runs for p in r})
     for run in runs:
         check_positions(run, pair.batch.target.T, pair.batch.source.T)
     return _run_batches(session, pair, metric, runs, progress, is_cancelled)
@@ -199,10 +199,10 @@ def patch_grid(session, what: str, metric: PatchMetric, direction: str = "denois
                              "heads, pattern, q, k or v, which need no positions")
     if what not in EXACT_WHATS:
         layout(session.config, what, source, 0, ())  # raises, saying what can be patched
-    pair = _prepare(session, metric, source, change, what == "pattern")
-    tgt = pair.batch.target
-    labels = session.tokens.labels if source == "corrupted" else session.corrupted.labels
-    grid = layout(session.config, what, source, tgt.T, (f"{p} {labels[p]}" for p in range(tgt.T)), layer)
+    target = session.tokens if source == "corrupted" else session.corrupted
+    T = len(target.ids)
+    grid = layout(session.config, what, source, T, (f"{p} {target.labels[p]}" for p in range(T)), layer)
+    pair = _prepare(session, metric, source, change, {p.site for run in grid.cell_patches.values() for p in run})
 
     raw = np.full((len(grid.rows), len(grid.cols)), np.nan, dtype=np.float32)
     wanted = list(grid.cell_patches) if cells is None else [tuple(int(i) for i in c) for c in cells]
