@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.models import TINY, tiny_session
-from tests.helpers.patching import CLEAN, CORRUPTED, assert_grid_matches_hand_patches, metric_atol
+from tests.helpers.patch_references import CLEAN, CORRUPTED, assert_grid_matches_hand_patches, metric_atol
 from transformer_viewer.model.analysis.patching.exact import EXACT_WHATS, patch_grid, patched_metrics
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 from transformer_viewer.model.capture.interventions import Intervention, Patch

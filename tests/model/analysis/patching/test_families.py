@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.helpers.families import README_FAMILIES, family_session
-from tests.helpers.patching import assert_grid_matches_hand_patches
+from tests.helpers.patch_references import assert_grid_matches_hand_patches
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 
 T = 10
