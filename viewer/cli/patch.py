@@ -138,14 +138,18 @@ def compute_grid(args, session, metric, intervention, progress):
                          f"shorten the prompts to {EXACT_GRID_MAX_TOKENS} tokens or fewer, or add --estimate")
     if args.estimate:
         try:
-            from transformer_viewer.model.analysis.patching.attribution_patching import estimate_grid
+            from transformer_viewer.model.analysis.patching.attribution_patching import (
+                ESTIMATE_WHATS,
+                estimate_grid,
+            )
         except ImportError:
             raise ModelError("attribution patching (--estimate) is not part of this build; "
                              "leave out --estimate for the exact grid") from None
-        if args.what in ("heads-by-pos", "path"):
-            raise ModelError(f"--estimate covers the residual stream, attention and MLP outputs and heads; "
+        if args.what not in ESTIMATE_WHATS:
+            raise ModelError(f"--estimate covers --what {', '.join(ESTIMATE_WHATS)}; "
                              f"--what {args.what} is patched exactly only: leave out --estimate")
-        return estimate_grid(session, args.what, metric, args.direction, intervention, progress=progress)
+        return estimate_grid(session, args.what, metric, args.direction, intervention, layer=args.layer,
+                             progress=progress)
     if args.what == "path":
         try:
             from transformer_viewer.model.analysis.patching.path_patching import path_patch_grid
