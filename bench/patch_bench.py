@@ -21,13 +21,14 @@ environment of its own: TransformerLens 4 pins its own transformers. Nothing is 
    (a trace of the clean prompt saving each o_proj input, then one trace per head writing that
    head's slice of it into the corrupted run), checked equal.
 3. On the same model and prompt: attribution patching of every head at every position
-   (`estimate_grid`, "heads-by-pos", its patch sources included) against one capture
-   (`Session.run`).
+   (`estimate_grid`, "heads-by-pos", its patch sources included; and again with them cached, as
+   after an exact grid) against one capture (`Session.run`).
 
 Medians of `--reps` runs after `--warmup` untimed ones, the tools of each comparison timed
-round-robin; the results of the last timed runs are the ones checked equal. The memory each call
-adds is measured once after the timing, in this process (the peak resident size after resetting
-it, `clear_refs`, less the resident size before the call).
+round-robin; the results of the last timed runs are the ones checked equal, and their memory is
+the one reported: the peak resident size during the call after resetting it (`clear_refs`), less
+the resident size before it, in this process. The time is wall time and this process's CPU time;
+on a loaded machine the CPU times compare better.
 """
 
 from __future__ import annotations
@@ -70,14 +71,18 @@ def tokenized(ids):
                      "t" * len(ids))
 
 
-def peak_added(fn) -> int | None:
-    """Bytes of resident memory `fn()` adds at its peak (None where the counter cannot be reset)."""
-    gc.collect()
-    if not _reset_hwm():
-        return None
-    before = _hwm()
-    fn()
-    return _hwm() - before
+def measured(fn, memory: dict, key: str):
+    """`fn` recording in memory[key] the bytes of resident memory its last call added at its peak
+    (None where the counter cannot be reset): measured in the timed runs themselves, since the
+    peers' runs take minutes."""
+    def call():
+        gc.collect()
+        reset = _reset_hwm()
+        before = _hwm()
+        result = fn()
+        memory[key] = _hwm() - before if reset else None
+        return result
+    return call
 
 
 def metric_atol(config, logit_scale: float) -> float:
@@ -124,9 +129,11 @@ def gpt2_part(folder: str, reps: int, warmup: int) -> dict:
     atol = metric_atol(loaded.config, logit_scale)
     out = {"tokens": T, "atol": atol}
     for what in ("heads", "resid"):
-        last = {}
-        s = common.interleaved({"ours": lambda w=what, last=last: last.__setitem__("ours", ours(w).raw),
-                                "tl": lambda w=what, last=last: last.__setitem__("tl", theirs(w).cpu().numpy())}, reps, warmup)
+        last, memory = {}, {}
+        s = common.interleaved({
+            "ours": measured(lambda w=what, last=last: last.__setitem__("ours", ours(w).raw), memory, "ours"),
+            "tl": measured(lambda w=what, last=last: last.__setitem__("tl", theirs(w).cpu().numpy()), memory, "tl"),
+        }, reps, warmup)
         mine, ref = last["ours"][: last["tl"].shape[0]], last["tl"]  # resid: ours has the final resid_post too
         diff = float(np.abs(mine - ref).max())
         if not diff <= atol:
@@ -135,9 +142,10 @@ def gpt2_part(folder: str, reps: int, warmup: int) -> dict:
                      "ratio": s["ours"].median / s["tl"].median,
                      "pair_ratios": common.paired_ratios(s["ours"], s["tl"]),
                      "max_diff": diff, "effect": float(np.abs(ref - ref.min()).max()),
-                     "memory": {"ours": peak_added(lambda w=what: ours(w)), "tl": peak_added(lambda w=what: theirs(w))}}
+                     "cpu_ratio": s["ours"].cpu_median / s["tl"].cpu_median, "memory": memory}
         print(f"GPT-2-small, {T} tokens, {what}: equal to TransformerLens's within {diff:.2g} (bound {atol:.2g}); "
               f"ours {s['ours'].median:.2f} s, TL {s['tl'].median:.2f} s, {out[what]['ratio']:.2f}x "
+              f"(CPU {s['ours'].cpu_median:.1f} / {s['tl'].cpu_median:.1f} s, {out[what]['cpu_ratio']:.2f}x) "
               f"(goal <= {GOAL_TL}x); memory added {mib(out[what]['memory']['ours'])} / "
               f"{mib(out[what]['memory']['tl'])} MiB", flush=True)
     return out
@@ -189,9 +197,10 @@ def smollm_part(folder: str, reps: int, warmup: int) -> dict:
     with torch.inference_mode():
         logit_scale = float(hf(clean_ids).logits.abs().max())
     atol = metric_atol(config, logit_scale)
-    last = {}
-    s = common.interleaved({"ours": lambda: last.__setitem__("ours", ours().raw),
-                            "nnsight": lambda: last.__setitem__("nnsight", theirs())}, reps, warmup)
+    last, memory = {}, {}
+    s = common.interleaved({"ours": measured(lambda: last.__setitem__("ours", ours().raw), memory, "ours"),
+                            "nnsight": measured(lambda: last.__setitem__("nnsight", theirs()), memory, "nnsight")},
+                           reps, warmup)
     diff = float(np.abs(last["ours"] - last["nnsight"]).max())
     if not diff <= atol:
         raise SystemExit(f"SmolLM2 shape: ours differs from nnsight by {diff:.3g}, over {atol:.3g}")
@@ -199,10 +208,11 @@ def smollm_part(folder: str, reps: int, warmup: int) -> dict:
            "heads": {"ours": s["ours"].to_dict(), "nnsight": s["nnsight"].to_dict(),
                      "ratio": s["ours"].median / s["nnsight"].median,
                      "pair_ratios": common.paired_ratios(s["ours"], s["nnsight"]), "max_diff": diff,
-                     "memory": {"ours": peak_added(ours), "nnsight": peak_added(theirs)}}}
+                     "cpu_ratio": s["ours"].cpu_median / s["nnsight"].cpu_median, "memory": memory}}
     h = out["heads"]
     print(f"SmolLM2-135M's shape, {T} tokens, heads: equal to nnsight's within {diff:.2g} (bound {atol:.2g}); "
           f"ours {s['ours'].median:.2f} s, nnsight {s['nnsight'].median:.2f} s, {h['ratio']:.2f}x "
+          f"(CPU {s['ours'].cpu_median:.1f} / {s['nnsight'].cpu_median:.1f} s, {h['cpu_ratio']:.2f}x) "
           f"(goal <= {GOAL_NNSIGHT}x); memory added {mib(h['memory']['ours'])} / {mib(h['memory']['nnsight'])} MiB",
           flush=True)
 
@@ -214,14 +224,23 @@ def smollm_part(folder: str, reps: int, warmup: int) -> dict:
         session.set_tokens(clean_tok)  # drops every cache: a full capture
         session.run()
 
-    s = common.interleaved({"estimate": estimate, "capture": capture}, reps, max(1, warmup))
+    def estimate_cached():
+        return estimate_grid(session, "heads-by-pos", metric)  # the patch sources of the last call kept
+
+    memory = {}
+    s = common.interleaved({"estimate": measured(estimate, memory, "estimate"),
+                            "estimate_cached": measured(estimate_cached, memory, "estimate_cached"),
+                            "capture": measured(capture, memory, "capture")}, reps, max(1, warmup))
     session.set_tokens(clean_tok)
-    out["estimate"] = {"estimate": s["estimate"].to_dict(), "capture": s["capture"].to_dict(),
-                       "ratio": s["estimate"].median / s["capture"].median,
-                       "memory": {"estimate": peak_added(estimate), "capture": peak_added(capture)}}
+    out["estimate"] = {"estimate": s["estimate"].to_dict(), "estimate_cached": s["estimate_cached"].to_dict(),
+                       "capture": s["capture"].to_dict(), "ratio": s["estimate"].median / s["capture"].median,
+                       "cached_ratio": s["estimate_cached"].median / s["capture"].median,
+                       "cpu_ratio": s["estimate"].cpu_median / s["capture"].cpu_median, "memory": memory}
     e = out["estimate"]
-    print(f"  attribution patching, every head x position: {s['estimate'].median:.2f} s, one capture "
-          f"{s['capture'].median:.2f} s, {e['ratio']:.2f}x (aim <= {AIM_ESTIMATE}x); memory added "
+    print(f"  attribution patching, every head x position: {s['estimate'].median:.2f} s, with the patch "
+          f"sources cached {s['estimate_cached'].median:.2f} s, one capture {s['capture'].median:.2f} s: "
+          f"{e['ratio']:.2f}x, cached {e['cached_ratio']:.2f}x (CPU {e['cpu_ratio']:.2f}x; aim <= {AIM_ESTIMATE}x); "
+          f"memory added "
           f"{mib(e['memory']['estimate'])} / {mib(e['memory']['capture'])} MiB", flush=True)
     return out
 

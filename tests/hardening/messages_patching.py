@@ -232,7 +232,9 @@ CASES = [
     Case("patch an empty prompt", patch_cli("--metric", "kl", prompts=("", "x")), "a prompt is empty; give both"),
     Case("patch an estimate of a layer past the model",
          patch_cli("--what", "heads-by-pos", "--layer", "9", "--estimate", "--metric", "kl"),
-         "--layer 9: give a layer in 0..1"),
+         "layer 9 does not exist; the model has layers 0..1"),
+    Case("patch an estimate of queries", patch_cli("--what", "q", "--estimate", "--metric", "kl"),
+         "--what q is patched exactly only: leave out --estimate"),
     Case("patch a figure without the window's view", figure_without_the_view,
          "figures come from the window's patching view"),
     # attribution and path patching, called as a script would

@@ -137,18 +137,16 @@ def compute_grid(args, session, metric, intervention, progress):
         raise ModelError(f"the exact {args.what} grid of {T:,} tokens is a patched run per position and layer; "
                          f"shorten the prompts to {EXACT_GRID_MAX_TOKENS} tokens or fewer, or add --estimate")
     if args.estimate:
-        from transformer_viewer.model.analysis.patching.attribution_patching import estimate_grid
+        from transformer_viewer.model.analysis.patching.attribution_patching import (
+            ESTIMATE_WHATS,
+            estimate_grid,
+        )
 
-        grid = estimate_grid(session, args.what, metric, args.direction, intervention, progress=progress)
-        if args.what == "heads-by-pos":  # the estimate holds every layer's heads: row l * n_head + h
-            import dataclasses
-
-            L, nh = session.config.n_layer, session.config.n_head
-            if not 0 <= args.layer < L:
-                raise ModelError(f"--layer {args.layer}: give a layer in 0..{L - 1}")
-            rows = slice(args.layer * nh, (args.layer + 1) * nh)
-            grid = dataclasses.replace(grid, raw=grid.raw[rows], rows=grid.rows[rows])
-        return grid
+        if args.what not in ESTIMATE_WHATS:
+            raise ModelError(f"--estimate covers --what {', '.join(ESTIMATE_WHATS)}; "
+                             f"--what {args.what} is patched exactly only: leave out --estimate")
+        return estimate_grid(session, args.what, metric, args.direction, intervention, layer=args.layer,
+                             progress=progress)
     if args.what == "path":
         from transformer_viewer.model.analysis.patching.path_patching import path_patch_grid
         from transformer_viewer.model.capture.prompts import parse_layer_head

@@ -47,14 +47,14 @@ from transformer_viewer.model.capture.memory_budget import (
 from transformer_viewer.model.decoder.hooks import caching, hooks
 from transformer_viewer.model.errors import ModelError, stop_if_cancelled
 
-# What attribution patching estimates. "heads-by-pos" is every layer's heads at once, one row
-# per (layer, head): one backward gives them all, and the view shows the selected layer's rows.
+# What attribution patching estimates. "heads-by-pos" is one layer's heads by position, as the
+# exact grid has it, or every layer's heads at once (one backward gives them all).
 ESTIMATE_HELP = {
     "resid": "the residual stream entering each layer and the final one, by layer x position",
     "attn": "each layer's attention output, by layer x position",
     "mlp": "each layer's MLP output, by layer x position",
     "heads": "each head's output (hook_z) over all positions, by layer x head",
-    "heads-by-pos": "each head's output by position: one row per layer and head (L * n_head rows)",
+    "heads-by-pos": "each head's output by position, for one layer or every layer's heads at once",
 }
 ESTIMATE_WHATS = tuple(ESTIMATE_HELP)
 
@@ -89,15 +89,15 @@ def max_estimate_tokens(config, budget: int = DEFAULT_MEMORY_BUDGET) -> int:
 
 
 def estimate_grid(session, what: str, metric: PatchMetric, direction: str = "denoise",
-                  intervention: Intervention | None = None, progress=None, is_cancelled=None) -> PatchGrid:
+                  intervention: Intervention | None = None, layer: int | None = None, progress=None,
+                  is_cancelled=None) -> PatchGrid:
     """The attribution-patching estimate of the grid of `what` (one of ESTIMATE_WHATS) for the
     session's clean and corrupted prompts (of one length), under `intervention`'s head mask in
     both runs. Both runs come from the session's cache of patch sources (`Session.patch_sources`,
     which the exact grid shares), so a grid costs one layer-by-layer backward; `estimate_grid_of`
     says what each grid holds."""
-    if what not in ESTIMATE_WHATS:
-        raise ModelError(f"attribution patching estimates {', '.join(ESTIMATE_WHATS)}; not {what!r}")
     config = session.config
+    _check_what(config, what, layer)
     change = as_intervention(config, intervention).with_patches(())
     prompts = session.prompt_pair()
     if not prompts.same_length:
@@ -114,23 +114,23 @@ def estimate_grid(session, what: str, metric: PatchMetric, direction: str = "den
         est, clean_m, corrupted_m, patched_m = _estimate(session.model, pair, what, metric, change, session.n_vocab,
                                                          source, patched, progress, is_cancelled)
     return _grid(config, pair, what, metric.describe(session.tokenizer.label), metric.kind, est, clean_m,
-                 corrupted_m, patched_m, tuple(f"{p} {labels[p]}" for p in range(pair.n_tokens)))
+                 corrupted_m, patched_m, tuple(f"{p} {labels[p]}" for p in range(pair.n_tokens)), layer)
 
 
 def estimate_grid_of(model, clean_ids, corrupted_ids, what: str, metric: PatchMetric, direction: str = "denoise",
-                     intervention: Intervention | None = None, n_vocab: int | None = None,
+                     intervention: Intervention | None = None, layer: int | None = None, n_vocab: int | None = None,
                      memory_budget: int = DEFAULT_MEMORY_BUDGET, progress=None, is_cancelled=None) -> PatchGrid:
     """`estimate_grid` for a model and two prompts' ids, (T,) or (1, T) each, of equal length,
     without a session: both runs are made here.
 
     The grids, rows x columns: resid, (n_layer + 1) x T (the resid_pre of each layer, then the
     final resid_post); attn and mlp, n_layer x T; heads, n_layer x n_head (each head patched at
-    every position at once); heads-by-pos, (n_layer * n_head) x T, row l * n_head + h for head h of
-    layer l. `progress(done, total)` hears of each layer's backward; once `is_cancelled()` is
-    true it raises `Cancelled` before the next layer."""
-    if what not in ESTIMATE_WHATS:
-        raise ModelError(f"attribution patching estimates {', '.join(ESTIMATE_WHATS)}; not {what!r}")
+    every position at once); heads-by-pos, n_head x T for `layer` as the exact grid has it, or with
+    layer None every layer's heads, (n_layer * n_head) x T, row l * n_head + h for head h of layer
+    l (one backward gives them all). `progress(done, total)` hears of each layer's backward; once
+    `is_cancelled()` is true it raises `Cancelled` before the next layer."""
     config = model.config
+    _check_what(config, what, layer)
     n_vocab = config.vocab_size if n_vocab is None else n_vocab
     change = requested(config, intervention)
     pair = run_pair(clean_ids, corrupted_ids, metric, direction, change, "attribution patching")
@@ -143,7 +143,15 @@ def estimate_grid_of(model, clean_ids, corrupted_ids, what: str, metric: PatchMe
         est, clean_m, corrupted_m, patched_m = _estimate(model, pair, what, metric, change, n_vocab, source, patched,
                                                          progress, is_cancelled)
     return _grid(config, pair, what, metric.describe(), metric.kind, est, clean_m, corrupted_m, patched_m,
-                 tuple(str(t) for t in range(pair.n_tokens)))
+                 tuple(str(t) for t in range(pair.n_tokens)), layer)
+
+
+def _check_what(config, what: str, layer: int | None) -> None:
+    if what not in ESTIMATE_WHATS:
+        raise ModelError(f"attribution patching estimates {', '.join(ESTIMATE_WHATS)}, not {what}: "
+                         f"patch {what} exactly")
+    if what == "heads-by-pos" and layer is not None and not 0 <= layer < config.n_layer:
+        raise ModelError(f"layer {layer} does not exist; the model has layers 0..{config.n_layer - 1}")
 
 
 def _points(config, what: str) -> list[str]:
@@ -215,8 +223,11 @@ def _dot(diff: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
 
 
 def _grid(config, pair: RunPair, what: str, metric_line: str, metric_kind: str, est: np.ndarray, clean_m: float,
-          corrupted_m: float, patched_m: float, positions: tuple[str, ...]) -> PatchGrid:
+          corrupted_m: float, patched_m: float, positions: tuple[str, ...], layer: int | None) -> PatchGrid:
     L, nh, T = config.n_layer, config.n_head, pair.n_tokens
+    shown = range(L) if layer is None else (layer,)  # heads-by-pos: the layers whose heads are rows
+    if what == "heads-by-pos" and layer is not None:
+        est = est[layer * nh: (layer + 1) * nh]
     if what == "heads":
         raw = patched_m + est
     else:
@@ -229,8 +240,7 @@ def _grid(config, pair: RunPair, what: str, metric_line: str, metric_kind: str, 
         "attn": (layers, positions, "layer", "position"),
         "mlp": (layers, positions, "layer", "position"),
         "heads": (layers, tuple(str(h) for h in range(nh)), "layer", "head"),
-        "heads-by-pos": (tuple(f"{layer}.{h}" for layer in range(L) for h in range(nh)), positions,
-                         "head", "position"),
+        "heads-by-pos": (tuple(f"{la}.{h}" for la in shown for h in range(nh)), positions, "head", "position"),
     }[what]
     note = ESTIMATE_NOTE + (KL_NOISE_NOTE if metric_kind == "kl" and pair.direction == "noise" else "")
     return PatchGrid(what=what, direction=pair.direction, metric=metric_line, raw=raw.astype(np.float32),
