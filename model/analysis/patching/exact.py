@@ -30,6 +30,7 @@ from transformer_viewer.model.errors import ModelError, stop_if_cancelled
 # exact cells on request (`cells=`).
 EXACT_GRID_MAX_TOKENS = 256
 
+MIN_BATCH_ROWS = 256  # rows below which a batch of patched runs is not split to skip rows
 BY_POSITION = ("embed", "resid", "attn", "mlp", "heads-by-pos")  # kinds that need prompts of one length
 EXACT_WHATS = tuple(w for w in WHATS if w != "path")
 GROUPED_NOTE = ("{group} query heads share each key/value head: patching key/value head g patches "
@@ -145,8 +146,10 @@ def _prepare(session, metric: PatchMetric, source: str, change, sites) -> _Pair:
 def _run_batches(session, pair: _Pair, metric: PatchMetric, runs: list, progress, is_cancelled) -> np.ndarray:
     """The metric of each run (a tuple of patches each), in batches sized to the memory budget."""
     values = np.full(len(runs), np.nan, dtype=np.float32)
-    batches = batched(range(len(runs)), runs, patch_batch_size(session.config, pair.batch.align.T,
-                                                               session.memory_budget))
+    align = pair.batch.align
+    size = patch_batch_size(session.config, align.T, session.memory_budget)
+    batches = batched(range(len(runs)), runs, size, align.metric_row + 1,
+                      align.same_before if pair.batch.skip_rows else 0)
     done = 0
     with session._scratch_attention():
         for batch in batches:
@@ -230,16 +233,31 @@ def patch_grid(session, what: str, metric: PatchMetric, direction: str = "denois
                      rows=grid.rows, cols=grid.cols, note=grid.note)
 
 
-def batched(indices, runs, size: int) -> list[list[int]]:
+def batched(indices, runs, size: int, T: int, same_before: int = 0) -> list[list[int]]:
     """Indices of `runs` (a tuple of patches each) in batches of at most `size` that start
-    alike: by the first layer their patches touch, then from the latest position down, so a
-    batch recomputes few layers and rows."""
+    alike: by the first layer their patches touch, then from the latest position down. A batch
+    computes every run from its earliest row, so it takes runs of a later first row only while
+    that wastes at most a quarter of its rows, or while it is too small to be worth splitting
+    (MIN_BATCH_ROWS); T is how many positions a run computes, `same_before` the rows none does."""
     def start(i):
         layer = min(-1 if p.site == "embed" else p.layer for p in runs[i])
         first = min(0 if p.positions is None else p.positions[0] for p in runs[i])
-        return layer, -first
+        return layer, -min(max(first, same_before), T - 1)
 
     by_layer: dict[int, list] = {}
     for i in sorted(indices, key=start):
         by_layer.setdefault(start(i)[0], []).append(i)
-    return [group[i:i + size] for group in by_layer.values() for i in range(0, len(group), size)]
+    batches = []
+    for group in by_layer.values():
+        batch, needed = [], 0  # rows the batch's runs need on their own
+        for i in group:
+            rows = T + start(i)[1]  # this run's rows, from its first; the batch's earliest so far
+            padded = (len(batch) + 1) * rows
+            if batch and (len(batch) == size or (padded > MIN_BATCH_ROWS and padded > 1.25 * (needed + rows))):
+                batches.append(batch)
+                batch, needed = [], 0
+            batch.append(i)
+            needed += rows
+        if batch:
+            batches.append(batch)
+    return batches

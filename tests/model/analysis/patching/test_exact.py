@@ -152,3 +152,21 @@ def test_prompts_of_different_lengths(longer):
     assert_grid_matches_hand_patches(s, "heads", metric)
     assert_grid_matches_hand_patches(s, "pattern", metric, direction="noise")
     assert_grid_matches_hand_patches(s, "v", PatchMetric.make("kl", position=-2))
+
+
+def test_batches_share_a_layer_and_waste_few_rows():
+    from transformer_viewer.model.analysis.patching.exact import MIN_BATCH_ROWS, batched
+
+    T = 64
+    runs = [(Patch("clean", "resid_pre", la, None, (p,)),) for la in range(3) for p in range(T)]
+    runs += [(Patch("clean", "z", 1, h, None),) for h in range(4)]
+    batches = batched(range(len(runs)), runs, 16, T, same_before=5)
+    assert sorted(i for b in batches for i in b) == list(range(len(runs)))
+    for batch in batches:
+        assert len(batch) <= 16 and len({runs[i][0].layer for i in batch}) == 1
+        firsts = [max(runs[i][0].positions[0] if runs[i][0].positions else 0, 5) for i in batch]
+        needed, padded = sum(T - f for f in firsts), len(batch) * (T - min(firsts))
+        assert padded <= max(MIN_BATCH_ROWS, 1.25 * needed) or len(batch) == 1
+    # Without the row test, one batch per layer would compute every row of every run.
+    assert sum(len(b) * (T - min(max(runs[i][0].positions[0] if runs[i][0].positions else 0, 5) for i in b))
+               for b in batches) < 0.7 * 3 * T * (T - 5) + 4 * (T - 5)
