@@ -34,7 +34,7 @@ MIN_BATCH_ROWS = 256  # rows below which a batch of patched runs is not split to
 BY_POSITION = ("embed", "resid", "attn", "mlp", "heads-by-pos")  # kinds that need prompts of one length
 EXACT_WHATS = tuple(w for w in WHATS if w != "path")
 GROUPED_NOTE = ("{group} query heads share each key/value head: patching key/value head g patches "
-                "its whole group of query heads; rows are key/value heads")
+                "its whole group of query heads; the columns are key/value heads")
 
 
 @dataclass(frozen=True)
