@@ -20,9 +20,11 @@ import torch
 from transformer_viewer.model.analysis.patching.grid import DIRECTIONS, WHATS, PatchGrid
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 from transformer_viewer.model.capture.interventions import Patch, as_intervention
+from transformer_viewer.model.capture.layer_watch import layer_watch
 from transformer_viewer.model.capture.memory_budget import patch_batch_size
 from transformer_viewer.model.capture.patched_runs import PatchedBatch, patched_final
 from transformer_viewer.model.capture.session_patching import check_positions
+from transformer_viewer.model.decoder.hooks import reading
 from transformer_viewer.model.errors import ModelError, stop_if_cancelled
 
 # Above this many tokens the full exact grid is not computed by default (by-position grids
@@ -151,7 +153,9 @@ def _run_batches(session, pair: _Pair, metric: PatchMetric, runs: list, progress
     batches = batched(range(len(runs)), runs, size, align.metric_row + 1,
                       align.same_before if pair.batch.skip_rows else 0)
     done = 0
-    with session._scratch_attention():
+    # Cancelling stops a batch too, at its next layer: a batch of long prompts takes seconds.
+    watch = layer_watch(0, session.config.n_layer, None, is_cancelled)
+    with session._scratch_attention(), reading(session.model, watch):
         for batch in batches:
             stop_if_cancelled(is_cancelled)
             final = patched_final(session.model, pair.batch, [runs[i] for i in batch])  # (B, C)
@@ -189,7 +193,7 @@ def patch_grid(session, what: str, metric: PatchMetric, direction: str = "denois
 
     `cells`: (row, col) pairs to compute, the others NaN (exact cells on demand); None: all.
     `progress(done, total)` hears of each batch of patched runs; once `is_cancelled()` is true
-    the grid raises `Cancelled` before the next batch. Prompts of different lengths are lined up
+    the grid raises `Cancelled` at the next layer a batch starts, or before the next batch. Prompts of different lengths are lined up
     at the metric's position: heads, pattern, q, k and v patch every position the two share;
     kinds by position raise ModelError."""
     source = source_of(direction)

@@ -105,6 +105,12 @@ def test_cancel_stops_within_one_batch(session):
         patch_grid(session, "resid", metric, progress=lambda done, total: seen.append((done, total)),
                    is_cancelled=lambda: bool(seen))
     assert len(seen) == 1 and seen[0][0] < seen[0][1]
+    # Within a batch, at the next layer: the first batch never finishes.
+    calls = []
+    with pytest.raises(Cancelled):
+        patch_grid(session, "heads", metric, progress=lambda done, total: seen.append((done, total)),
+                   is_cancelled=lambda: calls.append(1) or len(calls) > 1)
+    assert len(seen) == 1
 
 
 def test_grouped_key_value_heads_are_labelled(session):
