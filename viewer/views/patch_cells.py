@@ -9,8 +9,6 @@ import math
 
 import numpy as np
 
-from transformer_viewer.viewer.views.empty_state import quoted_prompt
-
 NORMALISED_NOTE = "normalised: corrupted = 0, clean = 1"
 
 
@@ -83,11 +81,32 @@ def metric_line(grid) -> str:
     return line
 
 
+def shortened_pair(clean: str, corrupted: str, limit: int = 40) -> tuple[str, str]:
+    """Both prompts on one line each, cut to about `limit` characters around where they first
+    differ (what tells them apart stays in view), an elided part marked with "…"."""
+    a, b = " ".join(clean.split()), " ".join(corrupted.split())
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, first - limit // 3)
+
+    def cut(text: str) -> str:
+        part = text[start:start + limit]
+        return ("…" if start > 0 else "") + part + ("…" if start + limit < len(text) else "")
+
+    return cut(a), cut(b)
+
+
+def plot_title(grid, normalised: bool) -> str:
+    """The heatmap's own short title: what was patched, how, and on which scale."""
+    kind = "estimate (attribution patching)" if grid.estimate else "exact patches"
+    scale = "normalised" if normalised else "raw"
+    return f"{grid.what}, {grid.direction}: {kind}, {scale}"
+
+
 def grid_title(grid, clean: str, corrupted: str, normalised: bool, pairs_name: str = "") -> str:
     """The view's own title (and its figures'): what was patched, how, the metric, both prompts
     (shortened) and the normalisation."""
     kind = "attribution-patching estimate" if grid.estimate else "activation patching"
-    prompts = (f"pairs from {pairs_name} (averaged)" if pairs_name
-               else f"clean {quoted_prompt(clean, 32)} vs corrupted {quoted_prompt(corrupted, 32)}")
+    a, b = shortened_pair(clean, corrupted)
+    prompts = f"pairs from {pairs_name} (averaged)" if pairs_name else f"clean {a!r} vs corrupted {b!r}"
     scale = NORMALISED_NOTE if normalised else "raw metric"
     return f"{grid.what} {kind}, {grid.direction}; {grid.metric}; {prompts}; {scale}"

@@ -23,12 +23,13 @@ from transformer_viewer.viewer.patch_setup import BY_POSITION, length_line
 from transformer_viewer.viewer.views.answers import same_request
 from transformer_viewer.viewer.views.empty_state import EmptyState
 from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
-from transformer_viewer.viewer.views.parts import ExportButton, bar_over, view_bar
+from transformer_viewer.viewer.views.parts import ExportButton, bar_over, shrinkable_title, view_bar
 from transformer_viewer.viewer.views.patch_cells import (
     cell_readout,
     grid_title,
     merged,
     metric_line,
+    plot_title,
     selection_of,
     shown_values,
 )
@@ -71,6 +72,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self.export_button = ExportButton(self, "patching")
         bar = view_bar(self.info, self.export_button, self.compare_button, self.stop_button, self.show_estimate)
         self.heatmap = HeatmapView()
+        shrinkable_title(self.heatmap.plot)  # the figure's title band says it all; the panel's may be cut
         self.readout = QtWidgets.QLabel(" ")
         self.readout.setWordWrap(True)
         self.readout.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -264,6 +266,12 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
             return ""
         return grid_title(grid, *self.prompts, p.normalised, p.pairs_name)
 
+    def figure_notes(self) -> list[str]:
+        """The lines under the grid (the metric of both runs, the mask, an estimate's caveats), for
+        figures: the view's own labels are left out of them."""
+        text = self.notes.text()
+        return text.split("\n") if text else []
+
     def draw(self) -> None:
         grid, p = self.shown_grid(), self.state.patching
         self.show_estimate.setVisible(self.estimate is not None and self.exact is not None)
@@ -272,7 +280,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
             self.notes.setText("")
             return
         self.heatmap.set_data(shown_values(grid, p.normalised), grid.rows, grid.cols, levels=None, diverging=True,
-                              title=self.title(), row_name=grid.row_axis, col_name=grid.col_axis)
+                              title=plot_title(grid, p.normalised), row_name=grid.row_axis, col_name=grid.col_axis)
         notes = [metric_line(grid), p.mask_line(int(self.state.mask.sum()))]
         if grid.estimate:
             notes.append(ESTIMATE_NOTE + (" (or shift-click for a region)" if self.exact is None else ""))
