@@ -29,7 +29,7 @@ class CorruptedPrompt(QtWidgets.QWidget):
         self.edit.setPlaceholderText("The corrupted prompt: the clean one with what matters changed "
                                      "(e.g. the names swapped); activation patching compares the two")
         self.edit.setTabChangesFocus(True)
-        self.edit.setMaximumHeight(4 * self.edit.fontMetrics().lineSpacing() + 12)
+        self.edit.setMaximumHeight(3 * self.edit.fontMetrics().lineSpacing() + 12)
         self.close_button = QtWidgets.QToolButton(text="\u2715")
         self.close_button.setToolTip("Stop comparing (the corrupted prompt is kept)")
         self.close_button.clicked.connect(lambda: state.set_patching(comparing=False))
@@ -39,7 +39,7 @@ class CorruptedPrompt(QtWidgets.QWidget):
         self.scroll.setWidgetResizable(True)
         self.scroll.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.scroll.setWidget(self.canvas)
-        self.scroll.setMaximumHeight(90)
+        self.scroll.setMaximumHeight(64)
         self.lengths = QtWidgets.QLabel("")
         self.lengths.setWordWrap(True)
         self.lengths.setStyleSheet("color: #a05a00")

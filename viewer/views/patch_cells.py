@@ -29,6 +29,17 @@ def merged(base, cells: dict[tuple[int, int], float]):
     return dataclasses.replace(base, raw=raw, estimate=False)
 
 
+def layer_rows(grid, layer: int, n_head: int):
+    """One layer's heads of a heads-by-pos grid that holds every layer's (rows layer-major, as
+    attribution patching gives them): head x position, like the exact grid of that layer."""
+    import dataclasses
+
+    if grid.raw.shape[0] == n_head:
+        return grid
+    rows = slice(layer * n_head, (layer + 1) * n_head)
+    return dataclasses.replace(grid, raw=grid.raw[rows], rows=tuple(str(h) for h in range(n_head)), row_axis="head")
+
+
 def selection_of(grid, row: int, col: int, layer: int, n_head: int) -> dict:
     """The layer, head and query position a click on cell (row, col) selects in the other views
     (`layer`: the one heads-by-pos shows). A key/value head selects the first query head of its

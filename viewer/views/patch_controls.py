@@ -127,6 +127,8 @@ class PatchControls(QtWidgets.QWidget):
             tok = st.tokenizer() if st.model_info is not None else None
             for i, box in enumerate((self.token_a, self.token_b)):
                 if tok is not None and i < len(p.tokens) and box.spec() != p.tokens[i]:
+                    if box.findData(p.tokens[i]) < 0:  # named by its label, not its id, beside the candidates
+                        box.addItem(token_label(p.tokens[i], tok), p.tokens[i])
                     box.show_token(p.tokens[i], tok)
             self.position.setValue(-1 if p.position is None else p.position)
             self.what.setCurrentIndex(WHATS.index(p.what))
@@ -157,6 +159,7 @@ class PatchControls(QtWidgets.QWidget):
         items = [(token_label(int(i), tok), int(i)) for i in trace.next.top_ids[:20]]
         for box in (self.token_a, self.token_b):
             box.set_candidates(items)
+        self.sync()  # the chosen tokens stay listed under their labels
 
     # -- controls -> state ----------------------------------------------------------------
     def _receiver(self) -> tuple[int, int]:

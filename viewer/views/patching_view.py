@@ -27,6 +27,7 @@ from transformer_viewer.viewer.views.parts import ExportButton, bar_over, shrink
 from transformer_viewer.viewer.views.patch_cells import (
     cell_readout,
     grid_title,
+    layer_rows,
     merged,
     metric_line,
     plot_title,
@@ -38,7 +39,8 @@ from transformer_viewer.viewer.views.patch_controls import PatchControls
 ASK_COMPARE = ("Compare with a corrupted prompt (View menu, or the button above) to see which components "
                "carry the difference between the two prompts")
 ESTIMATE_NOTE = ("estimate: attribution patching, (clean \u2212 corrupted activation) \u00b7 gradient of the "
-                 "metric, to first order; click a cell for its exact patch")
+                 "metric, to first order")
+CLICK_NOTE = "click a cell for its exact patch beside the estimate (shift-click: every cell between it and the last)"
 KL_NOISE_NOTE = ("with the KL metric in the noising direction the gradient is zero at the clean run, so the "
                  "estimate is zero everywhere: use the exact grid")
 
@@ -174,6 +176,8 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self.stop_button.setEnabled(self._pending_cells is not None)
         grid = answer.value.grid
         self.exact_max_tokens = answer.value.exact_max_tokens
+        if grid.estimate and grid.what == "heads-by-pos":  # every layer's heads: the chosen layer's rows
+            grid = layer_rows(grid, self.state.patching.layer, self.state.n_head)
         if grid.estimate:
             self.estimate = grid
             if not self.long_prompt():
@@ -282,12 +286,15 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self.heatmap.set_data(shown_values(grid, p.normalised), grid.rows, grid.cols, levels=None, diverging=True,
                               title=plot_title(grid, p.normalised), row_name=grid.row_axis, col_name=grid.col_axis)
         notes = [metric_line(grid), p.mask_line(int(self.state.mask.sum()))]
-        if grid.estimate:
-            notes.append(ESTIMATE_NOTE + (" (or shift-click for a region)" if self.exact is None else ""))
-            if grid.metric.startswith("KL") and grid.direction == "noise":
-                notes.append(KL_NOISE_NOTE)
         if grid.note:
             notes.append(grid.note)
+        if grid.estimate:  # what the estimate is, unless its own note says it
+            if "estimate" not in grid.note:
+                notes.append(ESTIMATE_NOTE)
+            if grid.metric.startswith("KL") and grid.direction == "noise" and "zero everywhere" not in grid.note:
+                notes.append(KL_NOISE_NOTE)
+            if self.exact is None:
+                notes.append(CLICK_NOTE)
         self.notes.setText("\n".join(notes))
         busy = self._pending is not None
         kind = "estimate (exact patches computing\u2026)" if busy and grid.estimate else (
