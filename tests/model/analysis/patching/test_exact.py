@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from tests.helpers.models import TINY, tiny_session
-from tests.helpers.patching import CLEAN, CORRUPTED, metric_of, reference_logits
-from tests.helpers.tolerances import float32_atol, model_reduction
-from transformer_viewer.model.analysis.patching.exact import EXACT_WHATS, layout, patch_grid, patched_metrics
+from tests.helpers.patch_references import CLEAN, CORRUPTED, assert_grid_matches_hand_patches, metric_atol
+from transformer_viewer.model.analysis.patching.exact import EXACT_WHATS, patch_grid, patched_metrics
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 from transformer_viewer.model.capture.interventions import Intervention, Patch
 from transformer_viewer.model.errors import Cancelled, ModelError
 
 MARY, JOHN = 5335, 1757  # " Mary", " John" in GPT-2's vocabulary
+LOGIT_SCALE = 10.0  # the tiny model's logits stay below this (largest_logit: about 7)
 
 
 @pytest.fixture(scope="module")
@@ -24,19 +23,6 @@ def session():
     s = tiny_session(CLEAN)
     s.set_corrupted(CORRUPTED)
     return s
-
-
-def ids(session, name):
-    return torch.tensor([(session.tokens if name == "clean" else session.corrupted).ids])
-
-
-def atol(session, scale: float = 10.0) -> float:
-    # A metric is a difference of logits (or log-probabilities): twice a logit's float32 bound.
-    return 2 * float32_atol(model_reduction(session.config), session.config.n_layer + 1, scale)
-
-
-def clean_logits(session, position=-1):
-    return reference_logits(session.model, ids(session, "clean"), ids(session, "clean"), [], position=position)
 
 
 def test_the_pair_is_described(session):
@@ -53,9 +39,9 @@ def test_whole_clean_residual_at_layer_0_restores_the_clean_metric(session, kind
     grid = patch_grid(session, "resid", metric)
     whole = Intervention.make(session.config, patches=[Patch("clean", "resid_pre", 0)])
     (value,) = patched_metrics(session, [whole], metric)
-    assert abs(value - grid.clean) <= atol(session)
+    assert abs(value - grid.clean) <= metric_atol(session, LOGIT_SCALE)
     # The one differing position carries all the difference at layer 0.
-    assert abs(grid.raw[0, session.prompt_pair().differing[0]] - grid.clean) <= atol(session)
+    assert abs(grid.raw[0, session.prompt_pair().differing[0]] - grid.clean) <= metric_atol(session, LOGIT_SCALE)
     assert grid.clean != grid.corrupted
 
 
@@ -63,10 +49,10 @@ def test_patching_what_does_not_differ_gives_the_corrupted_metric(session):
     metric = PatchMetric.make("logit-diff", (MARY, JOHN))
     grid = patch_grid(session, "embed", metric)
     same = [p for p in range(grid.raw.shape[1]) if p not in session.prompt_pair().differing]
-    np.testing.assert_allclose(grid.raw[0, same], grid.corrupted, atol=atol(session), rtol=0)
+    np.testing.assert_allclose(grid.raw[0, same], grid.corrupted, atol=metric_atol(session, LOGIT_SCALE), rtol=0)
     (nothing,) = patched_metrics(session, [Intervention.make(session.config, patches=[
         Patch("clean", "embed", 0, None, (0,))])], metric)
-    assert abs(nothing - grid.corrupted) <= atol(session)
+    assert abs(nothing - grid.corrupted) <= metric_atol(session, LOGIT_SCALE)
 
 
 def test_embedding_every_head_and_every_mlp_patched_gives_the_clean_run(session):
@@ -75,37 +61,20 @@ def test_embedding_every_head_and_every_mlp_patched_gives_the_clean_run(session)
     run = Intervention.make(session.config, patches=patches)
     metric = PatchMetric.make("kl")
     (kl,) = patched_metrics(session, [run], metric)
-    assert abs(kl) <= atol(session)
+    assert abs(kl) <= metric_atol(session, LOGIT_SCALE)
     patched = session.predict_patched(run)
     clean = session.predict()
-    np.testing.assert_allclose(patched.probs, clean.probs, atol=atol(session, 1.0), rtol=1e-4)
-
-
-def _assert_grid_matches_hand_patches(session, what, metric, direction="denoise", mask=None, ablation="zero",
-                                      layer=1):
-    change = Intervention.make(session.config, mask, ablation)
-    grid = patch_grid(session, what, metric, direction, change, layer=layer)
-    source = "clean" if direction == "denoise" else "corrupted"
-    target = "corrupted" if source == "clean" else "clean"
-    cells = layout(session.config, what, source, len(session.tokens.ids), range(len(session.tokens.ids)), layer)
-    position = -1 if metric.position is None else metric.position
-    reference_clean = reference_logits(session.model, ids(session, "clean"), ids(session, "clean"), [], mask, ablation,
-                                       position)
-    for cell, patches in cells.cell_patches.items():
-        logits = reference_logits(session.model, ids(session, target), ids(session, source), patches, mask, ablation,
-                                  position)
-        expected = metric_of(metric, logits, reference_clean, session.n_vocab)
-        assert abs(grid.raw[cell] - expected) <= atol(session), (what, cell, grid.raw[cell], expected)
+    np.testing.assert_allclose(patched.probs, clean.probs, atol=metric_atol(session, 1.0), rtol=1e-4)
 
 
 @pytest.mark.parametrize("what", EXACT_WHATS)
 def test_each_kind_equals_a_hand_written_patch(session, what):
-    _assert_grid_matches_hand_patches(session, what, PatchMetric.make("logit-diff", (MARY, JOHN)))
+    assert_grid_matches_hand_patches(session, what, PatchMetric.make("logit-diff", (MARY, JOHN)))
 
 
 @pytest.mark.parametrize("what", ["resid", "heads-by-pos", "pattern", "v"])
 def test_noising_and_an_earlier_metric_position_equal_hand_patches(session, what):
-    _assert_grid_matches_hand_patches(session, what, PatchMetric.make("kl", position=7), direction="noise")
+    assert_grid_matches_hand_patches(session, what, PatchMetric.make("kl", position=7), direction="noise")
 
 
 @pytest.mark.parametrize("ablation", ["zero", "mean"])
@@ -113,7 +82,7 @@ def test_noising_and_an_earlier_metric_position_equal_hand_patches(session, what
 def test_the_head_mask_applies_to_both_runs(session, what, ablation):
     mask = np.zeros((TINY.n_layer, TINY.n_head), dtype=bool)
     mask[0, 1] = mask[1, 3] = True
-    _assert_grid_matches_hand_patches(session, what, PatchMetric.make("logprob", (MARY,)), mask=mask,
+    assert_grid_matches_hand_patches(session, what, PatchMetric.make("logprob", (MARY,)), mask=mask,
                                       ablation=ablation)
 
 
@@ -123,7 +92,7 @@ def test_cells_computes_only_those_asked_for(session):
     asked = [(0, 3), (1, 9), (1, 13)]
     some = patch_grid(session, "attn", metric, cells=asked)
     for cell in asked:
-        assert some.raw[cell] == pytest.approx(full.raw[cell], abs=atol(session))
+        assert some.raw[cell] == pytest.approx(full.raw[cell], abs=metric_atol(session, LOGIT_SCALE))
     assert np.isnan(some.raw).sum() == some.raw.size - len(asked)
     with pytest.raises(ModelError, match="outside"):
         patch_grid(session, "attn", metric, cells=[(5, 0)])
@@ -167,3 +136,19 @@ def test_patches_are_checked_once_and_compared_by_value(session):
         Intervention.make(config, patches=[Patch("clean", "z", 0), Patch("corrupted", "z", 1)])
     with pytest.raises(ModelError, match="predict_patched"):
         a.hooks()
+
+
+@pytest.mark.parametrize("longer", ["clean", "corrupted"])
+def test_prompts_of_different_lengths(longer):
+    s = tiny_session(CLEAN if longer == "corrupted" else CLEAN + " the")
+    s.set_corrupted(CORRUPTED + " the" if longer == "corrupted" else CORRUPTED)
+    assert not s.prompt_pair().same_length and "differ in length" in s.prompt_pair().describe()
+    metric = PatchMetric.make("logit-diff", (MARY, JOHN))
+    for what in ("resid", "embed", "attn", "mlp", "heads-by-pos"):
+        with pytest.raises(ModelError, match="differ in length.*heads, pattern"):
+            patch_grid(s, what, metric, layer=0)
+    with pytest.raises(ModelError, match="from the end"):
+        patch_grid(s, "heads", PatchMetric.make("kl", position=3))
+    assert_grid_matches_hand_patches(s, "heads", metric)
+    assert_grid_matches_hand_patches(s, "pattern", metric, direction="noise")
+    assert_grid_matches_hand_patches(s, "v", PatchMetric.make("kl", position=-2))

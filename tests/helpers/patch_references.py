@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from tests.helpers.tolerances import float32_atol, model_reduction
+from transformer_viewer.model.analysis.patching.exact import layout, patch_grid
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
-from transformer_viewer.model.capture.interventions import Patch, head_mask_hooks
+from transformer_viewer.model.capture.interventions import Intervention, Patch, head_mask_hooks
 from transformer_viewer.model.decoder.hooks import hooks, run_with_cache
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
@@ -78,3 +80,33 @@ def metric_of(metric: PatchMetric, logits: torch.Tensor, clean_logits: torch.Ten
     """The metric of one run's logits (V,), KL against the clean run's logits (V,)."""
     clean_lp = torch.log_softmax(clean_logits.float()[:n_vocab], dim=-1)
     return float(metric(logits.float()[None, :n_vocab], clean_lp)[0])
+
+
+def prompt_ids(session, name: str) -> torch.Tensor:
+    """The clean or the corrupted prompt's ids, (1, T)."""
+    return torch.tensor([(session.tokens if name == "clean" else session.corrupted).ids])
+
+
+def metric_atol(session, scale: float) -> float:
+    """A metric is a difference of logits (or log-probabilities) of magnitude `scale`: twice a
+    logit's float32 bound after every layer."""
+    return 2 * float32_atol(model_reduction(session.config), session.config.n_layer + 1, scale)
+
+
+def assert_grid_matches_hand_patches(session, what, metric, direction="denoise", mask=None, ablation="zero",
+                                     layer=1):
+    """Every cell of a `what` grid equals the same patch written by hand in a plain forward."""
+    change = Intervention.make(session.config, mask, ablation)
+    grid = patch_grid(session, what, metric, direction, change, layer=layer)
+    source = "clean" if direction == "denoise" else "corrupted"
+    target = "corrupted" if source == "clean" else "clean"
+    cells = layout(session.config, what, source, len(session.tokens.ids), range(len(session.tokens.ids)), layer)
+    position = -1 if metric.position is None else metric.position
+    clean_ids, target_ids, source_ids = (prompt_ids(session, n) for n in ("clean", target, source))
+    reference_clean = reference_logits(session.model, clean_ids, clean_ids, [], mask, ablation, position)
+    atol = metric_atol(session, float(reference_clean.abs().max()))
+    for cell, patches in cells.cell_patches.items():
+        logits = reference_logits(session.model, target_ids, source_ids, patches, mask, ablation, position)
+        expected = metric_of(metric, logits, reference_clean, session.n_vocab)
+        assert abs(grid.raw[cell] - expected) <= atol, (what, cell, grid.raw[cell], expected)
+    return grid
