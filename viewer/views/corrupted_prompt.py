@@ -79,7 +79,8 @@ class CorruptedPrompt(QtWidgets.QWidget):
     def apply(self) -> None:
         """The box's text becomes the state's corrupted prompt, tokenized."""
         self.timer.stop()
-        self.state.set_patching(corrupted=self.edit.toPlainText())
+        # A prompt typed here replaces a pairs file's pairs: the view patches this pair again.
+        self.state.set_patching(corrupted=self.edit.toPlainText(), pairs=(), pairs_name="")
         self.retokenize()
 
     def retokenize(self) -> None:

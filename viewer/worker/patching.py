@@ -105,9 +105,9 @@ def _run(session, request: PatchRequest, progress, is_cancelled, cells=None):
         grids.append(_grid(session, request, step, is_cancelled, cells))
     if len(grids) == 1:
         return grids[0]
-    from transformer_viewer.model.analysis.patching.pairs import average_grids
+    from transformer_viewer.model.analysis.patching.pairs import mean_grid
 
-    return average_grids(grids)
+    return mean_grid(grids)
 
 
 def handle_patch(session, request: PatchRequest, progress, is_cancelled) -> PatchAnswer:
