@@ -37,7 +37,7 @@ def layer_rows(grid, layer: int, n_head: int):
     if grid.raw.shape[0] == n_head:
         return grid
     rows = slice(layer * n_head, (layer + 1) * n_head)
-    return dataclasses.replace(grid, raw=grid.raw[rows], rows=tuple(str(h) for h in range(n_head)), row_axis="head")
+    return dataclasses.replace(grid, raw=grid.raw[rows], rows=grid.rows[rows], row_axis="head")
 
 
 def selection_of(grid, row: int, col: int, layer: int, n_head: int) -> dict:

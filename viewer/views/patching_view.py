@@ -57,6 +57,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self._asked = None  # what the grids were last asked for
         self._pending = None  # PatchRequest whose answer is wanted
         self._pending_cells = None  # PatchCellsRequest whose answer is wanted
+        self.estimate_failure = ""  # why the estimate could not be computed, when it could not
         self.exact_max_tokens: int | None = None  # the worker's long-prompt threshold, once it has answered
         self.dropped = 0
         self.controls = PatchControls(state)
@@ -120,13 +121,14 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         except ModelError as e:
             return str(e)
         tokens = st.corrupted_tokens
-        if p.what in BY_POSITION and not p.pairs and tokens is not None and len(tokens.ids) != st.trace.n_tokens:
+        same_length = tokens is None or len(tokens.ids) == st.trace.n_tokens
+        if p.what in BY_POSITION and not p.pairs and not same_length:
             return length_line(st.trace.n_tokens, len(tokens.ids))
         return PatchRequest(text=st.prompt, corrupted=p.corrupted, pairs=p.pairs, what=p.what, metric=metric,
                             direction=p.direction, intervention=st.intervention,
                             layer=p.layer if p.what == "heads-by-pos" else None,
                             receiver=p.receiver if p.what == "path" else None, input=p.input,
-                            estimate=estimated(p.what))
+                            estimate=estimated(p.what) and same_length and not p.pairs)
 
     def long_prompt(self) -> bool:
         """Above the length where the exact grid would take minutes (the worker says where)."""
@@ -155,6 +157,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
 
     def _forget(self) -> None:
         self.estimate = self.exact = None
+        self.estimate_failure = ""
         self.cells, self.clicked = {}, None
         self._pending = self._pending_cells = None
         self.draw()
@@ -187,8 +190,14 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self.draw()
 
     def _on_failed(self, failure) -> None:
-        if failure.request is self._pending or same_request(failure.request, self._pending):
+        import dataclasses
+
+        if same_request(failure.request, self._pending):
             self._pending = None
+            if failure.request.estimate and not failure.cancelled:  # no estimate here: the exact grid, then
+                self.estimate_failure = failure.message
+                self._submit(dataclasses.replace(failure.request, estimate=False))
+                return
         if same_request(failure.request, self._pending_cells):
             self._pending_cells = None
         self._asked = None if self.estimate is None and self.exact is None else self._asked
@@ -288,6 +297,8 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         notes = [metric_line(grid), p.mask_line(int(self.state.mask.sum()))]
         if grid.note:
             notes.append(grid.note)
+        if self.estimate_failure:
+            notes.append(f"no estimate: {self.estimate_failure}")
         if grid.estimate:  # what the estimate is, unless its own note says it
             if "estimate" not in grid.note:
                 notes.append(ESTIMATE_NOTE)

@@ -109,12 +109,15 @@ def test_a_late_answer_is_dropped_and_a_stop_says_so(qtbot, tiny_ckpt):
     assert (first.request.what, second.request.what) == ("heads", "mlp")
     worker.answer(first)
     assert view.exact is None and view.estimate is None and view.dropped == 1
-    for held in worker.of_kind("patching")[1:]:  # the estimate first where there is one, then the exact grid
-        worker.answer(held)
+    worker.answer(second)  # the estimate first (mlp has one), which asks for the exact grid
+    assert view.estimate is not None and view.exact is None
+    third = worker.of_kind("patching")[-1]
+    assert third.request.what == "mlp" and not third.request.estimate
+    worker.answer(third)
     assert view.exact is not None and view.exact.what == "mlp"
     st.set_patching(direction="noise")
-    third = worker.of_kind("patching")[-1]
-    third.on_failure(Failure(third.request, "cancelled", cancelled=True))
+    fourth = worker.of_kind("patching")[-1]
+    fourth.on_failure(Failure(fourth.request, "cancelled", cancelled=True))
     assert "stopped" in view.info.text()
     st.set_patching(direction="denoise")  # asks again
     assert worker.of_kind("patching")[-1].request.direction == "denoise"
@@ -151,5 +154,56 @@ def test_a_new_prompt_supersedes_a_running_grid(qtbot, tmp_path, tiny_ckpt):
         wait_idle(qtbot, w, lambda: view.exact is not None and view.prompts[0] == newer)
         np.testing.assert_allclose(view.exact.raw, _reference(tiny_ckpt, newer, SWAPPED, "heads").raw,
                                    rtol=1e-5, atol=1e-5)
+    finally:
+        w.close()
+
+
+def test_the_estimate_comes_first_and_a_click_reads_the_exact_patch_beside_it(qtbot, tmp_path, tiny_ckpt):
+    from transformer_viewer.model.analysis.patching.attribution_patching import estimate_grid
+
+    w, view = _window_comparing(qtbot, tmp_path, tiny_ckpt, what="heads")
+    try:
+        wait_idle(qtbot, w, lambda: view.exact is not None)
+        session = reference_session(tiny_ckpt, CLEAN)
+        session.set_corrupted(SWAPPED)
+        metric = PatchMetric.make("logit-diff", _ids(" Mary", " John"))
+        np.testing.assert_allclose(view.estimate.raw, estimate_grid(session, "heads", metric).raw,
+                                   rtol=1e-4, atol=1e-5)
+        assert view.estimate.estimate and not view.exact.estimate
+        assert view.shown_grid() is view.exact  # the exact grid replaces the estimate once there
+        view.show_estimate.setChecked(True)
+        assert view.shown_grid() is view.estimate and "estimate" in view.heatmap.title()
+        assert "first-order estimate" in view.notes.text()
+        view.click(1, 3)
+        line = view.readout.text()
+        assert "exact" in line and "estimate" in line
+        assert f"{float(view.exact.raw[1, 3]):.4g} raw" in line and f"{float(view.estimate.raw[1, 3]):.4g} raw" in line
+    finally:
+        w.close()
+
+
+def test_a_long_prompt_gets_the_estimate_and_exact_cells_on_click(qtbot, tmp_path, tiny_ckpt, monkeypatch):
+    from transformer_viewer.model.analysis.patching import exact
+
+    monkeypatch.setattr(exact, "EXACT_GRID_MAX_TOKENS", 4)  # the prompt is longer than this
+    w, view = _window_comparing(qtbot, tmp_path, tiny_ckpt, what="resid")
+    try:
+        wait_idle(qtbot, w, lambda: view.estimate is not None)
+        assert view.exact is None and view.long_prompt()
+        assert "click a cell for its exact patch" in view.notes.text()
+        want = _reference(tiny_ckpt, CLEAN, SWAPPED, "resid")
+        view.click(1, 9)
+        wait_idle(qtbot, w, lambda: view.cells)
+        assert set(view.cells) == {(1, 9)}
+        assert view.cells[(1, 9)] == pytest.approx(float(want.raw[1, 9]), rel=1e-5, abs=1e-5)
+        assert (w.state.layer, w.state.query) == (1, 9)
+        view.click(2, 11, region=True)  # every cell from the last click to this one
+        wait_idle(qtbot, w, lambda: len(view.cells) == 6)
+        assert set(view.cells) == {(r, c) for r in (1, 2) for c in (9, 10, 11)}
+        got = view.exact_grid()
+        for r, c in view.cells:
+            assert got.raw[r, c] == pytest.approx(float(want.raw[r, c]), rel=1e-5, abs=1e-5)
+        assert np.isnan(got.raw[0, 0])
+        assert "exact" in view.readout.text() and "estimate" in view.readout.text()
     finally:
         w.close()
