@@ -207,3 +207,23 @@ def test_a_long_prompt_gets_the_estimate_and_exact_cells_on_click(qtbot, tmp_pat
         assert "exact" in view.readout.text() and "estimate" in view.readout.text()
     finally:
         w.close()
+
+
+def test_path_patching_into_the_chosen_receiver(qtbot, tmp_path, tiny_ckpt):
+    from transformer_viewer.model.analysis.patching.path_patching import path_patch_grid
+
+    w, view = _window_comparing(qtbot, tmp_path, tiny_ckpt, what="heads")
+    try:
+        w.state.set_patching(what="path", receiver=(1, 2), input="k")
+        controls = view.controls
+        assert controls.receiver_layer.isVisibleTo(controls) and not controls.layer.isVisibleTo(controls)
+        wait_idle(qtbot, w, lambda: view.exact is not None and view.exact.what == "path")
+        session = reference_session(tiny_ckpt, CLEAN)
+        session.set_corrupted(SWAPPED)
+        want = path_patch_grid(session, (1, 2), "k", PatchMetric.make("logit-diff", _ids(" Mary", " John")))
+        np.testing.assert_allclose(view.exact.raw, want.raw, rtol=1e-5, atol=1e-5)
+        assert view.estimate is None  # path patching has no estimate
+        view.click(0, 3)
+        assert (w.state.layer, w.state.head) == (0, 3)
+    finally:
+        w.close()
