@@ -104,6 +104,22 @@ def metric_values(session, sources, metric: PatchMetric) -> tuple[float, float, 
     return values["clean"], values["corrupted"], clean_lp
 
 
+@torch.inference_mode()
+def metric_top_tokens(session, position: int | None = None, intervention=None) -> tuple[int, int]:
+    """The clean and the corrupted run's top predicted token at the metric's `position` (None:
+    the last; negative: from the end), under `intervention`'s head mask: a logit-diff metric's
+    default tokens."""
+    change = as_intervention(session.config, intervention).with_patches(())
+    sources = session.patch_sources(change)
+    tops = []
+    for name in ("clean", "corrupted"):
+        run = sources.runs[name]
+        m = PatchMetric("kl", (), position).resolve_position(run.T)
+        logits = session.model.unembed(run.resid[-1][0, m]).float()[: session.n_vocab]  # (V,)
+        tops.append(int(logits.argmax()))
+    return tops[0], tops[1]
+
+
 @dataclass(frozen=True)
 class _Pair:
     """The two runs of one patching experiment, as `patch_grid` and `patched_metrics` read them."""
