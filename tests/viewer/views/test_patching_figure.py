@@ -59,3 +59,19 @@ def test_a_raw_png_says_so_and_shows_a_diverging_grid(grid, tmp_path, qapp):
     svg = tmp_path / "raw.svg"
     write_figure(grid, CLEAN, SWAPPED, str(svg), normalised=False)
     assert "raw metric" in _svg_text(svg) and "corrupted = 0" not in _svg_text(svg)
+
+
+def test_the_patch_command_draws_the_views_figure(tiny_ckpt, tmp_path, capsys, qapp):
+    from tests.helpers.cli import cli
+
+    out = tmp_path / "masked.svg"
+    rc, _, err = cli(capsys, "patch", tiny_ckpt, "--clean", CLEAN, "--corrupted", SWAPPED, "--tokens", " Mary",
+                     " John", "--what", "heads", "--mask", "0.1", "--out", str(out))
+    assert rc == 0, err
+    text = _svg_text(out)
+    assert "head 0.1 masked" in text and "the head mask (1 head) applies to both runs" in text
+    assert "heads activation patching, denoise" in text and "store, Mary gave" in text
+    png = tmp_path / "grid.png"
+    rc, _, err = cli(capsys, "patch", tiny_ckpt, "--clean", CLEAN, "--corrupted", SWAPPED, "--tokens", " Mary",
+                     " John", "--what", "mlp", "--out", str(png))
+    assert rc == 0 and png.read_bytes().startswith(b"\x89PNG"), err
