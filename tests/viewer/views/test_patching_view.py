@@ -178,6 +178,14 @@ def test_the_estimate_comes_first_and_a_click_reads_the_exact_patch_beside_it(qt
         line = view.readout.text()
         assert "exact" in line and "estimate" in line
         assert f"{float(view.exact.raw[1, 3]):.4g} raw" in line and f"{float(view.estimate.raw[1, 3]):.4g} raw" in line
+        # KL from the clean run, noising: the gradient is zero at the clean run, and the view says so.
+        w.state.set_patching(metric="kl", direction="noise")
+        wait_idle(qtbot, w, lambda: view.exact is not None and view.exact.direction == "noise")
+        est = view.estimate  # noising patches the clean run: every cell estimates the clean run's own KL, 0
+        np.testing.assert_allclose(est.raw, est.clean, atol=1e-6)
+        view.show_estimate.setChecked(True)
+        view.draw()
+        assert "zero everywhere" in view.notes.text()
     finally:
         w.close()
 
