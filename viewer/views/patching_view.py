@@ -143,6 +143,8 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
             return
         want = self.wanted()
         if isinstance(want, str):
+            if self._pending is not None or self._pending_cells is not None:
+                self.stop()  # its answer would be dropped: the worker need not finish it
             self._asked = None
             self._forget()
             self._say(want)
@@ -151,6 +153,8 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         if same_request(key, self._asked):
             return
         self._asked = key
+        if self._pending_cells is not None:  # cells of the old grid: a new PatchRequest supersedes only its own kind
+            self.worker.cancel("patching_cells")
         self._forget()
         self.prompts = (want.text, want.corrupted)
         self._submit(want)
@@ -160,6 +164,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self.estimate_failure = ""
         self.cells, self.clicked = {}, None
         self._pending = self._pending_cells = None
+        self.stop_button.setEnabled(False)
         self.draw()
 
     def _submit(self, request) -> None:
@@ -177,7 +182,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
             return
         self._pending = None
         self.stop_button.setEnabled(self._pending_cells is not None)
-        grid = answer.value.grid
+        grid = self._named(answer.request, answer.value.grid)
         self.exact_max_tokens = answer.value.exact_max_tokens
         if grid.estimate and grid.what == "heads-by-pos":  # every layer's heads: the chosen layer's rows
             grid = layer_rows(grid, self.state.patching.layer, self.state.n_head)
@@ -189,9 +194,23 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
             self.exact = grid
         self.draw()
 
+    def _named(self, request, grid):
+        """`grid` with its metric described by the tokens' labels (every kind alike; a pairs
+        file's grid keeps its own line, which may name each pair's tokens)."""
+        import dataclasses
+
+        from transformer_viewer.viewer.views.logits_panel import token_label
+
+        if request.pairs or self.state.model_info is None:
+            return grid
+        tok = self.state.tokenizer()
+        return dataclasses.replace(grid, metric=request.metric.describe(lambda t: token_label(t, tok)))
+
     def _on_failed(self, failure) -> None:
         import dataclasses
 
+        if not (same_request(failure.request, self._pending) or same_request(failure.request, self._pending_cells)):
+            return  # a request no longer wanted (stopped as the setup changed)
         if same_request(failure.request, self._pending):
             self._pending = None
             if failure.request.estimate and not failure.cancelled:  # no estimate here: the exact grid, then
