@@ -1,64 +1,112 @@
-"""Activation patching written out by hand with forward hooks on a plain forward of our decoder:
-the references the patching analyses are checked against."""
+"""Activation patching written by hand, for the tests of model/analysis/patching: a plain forward
+of our decoder over the whole target prompt with one hook that copies the source run's
+activation into place. No layer reuse, no skipped rows, no batching: what the fast paths must equal."""
 
 from __future__ import annotations
 
 import torch
 
+from tests.helpers.tolerances import float32_atol, model_reduction
+from transformer_viewer.model.analysis.patching.exact import layout, patch_grid
+from transformer_viewer.model.analysis.patching.metric import PatchMetric
+from transformer_viewer.model.capture.interventions import Intervention, Patch, head_mask_hooks
 from transformer_viewer.model.decoder.hooks import hooks, run_with_cache
 
+CLEAN = "When Mary and John went to the store, John gave a drink to"
+CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
 
-def prompt_pair(T: int = 7, vocab: int = 300, changed=(2,), seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(clean, corrupted) ids, (T,) each, that differ at the positions `changed` only."""
-    g = torch.Generator().manual_seed(seed)
-    clean = torch.randint(3, vocab, (T,), generator=g)
-    corrupted = clean.clone()
-    for t in changed:
-        corrupted[t] = 3 + (int(clean[t]) - 3 + 1 + int(torch.randint(0, vocab - 4, (1,), generator=g))) % (vocab - 3)
-    return clean, corrupted
+
+def hook_names(model, patch: Patch) -> list[str]:
+    L = model.config.n_layer
+    if patch.site == "embed":
+        return ["hook_embed"] + (["hook_pos_embed"] if model.wpe is not None else [])
+    if patch.site == "resid_pre" and patch.layer == L:
+        return [f"blocks.{L - 1}.hook_resid_post"]
+    name = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
+            "z": "attn.hook_z", "q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v",
+            "pattern": "attn.hook_pattern"}[patch.site]
+    return [f"blocks.{patch.layer}.{name}"]
+
+
+def _copy_into(act: torch.Tensor, src: torch.Tensor, patch: Patch, shift: int) -> torch.Tensor:
+    """act with the patched places copied from src; target position t reads source t + shift."""
+    out = act.clone()
+    T = act.shape[2] if patch.site == "pattern" else act.shape[1]
+    positions = range(T) if patch.positions is None else patch.positions
+    for t in positions:
+        s = t + shift
+        if not 0 <= s < (src.shape[2] if patch.site == "pattern" else src.shape[1]):
+            continue
+        if patch.site == "pattern":
+            heads = slice(None) if patch.head is None else patch.head
+            row = src[0, heads, s, shift:shift + T] if shift >= 0 else None
+            if shift > 0:
+                row = row / row.sum(dim=-1, keepdim=True)
+            if shift < 0:
+                row = torch.zeros_like(out[0, heads, t])
+                row[..., -shift:t + 1] = src[0, heads, s, : t + shift + 1]
+            out[0, heads, t] = row
+        elif patch.head is None:
+            out[0, t] = src[0, s]
+        else:
+            out[0, t, patch.head] = src[0, s, patch.head]
+    return out
 
 
 @torch.no_grad()
-def cache_of(model, ids: torch.Tensor, names, named_hooks=()) -> dict[str, torch.Tensor]:
-    """The activations at `names` of a plain forward of ids (T,) under `named_hooks`."""
-    with hooks(model, list(named_hooks)):
-        _, cache = run_with_cache(model, ids.reshape(1, -1), list(names))
-    return cache
+def reference_logits(model, target_ids, source_ids, patches, mask=None, ablation: str = "zero",
+                     position: int = -1) -> torch.Tensor:
+    """The logits (V,) at `position` of a plain forward of `target_ids` (1, T) with `patches`
+    written by hand from a plain forward of `source_ids` under the same head mask, the two lined
+    up at `position` (counted from the end)."""
+    mask_hooks = head_mask_hooks(mask, ablation) if mask is not None else []
+    names = [n for p in patches for n in hook_names(model, p)]
+    with hooks(model, mask_hooks):
+        _, cache = run_with_cache(model, source_ids, names)
+    shift = source_ids.shape[1] - target_ids.shape[1]
+
+    def replace(patch, name):
+        def hook(_point, _inputs, act):
+            return _copy_into(act, cache[name], patch, shift)
+        return hook
+
+    named = [(n, replace(p, n)) for p in patches for n in hook_names(model, p)]
+    with hooks(model, mask_hooks + named):
+        logits, _ = model(target_ids)
+    return logits[0, position]
 
 
-@torch.no_grad()
-def metric_of(model, ids: torch.Tensor, metric, named_hooks=(), clean_lp=None) -> float:
-    """The metric of a plain forward of ids (T,) with `named_hooks` (hook name, hook) in place."""
-    with hooks(model, list(named_hooks)):
-        logits, _ = model(ids.reshape(1, -1))  # (1, T, V)
-    p = metric.resolve_position(ids.numel())
-    return float(metric(logits[:, p], clean_lp)[0])
+def metric_of(metric: PatchMetric, logits: torch.Tensor, clean_logits: torch.Tensor, n_vocab: int) -> float:
+    """The metric of one run's logits (V,), KL against the clean run's logits (V,)."""
+    clean_lp = torch.log_softmax(clean_logits.float()[:n_vocab], dim=-1)
+    return float(metric(logits.float()[None, :n_vocab], clean_lp)[0])
 
 
-@torch.no_grad()
-def clean_logprobs_of(model, clean: torch.Tensor, metric, named_hooks=()) -> torch.Tensor | None:
-    """The clean run's log-softmax at the metric's position (V,), for the kl metric, under
-    `named_hooks` (a head mask applies to the clean run too)."""
-    if metric.kind != "kl":
-        return None
-    with hooks(model, list(named_hooks)):
-        logits, _ = model(clean.reshape(1, -1))
-    return torch.log_softmax(logits[0, metric.resolve_position(clean.numel())].float(), dim=-1)
+def prompt_ids(session, name: str) -> torch.Tensor:
+    """The clean or the corrupted prompt's ids, (1, T)."""
+    return torch.tensor([(session.tokens if name == "clean" else session.corrupted).ids])
 
 
-def replacing(value: torch.Tensor, index) -> object:
-    """A hook that returns its activation with act[index] = value[index] (a new tensor)."""
-    def hook(_module, _inputs, act):
-        out = act.clone()
-        out[index] = value[index].to(out.dtype)
-        return out
-    return hook
+def metric_atol(session, scale: float) -> float:
+    """A metric is a difference of logits (or log-probabilities) of magnitude `scale`: twice a
+    logit's float32 bound after every layer."""
+    return 2 * float32_atol(model_reduction(session.config), session.config.n_layer + 1, scale)
 
 
-def blending(source: torch.Tensor, eps: float, index) -> object:
-    """A hook that moves act[index] a share `eps` of the way to source[index]: act + eps * (source - act)."""
-    def hook(_module, _inputs, act):
-        out = act.clone()
-        out[index] = act[index] + eps * (source[index].to(act.dtype) - act[index])
-        return out
-    return hook
+def assert_grid_matches_hand_patches(session, what, metric, direction="denoise", mask=None, ablation="zero",
+                                     layer=1):
+    """Every cell of a `what` grid equals the same patch written by hand in a plain forward."""
+    change = Intervention.make(session.config, mask, ablation)
+    grid = patch_grid(session, what, metric, direction, change, layer=layer)
+    source = "clean" if direction == "denoise" else "corrupted"
+    target = "corrupted" if source == "clean" else "clean"
+    cells = layout(session.config, what, source, len(session.tokens.ids), range(len(session.tokens.ids)), layer)
+    position = -1 if metric.position is None else metric.position
+    clean_ids, target_ids, source_ids = (prompt_ids(session, n) for n in ("clean", target, source))
+    reference_clean = reference_logits(session.model, clean_ids, clean_ids, [], mask, ablation, position)
+    atol = metric_atol(session, float(reference_clean.abs().max()))
+    for cell, patches in cells.cell_patches.items():
+        logits = reference_logits(session.model, target_ids, source_ids, patches, mask, ablation, position)
+        expected = metric_of(metric, logits, reference_clean, session.n_vocab)
+        assert abs(grid.raw[cell] - expected) <= atol, (what, cell, grid.raw[cell], expected)
+    return grid
