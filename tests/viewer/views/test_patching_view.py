@@ -235,3 +235,21 @@ def test_path_patching_into_the_chosen_receiver(qtbot, tmp_path, tiny_ckpt):
         assert (w.state.layer, w.state.head) == (0, 3)
     finally:
         w.close()
+
+
+def test_key_value_heads_of_a_grouped_query_model(qtbot, tmp_path):
+    from tests.helpers.window import make_checkpoint
+
+    ckpt = make_checkpoint(tmp_path / "gqa.safetensors", n_kv_head=2)  # 4 query heads, 2 per key/value head
+    w, view = _window_comparing(qtbot, tmp_path, ckpt, what="k")
+    try:
+        wait_idle(qtbot, w, lambda: view.exact is not None)
+        want = _reference(ckpt, CLEAN, SWAPPED, "k")
+        np.testing.assert_allclose(view.exact.raw, want.raw, rtol=1e-5, atol=1e-5)
+        assert view.exact.raw.shape == (2, 2) and view.heatmap.col_labels() == ("0", "1")
+        assert "key/value head" in view.heatmap.hover_text(0, 1)
+        assert "2 query heads share each key/value head" in view.notes.text()
+        view.click(1, 1)  # key/value head 1 is query heads 2 and 3: the first of them is selected
+        assert (w.state.layer, w.state.head) == (1, 2)
+    finally:
+        w.close()
