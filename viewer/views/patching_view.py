@@ -93,6 +93,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self.cover = EmptyState(self.heatmap)
         self.heatmap.cell_clicked.connect(self._on_cell_clicked)
         state.patching_changed.connect(self._on_setup)
+        state.prompt_changed.connect(self._on_prompt)
         state.trace_changed.connect(lambda _t: self.request())
         state.mask_changed.connect(lambda _m: self.request())
         self._say(ASK_COMPARE)
@@ -102,6 +103,11 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self.compare_button.setVisible(not self.state.patching.comparing)
         self.draw()  # the normalisation is drawn at once; everything else asks again
         self.request()
+
+    def _on_prompt(self, text: str) -> None:
+        p = self.state.patching
+        if p.pairs and text != p.pairs[0][0]:  # a prompt typed over a pairs file's: patch that pair again
+            self.state.set_patching(pairs=(), pairs_name="")
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt name
         super().showEvent(event)
