@@ -24,14 +24,13 @@ from transformer_viewer.viewer.views.answers import same_request
 from transformer_viewer.viewer.views.empty_state import EmptyState
 from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
 from transformer_viewer.viewer.views.parts import ExportButton, bar_over, shrinkable_title, view_bar
+from transformer_viewer.viewer.views.patch_cell_requests import CellRequests
 from transformer_viewer.viewer.views.patch_cells import (
     cell_readout,
     grid_title,
     layer_rows,
-    merged,
     metric_line,
     plot_title,
-    selection_of,
     shown_values,
 )
 from transformer_viewer.viewer.views.patch_controls import PatchControls
@@ -45,7 +44,7 @@ KL_NOISE_NOTE = ("with the KL metric in the noising direction the gradient is ze
                  "estimate is zero everywhere: use the exact grid")
 
 
-class PatchingView(HeatmapExport, QtWidgets.QWidget):
+class PatchingView(CellRequests, HeatmapExport, QtWidgets.QWidget):
     def __init__(self, state, worker, parent=None):
         super().__init__(parent)
         self.state, self.worker = state, worker
@@ -235,60 +234,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         for kind in ("patching", "patching_cells"):
             self.worker.cancel(kind)
 
-    # -- cells ----------------------------------------------------------------------------
-    def _on_cell_clicked(self, row: int, col: int) -> None:
-        region = bool(QtWidgets.QApplication.keyboardModifiers() & QtCore.Qt.KeyboardModifier.ShiftModifier)
-        self.click(row, col, region=region)
-
-    def click(self, row: int, col: int, region: bool = False) -> None:
-        """Read cell (row, col), select its layer, head and position everywhere, and compute its
-        exact patch when only the estimate is there (`region`: every cell between the last
-        clicked one and this)."""
-        grid = self.shown_grid()
-        if grid is None:
-            return
-        anchor = self.clicked if region and self.clicked is not None else (row, col)
-        self.clicked = (row, col)
-        p = self.state.patching
-        self.state.set_selection(**selection_of(grid, row, col, p.layer, self.state.n_head))
-        if self.exact is None and self.estimate is not None and self._asked is not None:
-            r0, r1 = sorted((anchor[0], row))
-            c0, c1 = sorted((anchor[1], col))
-            todo = tuple((r, c) for r in range(r0, r1 + 1) for c in range(c0, c1 + 1) if (r, c) not in self.cells)
-            if todo:
-                self._ask_cells(todo)
-        self._show_readout()
-
-    def _ask_cells(self, cells) -> None:
-        import dataclasses
-
-        from transformer_viewer.viewer.worker.patching import PatchCellsRequest
-
-        base = {f.name: getattr(self._asked, f.name) for f in dataclasses.fields(self._asked) if f.name != "rid"}
-        request = PatchCellsRequest(**{**base, "estimate": False}, cells=tuple(cells))
-        self._pending_cells = request
-        self.stop_button.setEnabled(True)
-        self.worker.submit(request, on_result=self._on_cells, on_failure=self._on_failed)
-
-    def _on_cells(self, answer) -> None:
-        if not same_request(answer.request, self._pending_cells):
-            self.dropped += 1
-            return
-        self._pending_cells = None
-        self.stop_button.setEnabled(self._pending is not None)
-        for r, c in answer.request.cells:
-            self.cells[(r, c)] = float(answer.value.grid.raw[r, c])
-        self.draw()
-
     # -- drawing --------------------------------------------------------------------------
-    def exact_grid(self):
-        """The exact patches known: the whole grid, or the estimate's shape with the clicked cells."""
-        if self.exact is not None:
-            return self.exact
-        if self.estimate is not None and self.cells:
-            return merged(self.estimate, self.cells)
-        return None
-
     def shown_grid(self):
         if self.estimate is not None and (self.show_estimate.isChecked() or self.exact is None):
             return self.estimate
