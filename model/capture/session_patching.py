@@ -152,7 +152,13 @@ class PatchedPredictions:
             raise ModelError("the prompts differ in length, so a position counted from the start means different "
                              "tokens in each; give the metric's position from the end (-1 is the last)")
         mt, ms = self._position(position, target.T), self._position(position, source.T)
-        return Alignment(mt + 1, ms - mt) if skip_rows else Alignment(target.T, ms - mt, mt)
+        if not skip_rows:
+            return Alignment(target.T, ms - mt, mt)
+        same = 0
+        if target.T == source.T:
+            differ = (target.ids[0] != source.ids[0]).nonzero()
+            same = int(differ[0, 0]) if len(differ) else target.T
+        return Alignment(mt + 1, ms - mt, same_before=same)
 
     def skip_rows(self, change: Intervention) -> bool:
         """Whether patched runs may skip rows before a patch and after the metric: not when a

@@ -137,21 +137,20 @@ def compute_grid(args, session, metric, intervention, progress):
         raise ModelError(f"the exact {args.what} grid of {T:,} tokens is a patched run per position and layer; "
                          f"shorten the prompts to {EXACT_GRID_MAX_TOKENS} tokens or fewer, or add --estimate")
     if args.estimate:
-        try:
-            from transformer_viewer.model.analysis.patching.attribution_patching import estimate_grid
-        except ImportError:
-            raise ModelError("attribution patching (--estimate) is not part of this build; "
-                             "leave out --estimate for the exact grid") from None
-        if args.what in ("heads-by-pos", "path"):
-            raise ModelError(f"--estimate covers the residual stream, attention and MLP outputs and heads; "
-                             f"--what {args.what} is patched exactly only: leave out --estimate")
-        return estimate_grid(session, args.what, metric, args.direction, intervention, progress=progress)
+        from transformer_viewer.model.analysis.patching.attribution_patching import estimate_grid
+
+        grid = estimate_grid(session, args.what, metric, args.direction, intervention, progress=progress)
+        if args.what == "heads-by-pos":  # the estimate holds every layer's heads: row l * n_head + h
+            import dataclasses
+
+            L, nh = session.config.n_layer, session.config.n_head
+            if not 0 <= args.layer < L:
+                raise ModelError(f"--layer {args.layer}: give a layer in 0..{L - 1}")
+            rows = slice(args.layer * nh, (args.layer + 1) * nh)
+            grid = dataclasses.replace(grid, raw=grid.raw[rows], rows=grid.rows[rows])
+        return grid
     if args.what == "path":
-        try:
-            from transformer_viewer.model.analysis.patching.path_patching import path_patch_grid
-        except ImportError:
-            raise ModelError("path patching (--what path) is not part of this build; patch heads, q, k or v "
-                             "instead") from None
+        from transformer_viewer.model.analysis.patching.path_patching import path_patch_grid
         from transformer_viewer.model.capture.prompts import parse_layer_head
 
         return path_patch_grid(session, parse_layer_head(args.receiver), args.input, metric, args.direction,

@@ -213,8 +213,13 @@ def patch_grid(session, what: str, metric: PatchMetric, direction: str = "denois
     metric_row = pair.batch.align.metric_row
     for cell in dict.fromkeys(wanted):
         patches = grid.cell_patches[cell]
-        if pair.batch.skip_rows and all(p.positions is not None and p.positions[0] > metric_row for p in patches):
-            raw[cell] = pair.target_value  # after the metric's position: causally unseen
+        align = pair.batch.align
+        if pair.batch.skip_rows and all(p.positions is not None and (p.positions[0] > metric_row or
+                                                                     p.positions[-1] < align.same_before)
+                                        for p in patches):
+            # After the metric's position (causally unseen), or before the prompts differ (the
+            # same values in both runs): the patch changes nothing.
+            raw[cell] = pair.target_value
         else:
             todo.append(cell)
     values = _run_batches(session, pair, metric, [grid.cell_patches[c] for c in todo], progress, is_cancelled)

@@ -11,8 +11,10 @@ import pytest
 from tests.helpers.cli import cli, error_line
 from tests.helpers.models import scaled_init_loaded
 from tests.helpers.patch_references import CLEAN, CORRUPTED
+from transformer_viewer.model.analysis.patching.attribution_patching import estimate_grid
 from transformer_viewer.model.analysis.patching.exact import metric_top_tokens, patch_grid
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
+from transformer_viewer.model.analysis.patching.path_patching import path_patch_grid
 from transformer_viewer.model.capture.interventions import Intervention
 from transformer_viewer.model.capture.session import Session
 from transformer_viewer.model.checkpoints.checkpoint import save_checkpoint
@@ -108,6 +110,28 @@ def test_a_pairs_file_averages(ckpt, capsys, tmp_path):
     np.testing.assert_allclose([c["raw"] for c in data["cells"]], expected, atol=1e-5)
     assert data["clean_metric"] == pytest.approx((one["clean_metric"] + swapped["clean_metric"]) / 2, abs=1e-5)
     assert data["pairs_file"] == "pairs.tsv" and len(data["pairs"]) == 2 and "2 prompt pairs" in data["note"]
+
+
+def test_estimate_and_path_patching_equal_the_library(ckpt, session, capsys):
+    metric = PatchMetric.make("logit-diff", (5335, 1757))
+    data = _json(capsys, "patch", ckpt, *PAIR, "--what", "heads", "--estimate", "--direction", "noise",
+                 "--tokens", " Mary", " John", "--json")
+    grid = estimate_grid(session, "heads", metric, "noise")
+    assert data["estimate"] is True and data["note"] == grid.note
+    np.testing.assert_allclose([c["raw"] for c in data["cells"]], grid.raw.ravel(), atol=1e-5)
+    data = _json(capsys, "patch", ckpt, *PAIR, "--what", "path", "--receiver", "1.2", "--input", "v",
+                 "--tokens", " Mary", " John", "--json")
+    grid = path_patch_grid(session, (1, 2), "v", metric)
+    assert data["what"] == "path" and data["estimate"] is False
+    np.testing.assert_allclose([c["raw"] for c in data["cells"]], grid.raw.ravel(), atol=1e-5)
+    data = _json(capsys, "patch", ckpt, *PAIR, "--what", "heads-by-pos", "--layer", "1", "--estimate",
+                 "--tokens", " Mary", " John", "--json")
+    grid = estimate_grid(session, "heads-by-pos", metric)
+    nh = session.config.n_head
+    assert data["rows"] == list(grid.rows[nh:2 * nh]) == [f"1.{h}" for h in range(nh)]
+    np.testing.assert_allclose([c["raw"] for c in data["cells"]], grid.raw[nh:2 * nh].ravel(), atol=1e-5)
+    err = error_line(*cli(capsys, "patch", ckpt, *PAIR, "--what", "q", "--estimate", "--tokens", " Mary", " John"))
+    assert "not 'q'" in err
 
 
 def test_the_text_table_lists_the_cells_that_matter(ckpt, capsys):

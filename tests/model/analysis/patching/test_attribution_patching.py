@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.family_switches import VARIANTS, switch_model
 from tests.helpers.hook_patches import (
     blending,
     cache_of,
@@ -18,7 +19,7 @@ from tests.helpers.hook_patches import (
     prompt_pair,
     replacing,
 )
-from tests.helpers.models import tiny_gpt
+from tests.helpers.models import randomize_, tiny_gpt
 from tests.helpers.tolerances import F32_EPS, SAFETY, assert_float32_close, largest_logit, model_reduction
 from transformer_viewer.model.analysis.patching.attribution_patching import (
     ESTIMATE_WHATS,
@@ -258,3 +259,28 @@ def test_the_session_refuses_prompts_of_different_lengths_in_one_line():
     with pytest.raises(ModelError, match=r"differ in length \(6 and 5 tokens\)") as caught:
         estimate_grid(session, "heads", METRICS["kl"])
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_family_switchs_head_estimates_are_the_metrics_derivatives(name):
+    """Grouped and multi-query heads, windows and soft-caps, sandwich and post norms, parallel
+    blocks, QK-norms, rotary variants: the backward through each block is autograd's own, so the
+    finite-difference check holds on every switch."""
+    model = randomize_(switch_model(name), seed=2).double()
+    assert (model.config.n_layer, model.config.n_head) == (L, NH)
+    clean, corrupted = prompt_pair(T=6, vocab=model.config.vocab_size, changed=(1, 4))
+    metric = METRICS["logprob"]
+    grid = estimate_grid_of(model, clean, corrupted, "heads", metric)
+    source_acts = cache_of(model, clean, [f"blocks.{layer}.attn.hook_z" for layer in range(L)])
+    eps = 0.02
+
+    def slope(name, index, h):
+        up = metric_of(model, corrupted, metric, [(name, blending(source_acts[name], h, index))])
+        down = metric_of(model, corrupted, metric, [(name, blending(source_acts[name], -h, index))])
+        return (up - down) / (2 * h)
+
+    atol = SAFETY * F32_EPS * max(1.0, largest_logit(model, corrupted)) * (3 / eps + 2)
+    worst = max(abs(float(grid.raw[row, col]) - grid.corrupted - (4 * slope(n, i, eps / 2) - slope(n, i, eps)) / 3)
+                for row, col, n, i in cells("heads", 6))
+    assert worst <= atol, f"{name}: off the derivative by {worst:.3g} (bound {atol:.3g})"
+    assert np.abs(grid.raw - grid.corrupted).max() > 20 * atol
