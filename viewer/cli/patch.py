@@ -212,7 +212,7 @@ def run(args) -> int:
 
         write_json_or_print(result, None)
     elif args.out is not None:
-        print(f"wrote {write_out(grid, result, args)}", file=sys.stderr)
+        print(f"wrote {write_out(grid, result, args, intervention)}", file=sys.stderr)
     else:
         print_table(grid, result)
     return 0
@@ -241,7 +241,7 @@ def as_json(grid, session, pairs, metrics, args, intervention) -> dict:
             "rows": list(grid.rows), "cols": list(grid.cols), "cells": cells}
 
 
-def write_out(grid, result: dict, args) -> str:
+def write_out(grid, result: dict, args, intervention=None) -> str:
     """The grid to --out: raw values as .npy/.csv with a .json sidecar, or the view's figure."""
     import json
 
@@ -255,7 +255,7 @@ def write_out(grid, result: dict, args) -> str:
                              "does not have; write .npy or .csv") from None
         pairs_name = result.get("pairs_file", "")
         return write_figure(grid, result.get("clean", ""), result.get("corrupted", ""), args.out,
-                            model=result["model"], pairs_name=pairs_name)
+                            model=result["model"], pairs_name=pairs_name, intervention=intervention)
     path = export_matrix(grid.raw, args.out, grid.rows, grid.cols)
     sidecar = {k: v for k, v in result.items() if k != "cells"}
     sidecar.update(file=os.path.basename(path), shape=list(grid.raw.shape), dtype=str(grid.raw.dtype),
