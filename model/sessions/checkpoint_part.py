@@ -7,8 +7,11 @@ types, then compares the fingerprint taken at that load with the one saved here.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from transformer_viewer.model.checkpoints.bundled import bundled_checkpoint_path
+from transformer_viewer.model.checkpoints.formats import hf_cache
 from transformer_viewer.model.sessions.fields import Fields
 from transformer_viewer.model.sessions.fingerprint import HF_CACHE, SAMPLED, Fingerprint
 from transformer_viewer.model.sessions.parts import Part
@@ -59,3 +62,29 @@ def from_json(f: Fields) -> CheckpointRecord:
 
 
 PART = Part("checkpoint", 1, to_json, from_json)
+
+
+def checkpoint_available(source: str | None) -> bool:
+    """Whether the checkpoint `source` (None: the bundled model) is on this machine; what it
+    holds is checked by the load, as for any path the user types."""
+    if source is None:
+        return os.path.exists(bundled_checkpoint_path())
+    if os.path.exists(source):
+        return True
+    return hf_cache.looks_like_name(source) and hf_cache.find_snapshot(source) is not None
+
+
+def record_of(loaded) -> CheckpointRecord:
+    """The record of a `LoadedModel` just loaded, with its fingerprint taken now."""
+    from transformer_viewer.model.checkpoints.bundled import is_bundled
+    from transformer_viewer.model.decoder.families import family_name
+    from transformer_viewer.model.sessions.fingerprint import checkpoint_fingerprint, tokenizer_fingerprint
+
+    c, source = loaded.config, loaded.source
+    if is_bundled(source):
+        source = None
+    elif os.path.exists(source):
+        source = os.path.abspath(source)
+    return CheckpointRecord(source, loaded.name, loaded.format, family_name(c, loaded.training), c.n_layer, c.n_head,
+                            c.n_embd, c.block_size, c.vocab_size, checkpoint_fingerprint(loaded.source),
+                            loaded.tokenizer.spec, tokenizer_fingerprint(loaded.tokenizer.spec))

@@ -36,17 +36,19 @@ PARTS: dict[str, Part] = {p.name: p for p in (
 )}
 
 
-def encode(records: dict[str, object]) -> dict[str, object]:
+def encode(records: dict[str, object], table: dict[str, Part] | None = None) -> dict[str, object]:
     """The manifest's "parts": each record as its part writes it, with the part's version."""
-    return {name: {"version": PARTS[name].version, **PARTS[name].to_json(record)} for name, record in records.items()}
+    table = PARTS if table is None else table
+    return {name: {"version": table[name].version, **table[name].to_json(record)} for name, record in records.items()}
 
 
-def decode(parts: dict[str, object], notes: list[str]) -> dict[str, object]:
+def decode(parts: dict[str, object], notes: list[str], table: dict[str, Part] | None = None) -> dict[str, object]:
     """The records of a manifest's "parts", each field checked (ModelError on the first bad one);
     a part this version does not know, or knows in an older version only, is skipped with a note."""
     records = {}
+    table = PARTS if table is None else table
     for name in list(parts)[:64]:
-        part = PARTS.get(name)
+        part = table.get(name)
         if part is None:
             notes.append(f"ignored the part {str(name)[:40]!r}, which this version does not know")
             continue

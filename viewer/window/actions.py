@@ -55,6 +55,8 @@ class WindowActions:
         self.recent_menu = m.addMenu("&Recent checkpoints")
         self._rebuild_recent()
         m.addSeparator()
+        w.sessions.build_menu(m, self._action)
+        m.addSeparator()
         ex = self.export_menu = m.addMenu("&Export")
         self._action(ex, "Heatmap as &PNG…", lambda: self.export_dialog("heatmap", ".png"))
         self._action(ex, "Heatmap as &SVG…", lambda: self.export_dialog("heatmap", ".svg"))

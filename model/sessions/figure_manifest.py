@@ -1,0 +1,140 @@
+"""`FILE.manifest.json`: what regenerates an exported figure or data file.
+
+A manifest holds the session parts the export depends on (the checkpoint with its fingerprint,
+the prompt, the intervention, the environment that computed it) and an `export` part: the view,
+its options, and the sha256 of the file written. `transformer-viewer export --from-manifest`
+reads it back as untrusted input (untrusted_json, every field checked) and runs the same export:
+the same bytes of data on the same machine with the same kernel path and threads, within
+float32 rounding elsewhere (environment_part.py).
+
+`private=True` leaves the prompt and every local path out (they may not be the user's to share);
+such a manifest records the rest, and regenerating it needs `--prompt` and the checkpoint given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, replace
+
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.files import atomic_write, regular_file, untrusted_json
+from transformer_viewer.model.files.file_errors import read_errors
+from transformer_viewer.model.sessions import checkpoint_part, environment_part, prompt_part
+from transformer_viewer.model.sessions.fields import Fields
+from transformer_viewer.model.sessions.parts import Part
+from transformer_viewer.model.sessions.registry import decode, encode
+
+FORMAT = "transformer-viewer figure"
+VERSION = (1, 0)
+SUFFIX = ".manifest.json"
+MAX_MANIFEST_BYTES = 4 << 20
+FORMATS = (".png", ".svg", ".pdf", ".npy", ".csv")
+FIX = "the file is damaged or is not a transformer-viewer figure manifest"
+
+
+@dataclass(frozen=True)
+class ExportRecord:
+    """The export command's options, as `transformer-viewer export` takes them."""
+
+    view: str
+    out_format: str  # one of FORMATS
+    layer: int | None = None
+    head: int | None = None
+    query: int | None = None
+    mode: str = "head"
+    colormap: str = "viridis"
+    log: bool = False
+    theme: str = "light"
+    width: str | None = None
+    dpi: float | None = None
+    scale: float | None = None
+    size: tuple[int, int] | None = None
+    pooled: bool = False
+    diff: bool = False
+    target: str | None = None
+    distractor: str | None = None
+    show: str = "effect"
+    sort: str = "max"
+    rows: int = 64
+    file: str = ""  # the file's name
+    sha256: str = ""  # of the file's bytes
+
+
+def _export_to_json(r: ExportRecord) -> dict:
+    d = dict(r.__dict__)
+    d["size"] = None if r.size is None else list(r.size)
+    return d
+
+
+def _export_from_json(f: Fields) -> ExportRecord:
+    return ExportRecord(
+        view=f.text("view", required=True, max_chars=40), out_format=f.choice("out_format", FORMATS, required=True),
+        layer=f.integer("layer", 0, 1 << 20), head=f.integer("head", 0, 1 << 20), query=f.integer("query", 0, 1 << 24),
+        mode=f.choice("mode", ("head", "layer-mean", "head-mean"), "head"), colormap=f.text("colormap", "viridis", 40),
+        log=f.flag("log"), theme=f.choice("theme", ("light", "dark"), "light"), width=f.text("width", None, 20),
+        dpi=f.number("dpi", 10, 2400), scale=f.number("scale", 1e-3, 16), size=f.pair("size", 16, 16384),
+        pooled=f.flag("pooled"), diff=f.flag("diff"), target=f.text("target", None, 200),
+        distractor=f.text("distractor", None, 200), show=f.choice("show", ("effect", "kl", "prob"), "effect"),
+        sort=f.choice("sort", ("max", "token", "index"), "max"), rows=f.integer("rows", 1, 1 << 16, 64),
+        file=f.text("file", ""), sha256=f.text("sha256", "", 64))
+
+
+EXPORT = Part("export", 1, _export_to_json, _export_from_json)
+PARTS: dict[str, Part] = {p.name: p for p in (checkpoint_part.PART, prompt_part.PROMPT, prompt_part.INTERVENTION,
+                                               environment_part.PART, EXPORT)}
+
+
+def manifest_path(out: str) -> str:
+    return out + SUFFIX
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of the file at `path`, read a MiB at a time (an exact pattern may be GBs)."""
+    h = hashlib.sha256()
+    with regular_file.open_regular(path, buffering=0) as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest_text(records: dict[str, object], private: bool = False) -> str:
+    """The manifest as JSON text; `private`: the prompt and the local paths left out."""
+    if private:
+        records = {k: v for k, v in records.items() if k != "prompt"}
+        if (c := records.get("checkpoint")) is not None and c.source is not None and os.path.isabs(c.source):
+            records["checkpoint"] = replace(c, source=os.path.basename(c.source),
+                                            tokenizer=c.tokenizer if c.tokenizer == "gpt2" else "")
+    doc = {"format": FORMAT, "version": f"{VERSION[0]}.{VERSION[1]}", "private": private,
+           "parts": encode(records, PARTS)}
+    return json.dumps(doc, ensure_ascii=False, allow_nan=False, indent=1) + "\n"
+
+
+def write_manifest(out: str, records: dict[str, object], private: bool = False) -> str:
+    """Write `out`.manifest.json atomically; returns its path."""
+    return atomic_write.write_bytes(manifest_path(out), manifest_text(records, private).encode("utf-8"))
+
+
+def read_manifest(path: str) -> tuple[dict[str, object], list[str]]:
+    """(records, notes) of the manifest at `path`; ModelError for anything refused."""
+    with read_errors(path, "give a FILE.manifest.json file", "check the path"):
+        doc = untrusted_json.read_file(path, FIX, max_bytes=MAX_MANIFEST_BYTES)
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ModelError(f"{path}: not a figure manifest (it does not say it is a {FORMAT}); {FIX}")
+    text = doc.get("version")
+    match = re.fullmatch(r"(\d{1,4})\.(\d{1,4})", text) if isinstance(text, str) else None
+    if match is None:
+        raise ModelError(f"{path}: no format version such as \"1.0\"; {FIX}")
+    if int(match.group(1)) > VERSION[0]:
+        raise ModelError(f"{path}: a figure manifest of format {text}, written by a newer transformer-viewer (this "
+                         f"one reads {VERSION[0]}.x); update transformer-viewer to regenerate it")
+    parts = doc.get("parts")
+    if not isinstance(parts, dict):
+        raise ModelError(f"{path}: the manifest has no parts; {FIX}")
+    notes: list[str] = []
+    records = decode(parts, notes, PARTS)
+    if "export" not in records:
+        raise ModelError(f"{path}: the manifest says nothing about the export; {FIX}")
+    return records, notes
