@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass
 
 from transformer_viewer.model.checkpoints.bundled import bundled_checkpoint_path
-from transformer_viewer.model.checkpoints.formats import hf_cache
 from transformer_viewer.model.sessions.fields import Fields
 from transformer_viewer.model.sessions.fingerprint import HF_CACHE, SAMPLED, Fingerprint
 from transformer_viewer.model.sessions.parts import Part
@@ -67,6 +66,8 @@ PART = Part("checkpoint", 1, to_json, from_json)
 def checkpoint_available(source: str | None) -> bool:
     """Whether the checkpoint `source` (None: the bundled model) is on this machine; what it
     holds is checked by the load, as for any path the user types."""
+    from transformer_viewer.model.checkpoints.formats import hf_cache  # brings torch: asked only for a session's model
+
     if source is None:
         return os.path.exists(bundled_checkpoint_path())
     if os.path.exists(source):

@@ -19,7 +19,6 @@ import hashlib
 import os
 from dataclasses import dataclass
 
-from transformer_viewer.model.checkpoints.formats import hf_cache
 from transformer_viewer.model.files import regular_file
 
 SAMPLE = 1 << 20  # bytes hashed at each of three places in a file
@@ -39,6 +38,8 @@ class Fingerprint:
 
 def checkpoint_fingerprint(source: str) -> Fingerprint:
     """The fingerprint of the checkpoint file, folder or cached model name `source`."""
+    from transformer_viewer.model.checkpoints.formats import hf_cache  # brings torch: only where a model loads
+
     if not os.path.exists(source) and hf_cache.looks_like_name(source):
         snapshot = hf_cache.find_snapshot(source)
         if snapshot is not None:

@@ -17,6 +17,8 @@ MAX_VIEWS = 64
 VIEW_ID_CHARS = 40
 MAX_WINDOW_STATE = 64 << 10  # Qt's layout of a dozen docks takes about 2 KB
 HEAD_CHOICES = ("mean", "max")
+ATTENTION_MODES = ("head", "layer-mean", "head-mean")
+POOLINGS = ("max", "mean")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,14 @@ class RolloutSettings:
 
 
 @dataclass(frozen=True)
+class AttentionSettings:
+    mode: str = "head"  # one head, the layer's mean, or the head's mean over layers
+    colormap: str = "viridis"
+    log: bool = False
+    pooling: str = "max"  # how a long prompt's blocks are drawn
+
+
+@dataclass(frozen=True)
 class FigureSettings:
     theme: str = "light"
     dpi: float = 300.0
@@ -57,6 +67,7 @@ class ViewsRecord:
     routes: RoutesSettings = RoutesSettings()
     rollout: RolloutSettings = RolloutSettings()
     figure: FigureSettings = FigureSettings()
+    attention: AttentionSettings = AttentionSettings()
 
 
 @dataclass(frozen=True)
@@ -100,7 +111,8 @@ def _views_to_json(r: ViewsRecord) -> dict:
                        "renormalize": r.routes.renormalize},
             "rollout": {"layers": list(r.rollout.layers), "heads": heads, "residual": r.rollout.residual},
             "figure": {"theme": r.figure.theme, "dpi": r.figure.dpi,
-                       "size": None if r.figure.size is None else list(r.figure.size)}}
+                       "size": None if r.figure.size is None else list(r.figure.size)},
+            "attention": dict(r.attention.__dict__)}
 
 
 def _views_from_json(f: Fields) -> ViewsRecord:
@@ -110,7 +122,7 @@ def _views_from_json(f: Fields) -> ViewsRecord:
     for i, t in enumerate(tokens):
         if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < (1 << 24):
             raise bad_field(f"{f.where}.attribution_tokens[{i}]", "is not a token id")
-    routes, rollout, figure = RoutesSettings(), RolloutSettings(), FigureSettings()
+    routes, rollout, figure, attention = RoutesSettings(), RolloutSettings(), FigureSettings(), AttentionSettings()
     if (g := f.nested("routes")) is not None:
         routes = RoutesSettings(g.integer("position", 0, MAX_TOKENS), g.number("threshold", 0.0, 0.5, 0.0),
                                 g.flag("renormalize"))
@@ -130,7 +142,12 @@ def _views_from_json(f: Fields) -> ViewsRecord:
         figure = FigureSettings(g.choice("theme", ("light", "dark"), "light"), g.number("dpi", 10, 2400, 300.0),
                                 g.pair("size", 16, 16384))
         g.finish()
-    return ViewsRecord(front, hidden, tuple(tokens), routes, rollout, figure)
+    if (g := f.nested("attention")) is not None:
+        attention = AttentionSettings(g.choice("mode", ATTENTION_MODES, "head"),
+                                      g.text("colormap", "viridis", max_chars=40), g.flag("log"),
+                                      g.choice("pooling", POOLINGS, "max"))
+        g.finish()
+    return ViewsRecord(front, hidden, tuple(tokens), routes, rollout, figure, attention)
 
 
 # -- window -------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import os
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.sessions.checkpoint_part import checkpoint_available
 from transformer_viewer.viewer.window import session_binding
 
 SESSION_FILTER = "transformer-viewer sessions (*.tvsession);;All files (*)"
@@ -30,6 +29,19 @@ def trace_arrays(trace) -> dict:
     if trace.token_logprobs is not None:
         arrays["token-logprobs"] = trace.token_logprobs
     return arrays
+
+
+def surely_missing(source: str | None) -> bool:
+    """Whether the checkpoint `source` (None: the bundled model) is a path not on this machine.
+    A cached model's name is looked up by the worker's load, which says when it is not cached
+    (the cache's reader brings torch, which the GUI thread never imports)."""
+    from transformer_viewer.model.checkpoints.bundled import bundled_checkpoint_path
+
+    if source is None:
+        return not os.path.exists(bundled_checkpoint_path())
+    if os.path.exists(source):
+        return False
+    return os.path.isabs(source) or source.startswith(".") or source.count("/") > 1 or os.sep != "/" and os.sep in source
 
 
 class SessionActions:
@@ -120,8 +132,9 @@ class SessionActions:
         if path:
             self.open(path)
 
-    def open(self, path: str) -> bool:
-        """Open the session at `path`; False (the window unchanged, one line shown) when refused."""
+    def open(self, path: str, checkpoint: str | None = None) -> bool:
+        """Open the session at `path` (on `checkpoint` instead of its own, when given); False (the
+        window unchanged, one line shown) when refused."""
         from transformer_viewer.model.sessions.registry import load
 
         try:
@@ -134,9 +147,12 @@ class SessionActions:
         self._add_recent(path)
         ckpt = records.get("checkpoint")
         info = self.w.state.model_info
-        if ckpt is None or (info is not None and _same_checkpoint(info, ckpt)):
+        if checkpoint is not None or (ckpt is None and info is None):
+            self.pending = records  # on the checkpoint given, or a session saved before any model: the bundled one
+            self.w.load(checkpoint)
+        elif ckpt is None or (info is not None and _same_checkpoint(info, ckpt)):
             self._apply(records)
-        elif not checkpoint_available(ckpt.source):
+        elif surely_missing(ckpt.source):
             self.pending = records
             self._missing(ckpt)
         else:
@@ -149,7 +165,10 @@ class SessionActions:
         records, self.pending = self.pending, None
         if records is None or info is None:
             return
-        ckpt = records["checkpoint"]
+        ckpt = records.get("checkpoint")
+        if ckpt is None:
+            self._apply(records)
+            return
         if (info.n_layer, info.n_head) != (ckpt.n_layer, ckpt.n_head):
             self.w.show_error(f"{info.name} has {info.n_layer} layers of {info.n_head} heads, the session's model "
                               f"{ckpt.n_layer} of {ckpt.n_head}; the session was not restored on it: open its checkpoint")

@@ -11,6 +11,8 @@ A feature that adds a part adds its capture and restore here, beside its model-s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from transformer_viewer.model.sessions.checkpoint_part import CheckpointRecord
@@ -18,6 +20,7 @@ from transformer_viewer.model.sessions.figures_part import FigureRecord
 from transformer_viewer.model.sessions.fingerprint import SAMPLED, Fingerprint
 from transformer_viewer.model.sessions.prompt_part import InterventionRecord, PromptRecord
 from transformer_viewer.model.sessions.view_parts import (
+    AttentionSettings,
     FigureSettings,
     RolloutSettings,
     RoutesSettings,
@@ -84,13 +87,15 @@ def _views(window) -> ViewsRecord:
     routes, rollout = v["routes"], v["rollout"]
     heads = rollout.head_choice()
     options = window.figure_options
+    att = v["attention"]
     return ViewsRecord(
         front_tab=front_tab(window),
         hidden=tuple(vid for vid, dock in window.docks.items() if dock.isHidden() and vid in v),
         attribution_tokens=tuple(int(t) for t in v["attribution"].tokens),
         routes=RoutesSettings(routes.position, routes.threshold_value(), routes.renormalize.isChecked()),
         rollout=RolloutSettings(rollout.layers(), heads if heads is not None else "mean", rollout.residual.isChecked()),
-        figure=FigureSettings(options.theme, float(options.dpi), None))
+        figure=FigureSettings(options.theme, float(options.dpi), None),
+        attention=AttentionSettings(att.mode(), att.colormap_combo.currentText(), att.heatmap.log_scale(), att.pooling()))
 
 
 def _window(window) -> WindowRecord:
@@ -101,8 +106,6 @@ def _window(window) -> WindowRecord:
 def restore(window, records: dict[str, object], notes: list[str]) -> None:
     """Put back what needs no trace, on the model now loaded (its shape already checked)."""
     from transformer_viewer.model.capture.interventions import Intervention
-    from transformer_viewer.viewer.views.export_options import FigureOptions
-
     st = window.state
     if (w := records.get("window")) is not None:
         _restore_window(window, w, notes)
@@ -115,7 +118,8 @@ def restore(window, records: dict[str, object], notes: list[str]) -> None:
         st.set_selection(layer=s.layer, head=s.head, query=s.query, clear_query=s.query is None)
         st.set_neuron(s.neuron)
     if (views := records.get("views")) is not None:
-        window.figure_options = FigureOptions(views.figure.theme, views.figure.dpi)
+        window.figure_options = replace(window.figure_options, theme=views.figure.theme, dpi=views.figure.dpi)
+        _restore_attention(window.views["attention"], views.attention, notes)
         for vid, dock in window.docks.items():
             if vid in window.views:
                 dock.setHidden(vid in views.hidden)
@@ -152,6 +156,20 @@ def _restore_rollout(window, r: RolloutSettings) -> None:
     heads = r.heads if isinstance(r.heads, str) else tuple(
         (a, b) for a, b in r.heads if a < st.n_layer and b < st.n_head) or "mean"
     window.views["rollout"].set_options(layers=(first, max(first + 1, last)), heads=heads, residual=r.residual)
+
+
+def _restore_attention(view, a: AttentionSettings, notes: list[str]) -> None:
+    view.set_mode(a.mode)
+    view.set_pooling(a.pooling)
+    view.set_log_scale(a.log)
+    from transformer_viewer.viewer.views.heatmap import get_colormap
+
+    try:
+        get_colormap(a.colormap)
+    except ValueError:
+        notes.append(f"the colormap {a.colormap[:40]!r} is not known here; kept the one shown")
+        return
+    view.set_colormap(a.colormap)
 
 
 def _restore_tokens(window, tokens: tuple[int, ...], notes: list[str]) -> None:
