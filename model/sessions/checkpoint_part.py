@@ -66,7 +66,9 @@ PART = Part("checkpoint", 1, to_json, from_json)
 def checkpoint_available(source: str | None) -> bool:
     """Whether the checkpoint `source` (None: the bundled model) is on this machine; what it
     holds is checked by the load, as for any path the user types."""
-    from transformer_viewer.model.checkpoints.formats import hf_cache  # brings torch: asked only for a session's model
+    from transformer_viewer.model.checkpoints.formats import (
+        hf_cache,  # brings torch: asked only for a session's model
+    )
 
     if source is None:
         return os.path.exists(bundled_checkpoint_path())

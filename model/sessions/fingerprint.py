@@ -38,7 +38,9 @@ class Fingerprint:
 
 def checkpoint_fingerprint(source: str) -> Fingerprint:
     """The fingerprint of the checkpoint file, folder or cached model name `source`."""
-    from transformer_viewer.model.checkpoints.formats import hf_cache  # brings torch: only where a model loads
+    from transformer_viewer.model.checkpoints.formats import (
+        hf_cache,  # brings torch: only where a model loads
+    )
 
     if not os.path.exists(source) and hf_cache.looks_like_name(source):
         snapshot = hf_cache.find_snapshot(source)
