@@ -142,6 +142,9 @@ def restore_after_trace(window, records: dict[str, object]) -> None:
     if (s := records.get("selection")) is not None:
         for vid, heatmap in _zoomable(window).items():
             if vid in s.zoom:
+                view = window.views[vid]
+                if hasattr(view, "catch_up"):  # a view behind another tab draws now: its zoom needs its data
+                    view.catch_up()
                 rows, cols = s.zoom[vid]
                 heatmap.set_visible_tokens((min(rows[0], T), min(rows[1], T)), (min(cols[0], T), min(cols[1], T)))
     if (views := records.get("views")) is not None and views.routes.position is not None:
