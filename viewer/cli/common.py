@@ -309,15 +309,18 @@ def fill_from_records(args, records: dict, origin: str) -> None:
                                  "give it with --checkpoint PATH")
             args.checkpoint = ckpt.source  # None: the bundled model; opened through the same checks as a typed path
             args.expected_checkpoint = (ckpt, origin)
-    if getattr(args, "prompt", None) is None and (p := records.get("prompt")) is not None:
-        args.prompt = p.text
+    own_prompt = getattr(args, "prompt", None) is None and records.get("prompt") is not None
+    if own_prompt:
+        args.prompt = records["prompt"].text
     i = records.get("intervention")
     if i is not None and hasattr(args, "mask") and not args.mask:
         args.mask = [f"{layer}.{head}" for layer, head in i.masked]
         args.ablation = i.ablation
     s = records.get("selection")
     if s is not None:
-        for name, value in (("layer", s.layer), ("head", s.head), ("query", s.query), ("position", s.query)):
+        # --head is text ("[L.]H"), parsed with --layer by the command
+        positions = (("query", s.query), ("position", s.query)) if own_prompt else ()  # of the session's prompt
+        for name, value in (("layer", s.layer), ("head", str(s.head)), *positions):
             if hasattr(args, name) and getattr(args, name) is None:
                 setattr(args, name, value)
     v = records.get("views")
