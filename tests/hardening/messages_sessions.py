@@ -111,7 +111,7 @@ CASES = [
          lambda c: c.cli("attribute", "--session", _session_of(c, source=str(c.tmp / "gone.safetensors"))),
          "is not on this machine; give it with --checkpoint PATH"),
     Case("--session of another model's shape",
-         lambda c: c.cli("attribute", "--session", _session_of(c, n_layer=9)), "layers of 4 heads, but the session"),
+         lambda c: c.cli("attribute", "--session", _session_of(c, n_layer=9)), "heads, but the session"),
     Case("figure manifest of a newer version", lambda c: _manifest(c, lambda d: d.__setitem__("version", "9.0")),
          "a figure manifest of format 9.0, written by a newer"),
     Case("figure manifest of another format", lambda c: _manifest(c, lambda d: d.__setitem__("format", "x")),
