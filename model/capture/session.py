@@ -6,7 +6,8 @@ resid_pre, so a run whose head mask first differs from the cached one at layer l
 layers l.. and reuses everything before. `Session.predict` is the same without capture: just
 the next-token distribution, for toggles and scans (`predict_many`: many masks as one batch).
 `Session.masked_residuals` gives the residual streams under another mask without touching the
-cache (the lens of a masked run). Those three live in session_predict.py.
+cache (the lens of a masked run). Those three live in session_predict.py. The corrupted prompt
+of activation patching, and runs with patches, live in session_patching.py.
 
 Hooks are registered for each forward (model/decoder/hooks.py) and always removed afterwards. What a
 run writes into its trace is in capture_readers.py and overview.py, the unembedding's outputs in
@@ -44,6 +45,7 @@ from transformer_viewer.model.capture.memory_budget import (  # noqa: F401 (DEFA
     max_tokens,
 )
 from transformer_viewer.model.capture.overview import cell_size, n_cells
+from transformer_viewer.model.capture.session_patching import PatchedPredictions
 from transformer_viewer.model.capture.session_predict import Predictions
 from transformer_viewer.model.capture.trace import Trace, resid_labels
 from transformer_viewer.model.capture.unembedding import next_token, position_logits, token_logprobs
@@ -64,7 +66,7 @@ class _Run:
     intervention: Intervention
 
 
-class Session(Predictions):
+class Session(Predictions, PatchedPredictions):
     """A model, a tokenizer and the current prompt, with the caches that make edits cheap.
 
     Not thread-safe: the viewer keeps one on its worker thread.
@@ -108,6 +110,7 @@ class Session(Predictions):
             tok = dataclasses.replace(tok, special=tuple(self.tokenizer.is_special(i) for i in tok.ids))
         self.tokens = tok
         self._ids = torch.tensor([tok.ids], dtype=torch.long, device=self.device)  # (1, T)
+        self.clear_corrupted()  # a clean and a corrupted prompt are set as a pair
         self._clear_cache()
 
     @property

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
     QLabel,
+    QMenu,
     QStyledItemDelegate,
     QTableWidget,
     QTableWidgetItem,
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 BAR_ROLE = Qt.UserRole + 1
+TOKEN_ROLE = Qt.UserRole + 3  # a token cell's id, for the context menu
 _BASE_BAR, _MASK_BAR = QColor(90, 140, 220, 110), QColor(220, 90, 70, 110)
 _SPECIAL = QColor(110, 60, 170)  # special tokens (BOS, <|endoftext|>), as the token strip draws them
 
@@ -100,6 +102,9 @@ class LogitsPanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.NoSelection)
         self.table.setFocusPolicy(Qt.NoFocus)
         self.table.setItemDelegate(_BarDelegate(self.table))
+        # Right-click a token: make it token A or B of the patching view's metric.
+        self.table.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._token_menu)
         hh = self.table.horizontalHeader()
         for col, mode in enumerate((QHeaderView.ResizeToContents, QHeaderView.Stretch, QHeaderView.ResizeToContents,
                                     QHeaderView.Stretch, QHeaderView.ResizeToContents)):
@@ -177,6 +182,7 @@ class LogitsPanel(QWidget):
                     continue
                 tid, prob = int(nt.top_ids[row]), float(nt.top_probs[row])
                 item = self._item(token_label(tid, tok))
+                item.setData(TOKEN_ROLE, tid)
                 special = _is_special(tok, tid)
                 item.setToolTip(f"id {tid}, p = {prob:.5g}, logit {float(nt.top_logits[row]):.3f}"
                                 + (", a special token" if special else ""))
@@ -201,6 +207,33 @@ class LogitsPanel(QWidget):
             self.table.setItem(row, col, item)
         for c, mode in enumerate(modes):
             header.setSectionResizeMode(c, mode)
+
+    def _token_menu(self, pos) -> None:
+        item = self.table.itemAt(pos)
+        tid = None if item is None else item.data(TOKEN_ROLE)
+        if tid is None:
+            return
+        menu = QMenu(self)
+        for which, text in ((0, "Use as patching token A"), (1, "Use as patching token B")):
+            menu.addAction(text, lambda w=which: self.use_as_token(int(tid), w))
+        menu.popup(self.table.viewport().mapToGlobal(pos))
+
+    def use_as_token(self, token_id: int, which: int) -> None:
+        """Make `token_id` token A (0) or B (1) of the patching metric; B without an A takes the
+        baseline's top token as A (the difference B is compared with)."""
+        st = self.state
+        tokens = list(st.patching.tokens)
+        if which == 0:
+            tokens[:1] = [token_id]
+        else:
+            if not tokens:
+                top = st.clean_trace.next.top_ids[0] if st.clean_trace is not None else token_id
+                tokens = [int(top)]
+            tokens[1:2] = [token_id]
+        changes = {"tokens": tuple(tokens)}
+        if which == 1:
+            changes["metric"] = "logit-diff"  # B only means something in a difference
+        st.set_patching(**changes)
 
     @staticmethod
     def _item(text: str, align=Qt.AlignLeft) -> QTableWidgetItem:

@@ -51,6 +51,7 @@ class ViewEntry:
 _V = "transformer_viewer.viewer.views"
 VIEWS: tuple[ViewEntry, ...] = (
     ViewEntry("tokens", "Tokens", f"{_V}.token_strip:TokenStrip", "top", uses_worker=True),
+    ViewEntry("corrupted-prompt", "Corrupted prompt", f"{_V}.corrupted_prompt:CorruptedPrompt", "top"),
     ViewEntry("attention", "Attention", f"{_V}.attention_panel:AttentionPanel", "center", uses_worker=True,
               export=True),
     ViewEntry("grid", "All heads", f"{_V}.head_grid:HeadGridView", "left", export=True, export_size=None),
@@ -70,6 +71,9 @@ VIEWS: tuple[ViewEntry, ...] = (
               export=True, export_size=(1100, 760), needs_trace=True),
     ViewEntry("routes", "Routes", f"{_V}.routes_view:RoutesView", "tab", uses_worker=True, export=True,
               export_size=(1000, 700), needs_trace=True),
+    # Exported from its own Export button and by `transformer-viewer patch --out` (it needs two prompts).
+    ViewEntry("patching", "Patching", f"{_V}.patching_view:PatchingView", "tab", uses_worker=True,
+              needs_trace=True),
     ViewEntry("rollout", "Rollout", f"{_V}.rollout_view:RolloutView", "tab", uses_worker=True, export=True,
               export_size=(900, 700), needs_trace=True),
     ViewEntry("continue", "Continue", f"{_V}.generate_control:GenerateControl", "right-below", uses_worker=True),

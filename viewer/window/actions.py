@@ -52,6 +52,9 @@ class WindowActions:
         self._action(m, "Open a cached model by &name…", self.open_name_dialog,
                      tip="a Hugging Face model already in the local cache, e.g. gpt2 (nothing is downloaded)")
         self._action(m, "Open the &bundled model", lambda: w.load(None))
+        self._action(m, "Open prompt &pairs…", self.open_pairs_dialog,
+                     tip="a text file of clean and corrupted prompts, one pair a line, tab-separated: the "
+                         "patching view averages its results over them")
         self.recent_menu = m.addMenu("&Recent checkpoints")
         self._rebuild_recent()
         m.addSeparator()
@@ -95,6 +98,29 @@ class WindowActions:
                                         text="gpt2")
         if ok and name.strip():
             self.w.load(name.strip())
+
+    def open_pairs_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.w, "Open prompt pairs", self._last_dir(),
+                                              "Prompt pairs, tab-separated (*.tsv *.txt);;All files (*)")
+        if path:
+            self.open_pairs(path)
+
+    def open_pairs(self, path: str) -> bool:
+        """Patch over the pairs in `path` (averaged) in the patching view; a bad file: one line."""
+        from transformer_viewer.model.analysis.patching.pairs import read_pairs
+        from transformer_viewer.model.errors import ModelError
+
+        try:
+            pairs = read_pairs(path)
+        except (ModelError, OSError) as e:
+            self.w.show_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
+            return False
+        st = self.w.state
+        st.set_patching(comparing=True, pairs=tuple(pairs), pairs_name=os.path.basename(path))
+        self.w.prompt_editor.set_text(pairs[0][0])  # the strips show the first pair
+        self.w.views["corrupted-prompt"].set_text(pairs[0][1])
+        self.w.show_view("patching")
+        return True
 
     def _last_dir(self) -> str:
         recent = self.recent()
@@ -209,8 +235,20 @@ class WindowActions:
             self.w.addAction(a)  # works with the menu bar hidden too
             self.nav_actions.append(a)
         m.addSeparator()
+        self.compare_action = self._action(m, "&Compare with a corrupted prompt", self.toggle_compare,
+                                           tip="a second prompt box for activation patching: which components "
+                                               "carry the difference between the two prompts")
+        self.compare_action.setCheckable(True)
+        st.patching_changed.connect(lambda: self.compare_action.setChecked(st.patching.comparing))
         self._action(m, "Reset &layout", self.reset_layout, tip="show every dock again at its default size")
         self._action(m, "Reset heatmap zoom", lambda: self.w.attention.heatmap.reset_view(), QKeySequence("Ctrl+0"))
+
+    def toggle_compare(self) -> None:
+        st = self.w.state
+        st.set_patching(comparing=self.compare_action.isChecked())
+        if st.patching.comparing:
+            self.w.views["corrupted-prompt"].edit.setFocus()
+            self.w.show_view("patching")
 
     def reset_layout(self) -> None:
         for dock in self.w.docks.values():
@@ -220,6 +258,13 @@ class WindowActions:
 
     def view_menu_add(self, dock) -> None:
         self.view_menu.insertAction(self._dock_anchor, dock.toggleViewAction())
+
+    def _patching_example(self, prompt) -> None:
+        st = self.w.state
+        st.set_patching(comparing=True, pairs=(), pairs_name="", metric="logit-diff", what="heads", position=None,
+                        direction="denoise", tokens=_example_tokens(st, prompt.tokens))
+        self.w.views["corrupted-prompt"].set_text(prompt.corrupted)
+        self.w.show_view("patching")
 
     def _move_query(self, step: int) -> None:
         st = self.w.state
@@ -241,15 +286,32 @@ class WindowActions:
 
     def _run_example(self, prompt) -> None:
         """Run an example; on the bundled model (the one the examples were written for) also
-        show the head that the example is about."""
+        show the head that the example is about. A patching example also sets the corrupted
+        prompt and the tokens of its logit difference, and shows the patching view."""
         from transformer_viewer.model.checkpoints.bundled import is_bundled
 
         self.w.prompt_editor.set_text(prompt.text)  # runs it, and replaces any edit not yet run
+        if prompt.corrupted:
+            self._patching_example(prompt)
         info = self.w.state.model_info
         if prompt.head is not None and info is not None and is_bundled(info.source):
             layer, head = prompt.head
             if layer < info.n_layer and head < info.n_head:
                 self.w.state.set_selection(layer=layer, head=head)
+
+
+def _example_tokens(state, texts) -> tuple[int, ...]:
+    """The ids of an example's tokens in the loaded model's tokenizer (() where one is not one token)."""
+    from transformer_viewer.model.errors import ModelError
+    from transformer_viewer.model.tokenizers.tokenizer import parse_token
+
+    if state.model_info is None:
+        return ()
+    tok = state.tokenizer()
+    try:
+        return tuple(parse_token(t, tok, tok.n_vocab, "token") for t in texts)
+    except ModelError:
+        return ()
 
 
 def example_prompts() -> tuple:

@@ -25,6 +25,12 @@ from transformer_viewer.viewer.worker.attribution import (
 from transformer_viewer.viewer.worker.generate import GenerateRequest, handle_generate
 from transformer_viewer.viewer.worker.lens import LensRequest, handle_lens
 from transformer_viewer.viewer.worker.mlp import MlpActivationsRequest, handle_mlp
+from transformer_viewer.viewer.worker.patching import (
+    PatchCellsRequest,
+    PatchRequest,
+    handle_patch,
+    handle_patch_cells,
+)
 from transformer_viewer.viewer.worker.patterns import (
     PatternDiffRequest,
     PatternExportRequest,
@@ -83,6 +89,8 @@ ROUTES: tuple[Route, ...] = (
     Route(HeadSourcesRequest, handle_head_sources),
     Route(RoutesRequest, handle_routes),
     Route(RolloutRequest, handle_rollout),
+    Route(PatchRequest, handle_patch),
+    Route(PatchCellsRequest, handle_patch_cells),
     Route(GenerateRequest, handle_generate),
 )
 

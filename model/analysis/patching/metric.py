@@ -15,10 +15,12 @@ A metric is a frozen value (equal metrics hash alike), so caches of patching res
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from transformer_viewer.model.errors import ModelError
+
+if TYPE_CHECKING:  # the window builds metrics on the GUI thread, which never imports torch
+    import torch
 
 METRIC_HELP = {
     "logit-diff": "logit(A) - logit(B) at the position",
@@ -72,6 +74,8 @@ class PatchMetric:
 
         clean_logprobs (V,): the clean run's log-softmax at the position, needed by kl only.
         Differentiable, so attribution patching takes its gradient."""
+        import torch
+
         logits = logits.float()
         if self.kind == "logit-diff":
             a, b = self.tokens
