@@ -12,6 +12,7 @@ from transformer_viewer.model.sessions import (
     checkpoint_part,
     environment_part,
     figures_part,
+    patching_part,
     prompt_part,
     view_parts,
 )
@@ -33,6 +34,7 @@ PARTS: dict[str, Part] = {p.name: p for p in (
     view_parts.WINDOW,
     environment_part.PART,
     figures_part.PART,
+    patching_part.PART,
 )}
 
 

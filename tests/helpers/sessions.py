@@ -16,6 +16,7 @@ from transformer_viewer.model.sessions.container import FORMAT
 from transformer_viewer.model.sessions.environment_part import Environment
 from transformer_viewer.model.sessions.figures_part import FigureRecord
 from transformer_viewer.model.sessions.fingerprint import SAMPLED, Fingerprint
+from transformer_viewer.model.sessions.patching_part import PatchingRecord
 from transformer_viewer.model.sessions.prompt_part import InterventionRecord, PromptRecord
 from transformer_viewer.model.sessions.view_parts import (
     AttentionSettings,
@@ -44,6 +45,8 @@ def full_records(source: str = "/models/tiny.safetensors") -> dict[str, object]:
                                    "Linux x86_64"),
         "figures": (FigureRecord("/figs/a.png", "attention", "/figs/a.png.manifest.json"),
                     FigureRecord("/figs/b.npy", "residual", None)),
+        "patching": PatchingRecord(True, "The dog sat on the mat.", "logprob", (262,), 4, "noise", "heads-by-pos", 1,
+                                   (1, 2), "k", False, (("a b", "a c"), ("d e", "d f")), "pairs.json"),
     }
 
 

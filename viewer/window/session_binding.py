@@ -18,6 +18,7 @@ import numpy as np
 from transformer_viewer.model.sessions.checkpoint_part import CheckpointRecord
 from transformer_viewer.model.sessions.figures_part import FigureRecord
 from transformer_viewer.model.sessions.fingerprint import SAMPLED, Fingerprint
+from transformer_viewer.model.sessions.patching_part import PatchingRecord
 from transformer_viewer.model.sessions.prompt_part import InterventionRecord, PromptRecord
 from transformer_viewer.model.sessions.view_parts import (
     AttentionSettings,
@@ -39,7 +40,8 @@ def capture(window) -> dict[str, object]:
     st = window.state
     records: dict[str, object] = {"prompt": PromptRecord(st.prompt), "selection": _selection(window),
                                   "views": _views(window), "window": _window(window),
-                                  "figures": tuple(window.exported_figures)}
+                                  "figures": tuple(window.exported_figures),
+                                  "patching": PatchingRecord(**st.patching.__dict__)}
     info = st.model_info
     if info is not None:
         records["checkpoint"] = checkpoint_record(info)
@@ -130,6 +132,8 @@ def restore(window, records: dict[str, object], notes: list[str]) -> None:
         _restore_tokens(window, views.attribution_tokens, notes)
         if views.front_tab in window.views:
             window.show_view(views.front_tab)
+    if (patching := records.get("patching")) is not None:
+        _restore_patching(window, patching, notes)
     if (p := records.get("prompt")) is not None:
         window.run_prompt(p.text)
     window.exported_figures = list(records.get("figures", ()))
@@ -173,6 +177,24 @@ def _restore_attention(view, a: AttentionSettings, notes: list[str]) -> None:
         notes.append(f"the colormap {a.colormap[:40]!r} is not known here; kept the one shown")
         return
     view.set_colormap(a.colormap)
+
+
+def _restore_patching(window, r, notes: list[str]) -> None:
+    """The patching setup, its token ids and layers checked against the model now loaded."""
+    from transformer_viewer.model.errors import ModelError
+
+    st = window.state
+    fields = dict(r.__dict__)
+    vocab = st.model_info.vocab_size if st.model_info is not None else 0
+    if vocab and any(t >= vocab for t in r.tokens):
+        notes.append("the patching metric's tokens are outside this model's vocabulary; choose them again")
+        fields["tokens"] = ()
+    fields["layer"] = min(r.layer, st.n_layer - 1)
+    fields["receiver"] = (min(r.receiver[0], st.n_layer - 1), min(r.receiver[1], st.n_head - 1))
+    try:
+        st.set_patching(**fields)
+    except ModelError as e:
+        notes.append(f"the patching setup was not restored: {e}")
 
 
 def _restore_tokens(window, tokens: tuple[int, ...], notes: list[str]) -> None:

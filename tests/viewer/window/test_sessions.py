@@ -15,7 +15,7 @@ from tests.helpers.window import PROMPT, make_checkpoint, mask_of, new_window, w
 from transformer_viewer.viewer.views.export_options import FigureOptions
 from transformer_viewer.viewer.window.session_binding import capture
 
-COMPARED = ("checkpoint", "prompt", "intervention", "selection", "views", "environment", "figures")
+COMPARED = ("checkpoint", "prompt", "intervention", "selection", "views", "environment", "figures", "patching")
 
 
 def _restored(w):
@@ -41,6 +41,9 @@ def _set_everything(qtbot, w):
     w.show_view("attribution")
     w.views["attribution"].set_tokens(262, 11)
     w.figure_options = FigureOptions("dark", 150.0)
+    st.set_patching(comparing=True, corrupted="The dog sat on the mat. The dog", metric="logprob", tokens=(262,),
+                    position=4, direction="noise", what="heads-by-pos", layer=1, receiver=(1, 2), input="k",
+                    normalised=False)
     w.docks["grid"].hide()
     routes = w.views["routes"]
     w.show_view("routes")
@@ -76,6 +79,7 @@ def test_a_reopened_session_restores_every_field_and_the_same_trace(qtbot, tmp_p
         assert restored[part] == saved[part], part
     assert saved["selection"].zoom["attention"] == ((1, 5), (0, 4))
     assert saved["views"].hidden == ("grid",) and saved["views"].front_tab == "routes"
+    assert saved["patching"].corrupted == "The dog sat on the mat. The dog" and saved["patching"].input == "k"
     assert not [n for n in w2.sessions.notes if "layout" in n or "geometry" in n]
     _same_trace(w2.state.trace, trace)
     w2.close()
