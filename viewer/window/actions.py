@@ -158,6 +158,7 @@ class WindowActions:
     def export_dialog(self, what: str, ext: str) -> None:
         from transformer_viewer.viewer.views.export_options import ask_figure_options
 
+        folder = self.w.app_settings.export_dir()  # read (and a bad setting noted) whatever the answer
         view = (self.w.attention if what == "heatmap" else self.w.head_grid).export_target()
         options = ask_figure_options(self.w, ext, (view.width(), view.height()), self.w.figure_options)
         if options is None:
@@ -165,7 +166,6 @@ class WindowActions:
         self.w.figure_options = options
         st = self.w.state
         name = (f"attention_L{st.layer}H{st.head}" if what == "heatmap" else "all_heads") + ext
-        folder = self.w.app_settings.export_dir()
         filters = {".png": "PNG image (*.png)", ".svg": "SVG image (*.svg)", ".pdf": "PDF document (*.pdf)",
                    ".npy": "NumPy array (*.npy)",
                    ".csv": "CSV table (*.csv)"}
