@@ -168,3 +168,21 @@ def test_an_export_is_listed_in_the_saved_session_with_its_manifest(qtbot, tmp_p
     records, _notes = read_manifest(figures[0].manifest)
     assert records["prompt"].text == PROMPT and records["export"].layer == w.state.layer
     w.close()
+
+
+def test_another_machine_is_noted_with_the_tolerance_to_expect(qtbot, tmp_path, tiny_ckpt):
+    from dataclasses import replace
+
+    from transformer_viewer.model.sessions.registry import load, save
+
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    records = load(w.sessions.save(str(tmp_path / "here.tvsession")))[0]
+    assert w.sessions.open(str(tmp_path / "here.tvsession"))
+    assert not [n for n in w.sessions.notes if "computed elsewhere" in n]  # the same machine: nothing to say
+    env = records["environment"]
+    records["environment"] = replace(env, cpu="Another CPU", kernel_path="torch GEMM, ATen DEFAULT")
+    assert w.sessions.open(save(str(tmp_path / "there.tvsession"), records))
+    note = next(n for n in w.sessions.notes if "computed elsewhere" in n)
+    assert "CPU Another CPU there" in note and "kernel path torch GEMM, ATen DEFAULT there" in note
+    assert "of their size, not bit for bit" in note and "\n" not in note
+    w.close()
