@@ -47,6 +47,9 @@ def test_attribute_and_routes_take_the_session_as_the_same_arguments_typed(ckpt,
     assert a == b and a["mask"] == ["1.2"] and a["position"] == 5 and a["tokens"] == [262, 11]
     r = json.loads(_ok(capsys, "routes", "--session", session, "--json")[0])
     assert r == json.loads(_ok(capsys, "routes", ckpt, *by_hand, "--json")[0])
+    _ok(capsys, "rollout", "--session", session, "--out", str(tmp_path / "a.npy"))
+    _ok(capsys, "rollout", ckpt, *by_hand[:6], "--query", "5", "--out", str(tmp_path / "b.npy"))
+    assert np.load(tmp_path / "a.npy").tobytes() == np.load(tmp_path / "b.npy").tobytes()
 
 
 def test_export_takes_the_session_and_options_given_win(ckpt, tmp_path, capsys):

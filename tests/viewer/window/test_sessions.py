@@ -186,3 +186,16 @@ def test_another_machine_is_noted_with_the_tolerance_to_expect(qtbot, tmp_path, 
     assert "CPU Another CPU there" in note and "kernel path torch GEMM, ATen DEFAULT there" in note
     assert "of their size, not bit for bit" in note and "\n" not in note
     w.close()
+
+
+def test_with_arrays_the_size_said_first_is_the_size_written(qtbot, tmp_path, tiny_ckpt):
+    from transformer_viewer.model.sessions.registry import load
+
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    size = w.sessions.size_with_arrays()
+    path = w.sessions.save(str(tmp_path / "a.tvsession"), with_arrays=True)
+    assert size == (tmp_path / "a.tvsession").stat().st_size
+    arrays = load(path)[1]
+    assert arrays["next-probs"].tobytes() == w.state.trace.next.probs.tobytes()
+    assert np.array_equal(arrays["token-ids"], w.state.trace.token_ids)
+    w.close()
