@@ -9,10 +9,16 @@ float32 rounding elsewhere (environment_part.py).
 
 `private=True` leaves the prompt and every local path out (they may not be the user's to share);
 such a manifest records the rest, and regenerating it needs `--prompt` and the checkpoint given.
+
+A manifest can also travel inside the figure (`embed`): base64 JSON in an SVG's `<metadata>` or
+a PDF's XMP packet, between fixed markers; `--from-manifest FIGURE.svg` reads it back from there.
+An embedded manifest cannot hold the sha256 of the file that holds it: its `sha256` is empty.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import os
@@ -61,6 +67,8 @@ class ExportRecord:
     rows: int = 64
     file: str = ""  # the file's name
     sha256: str = ""  # of the file's bytes
+    embed: bool = False  # the manifest is embedded in the SVG or PDF itself
+    private: bool = False  # the manifest leaves the prompt and local paths out
 
 
 def _export_to_json(r: ExportRecord) -> dict:
@@ -79,7 +87,8 @@ def _export_from_json(f: Fields) -> ExportRecord:
         pooled=f.flag("pooled"), diff=f.flag("diff"), target=f.text("target", None, 200),
         distractor=f.text("distractor", None, 200), show=f.choice("show", ("effect", "kl", "prob"), "effect"),
         sort=f.choice("sort", ("max", "token", "index"), "max"), rows=f.integer("rows", 1, 1 << 16, 64),
-        file=f.text("file", ""), sha256=f.text("sha256", "", 64))
+        file=f.text("file", ""), sha256=f.text("sha256", "", 64), embed=f.flag("embed"),
+        private=f.flag("private"))
 
 
 EXPORT = Part("export", 1, _export_to_json, _export_from_json)
@@ -117,10 +126,57 @@ def write_manifest(out: str, records: dict[str, object], private: bool = False) 
     return atomic_write.write_bytes(manifest_path(out), manifest_text(records, private).encode("utf-8"))
 
 
+# -- embedded in a figure ---------------------------------------------------------------
+SVG_OPEN, SVG_CLOSE = b'<metadata id="transformer-viewer-manifest">', b"</metadata>"
+XMP_OPEN, XMP_CLOSE = b"<tv:manifest>", b"</tv:manifest>"
+MAX_FIGURE_BYTES = 256 << 20  # a figure searched for its manifest
+
+
+def embedded_svg(svg: bytes, text: str) -> bytes:
+    """`svg` with the manifest `text` in a <metadata> element right after its <svg ...> tag."""
+    start = svg.find(b"<svg")
+    end = svg.find(b">", start)
+    if start < 0 or end < 0:
+        raise ModelError("the SVG has no <svg> element to hold the manifest; export without --embed-manifest")
+    return svg[:end + 1] + SVG_OPEN + base64.b64encode(text.encode("utf-8")) + SVG_CLOSE + svg[end + 1:]
+
+
+def xmp_packet(text: str) -> bytes:
+    """An XMP packet (a PDF's document metadata) holding the manifest `text`."""
+    return (b'<?xpacket begin="" id="W5M0MpCehiHzreSzNTczkc9d"?><x:xmpmeta xmlns:x="adobe:ns:meta/">'
+            b'<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"><rdf:Description rdf:about="" '
+            b'xmlns:tv="https://github.com/transformer-viewer/manifest/1.0/">' + XMP_OPEN
+            + base64.b64encode(text.encode("utf-8")) + XMP_CLOSE
+            + b'</rdf:Description></rdf:RDF></x:xmpmeta><?xpacket end="w"?>')
+
+
+def _embedded(path: str) -> bytes:
+    """The manifest JSON embedded in the SVG or PDF at `path` (ModelError when there is none)."""
+    with read_errors(path, "give a FILE.manifest.json file or a figure holding one", "check the path"):
+        data = regular_file.read_at_most(path, MAX_FIGURE_BYTES)
+    if len(data) > MAX_FIGURE_BYTES:
+        raise ModelError(f"{path}: more than {MAX_FIGURE_BYTES >> 20} MiB, larger than a figure holding a "
+                         "manifest; give its FILE.manifest.json")
+    for opening, closing in ((SVG_OPEN, SVG_CLOSE), (XMP_OPEN, XMP_CLOSE)):
+        start = data.find(opening)
+        end = data.find(closing, start + len(opening)) if start >= 0 else -1
+        if start >= 0 and 0 <= end - start - len(opening) <= MAX_MANIFEST_BYTES * 4 // 3 + 4:
+            try:
+                return base64.b64decode(data[start + len(opening):end], validate=True)
+            except binascii.Error:
+                break
+    raise ModelError(f"{path}: no figure manifest is embedded in it; give its FILE.manifest.json, or export "
+                     "with --embed-manifest")
+
+
 def read_manifest(path: str) -> tuple[dict[str, object], list[str]]:
-    """(records, notes) of the manifest at `path`; ModelError for anything refused."""
-    with read_errors(path, "give a FILE.manifest.json file", "check the path"):
-        doc = untrusted_json.read_file(path, FIX, max_bytes=MAX_MANIFEST_BYTES)
+    """(records, notes) of the manifest at `path`, or embedded in the SVG or PDF at `path`;
+    ModelError for anything refused."""
+    if path.lower().endswith((".svg", ".pdf")):
+        doc = untrusted_json.parse(_embedded(path), path, FIX)
+    else:
+        with read_errors(path, "give a FILE.manifest.json file", "check the path"):
+            doc = untrusted_json.read_file(path, FIX, max_bytes=MAX_MANIFEST_BYTES)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelError(f"{path}: not a figure manifest (it does not say it is a {FORMAT}); {FIX}")
     text = doc.get("version")

@@ -70,7 +70,34 @@ def _manifest_unwritable(ctx):
                    "--write-manifest")
 
 
+def _no_embedded(ctx):
+    path = ctx.tmp / "plain.svg"
+    path.write_text('<svg xmlns="http://www.w3.org/2000/svg"/>')
+    return ctx.cli("export", "--from-manifest", str(path), "--out", str(ctx.tmp / "m.svg"))
+
+
+def _huge_figure(ctx):
+    from transformer_viewer.model.sessions import figure_manifest
+
+    ctx.mp.setattr(figure_manifest, "MAX_FIGURE_BYTES", 16)
+    path = ctx.tmp / "big.pdf"
+    path.write_bytes(b"%PDF-1.4" + b"\0" * 64)
+    return raised(lambda: figure_manifest.read_manifest(str(path)))
+
+
+def _svg_without_svg(_ctx):
+    from transformer_viewer.model.sessions.figure_manifest import embedded_svg
+
+    return raised(lambda: embedded_svg(b"<html/>", "{}"))
+
+
 CASES = [
+    Case("a figure without an embedded manifest", _no_embedded, "no figure manifest is embedded in it"),
+    Case("a figure too large to hold a manifest", _huge_figure, "larger than a figure holding a manifest"),
+    Case("an SVG without an <svg> element", _svg_without_svg, "the SVG has no <svg> element"),
+    Case("--embed-manifest in a PNG", lambda c: c.cli("export", c.ckpt, "--prompt", "The cat", "--out",
+                                                      str(c.tmp / "a.png"), "--embed-manifest"),
+         "--embed-manifest is for .svg and .pdf figures"),
     Case("session: a member that leaves the archive", lambda c: _load(c, "zip-slip"), "a member named '../../evil.npy'"),
     Case("session: a field of the wrong type", lambda c: _load(c, "wrong-type"), "is text, not a whole number"),
     Case("session: a newer major version", lambda c: _load(c, "newer-version"), "written by a newer transformer-viewer"),

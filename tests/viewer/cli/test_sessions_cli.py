@@ -108,3 +108,34 @@ def test_a_session_for_another_shape_is_one_line(tmp_path, capsys):
     other = make_checkpoint(tmp_path / "b.safetensors", n_layer=1)
     line = error_line(*cli(capsys, "routes", "--session", session, "--checkpoint", other))
     assert "--mask 1.2: layer 1 does not exist" in line
+
+
+@pytest.mark.parametrize("ext", [".svg", ".pdf"])
+def test_a_manifest_embedded_in_the_figure_regenerates_it(ckpt, tmp_path, capsys, ext):
+    import base64
+    import re
+
+    first, again = str(tmp_path / f"first{ext}"), str(tmp_path / f"other-name{ext}")
+    _ok(capsys, "export", ckpt, "--prompt", PROMPT, "--mask", "1.0", "--view", "attention", "--head", "1.1",
+        "--size", "400x300", "--out", first, "--embed-manifest")
+    data = open(first, "rb").read()
+    found = re.search(rb"(?:transformer-viewer-manifest\">|<tv:manifest>)([A-Za-z0-9+/=]+)<", data)
+    embedded = json.loads(base64.b64decode(found.group(1)))
+    assert embedded["parts"]["prompt"]["text"] == PROMPT and embedded["parts"]["export"]["embed"] is True
+    _ok(capsys, "export", "--from-manifest", first, "--out", again)
+    # A PDF records when it was written and a random document id: every other byte is the same.
+    dated = re.compile(rb"/(CreationDate|ModDate) \(D:\d+Z\)|/ID \[[^\]]*\]")
+    assert dated.sub(b"", open(again, "rb").read()) == dated.sub(b"", data)
+
+
+def test_a_private_embedded_manifest_holds_no_prompt(ckpt, tmp_path, capsys):
+    out = str(tmp_path / "p.svg")
+    _ok(capsys, "export", ckpt, "--prompt", PROMPT, "--out", out, "--embed-manifest", "--manifest-private")
+    from transformer_viewer.model.sessions.figure_manifest import read_manifest
+
+    records, _notes = read_manifest(out)
+    assert "prompt" not in records and records["checkpoint"].source == "tiny.safetensors"
+    assert PROMPT.encode() not in open(out, "rb").read()
+    line = error_line(*cli(capsys, "export", ckpt, "--prompt", PROMPT, "--out", str(tmp_path / "a.png"),
+                           "--embed-manifest"))
+    assert "--embed-manifest is for .svg and .pdf figures, not .png" in line
