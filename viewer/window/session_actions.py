@@ -230,4 +230,6 @@ def _same_checkpoint(info, ckpt) -> bool:
 
 
 def _reason(e: Exception) -> str:
-    return (getattr(e, "strerror", None) or str(e).splitlines()[0] if str(e) else type(e).__name__)[:200]
+    """The first line of why a save failed."""
+    text = getattr(e, "strerror", None) or (str(e).splitlines() or [type(e).__name__])[0]
+    return text[:200]

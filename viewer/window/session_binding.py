@@ -16,7 +16,6 @@ from dataclasses import replace
 import numpy as np
 
 from transformer_viewer.model.sessions.checkpoint_part import CheckpointRecord
-from transformer_viewer.model.sessions.figures_part import FigureRecord
 from transformer_viewer.model.sessions.fingerprint import SAMPLED, Fingerprint
 from transformer_viewer.model.sessions.patching_part import PatchingRecord
 from transformer_viewer.model.sessions.prompt_part import InterventionRecord, PromptRecord
@@ -218,6 +217,3 @@ def _restore_window(window, w: WindowRecord, notes: list[str]) -> None:
     if not w.state.startswith(QT_STATE_MARKER) or not window.restoreState(QByteArray(w.state), STATE_VERSION):
         notes.append("the window's saved dock layout was not valid and was dropped")
 
-
-def figure_record(path: str, view: str, manifest: str | None) -> FigureRecord:
-    return FigureRecord(path, view, manifest)

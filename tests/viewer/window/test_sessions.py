@@ -199,3 +199,15 @@ def test_with_arrays_the_size_said_first_is_the_size_written(qtbot, tmp_path, ti
     assert arrays["next-probs"].tobytes() == w.state.trace.next.probs.tobytes()
     assert np.array_equal(arrays["token-ids"], w.state.trace.token_ids)
     w.close()
+
+
+def test_a_session_that_cannot_be_written_is_one_line_and_keeps_the_old_file(qtbot, tmp_path, tiny_ckpt):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    assert w.sessions.save(str(tmp_path / "no-such-folder" / "s.tvsession")) is None
+    assert "the session could not be saved" in w.last_error and "\n" not in w.last_error
+    kept = tmp_path / "kept.tvsession"
+    kept.write_bytes(b"the user's own file")
+    kept.chmod(0o444)
+    assert w.sessions.save(str(kept)) is None
+    assert kept.read_bytes() == b"the user's own file"
+    w.close()
