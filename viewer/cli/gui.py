@@ -80,9 +80,7 @@ def run(args) -> int:
     window.empty_states.set_loading(args.checkpoint)  # the load it submitted above
     head_error: list[str] = []
     if args.session is not None:
-        window.sessions.open(args.session, checkpoint=args.checkpoint)
-        if args.prompt is not None:
-            window.state.set_prompt(args.prompt)
+        window.sessions.open(args.session, checkpoint=args.checkpoint, prompt=args.prompt)
     else:
         window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     if head is not None:

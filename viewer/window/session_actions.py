@@ -132,9 +132,9 @@ class SessionActions:
         if path:
             self.open(path)
 
-    def open(self, path: str, checkpoint: str | None = None) -> bool:
-        """Open the session at `path` (on `checkpoint` instead of its own, when given); False (the
-        window unchanged, one line shown) when refused."""
+    def open(self, path: str, checkpoint: str | None = None, prompt: str | None = None) -> bool:
+        """Open the session at `path` (on `checkpoint` instead of its own, with `prompt` instead of
+        its own, when given); False (the window unchanged, one line shown) when refused."""
         from transformer_viewer.model.sessions.registry import load
 
         try:
@@ -142,6 +142,10 @@ class SessionActions:
         except ModelError as e:
             self.w.show_error(str(e).splitlines()[0])
             return False
+        if prompt is not None:
+            from transformer_viewer.model.sessions.prompt_part import PromptRecord
+
+            records["prompt"] = PromptRecord(prompt)
         self.notes = notes
         self.path = os.path.abspath(path)
         self._add_recent(path)

@@ -33,6 +33,8 @@ def test_the_window_opens_on_the_session(qapp, tiny_ckpt, tmp_path, monkeypatch)
     assert gui.run(gui_parser().parse_args(["--session", path, "--screenshot", str(out)])) == 0
     assert not QImage(str(out)).isNull()
     assert seen[-1] == (tiny_ckpt, "The dog ran to the park", 1, 3)
+    assert gui.run(gui_parser().parse_args(["--session", path, "--prompt", "A cat", "--screenshot", str(out)])) == 0
+    assert seen[-1] == (tiny_ckpt, "A cat", 1, 3)  # the prompt given wins
 
 
 def test_a_refused_session_is_one_line_before_the_window(tmp_path, capsys):
