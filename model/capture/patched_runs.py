@@ -6,9 +6,11 @@ What makes it cheap, each exact (a run computes the same activations as a full f
 patch written by a hook, within float32 rounding):
 - layers before the first patched one are not run: the batch starts from the target's cached
   resid_pre of that layer;
-- a patch at position p changes nothing before p in any layer (attention is causal), so each
-  layer computes only rows >= p (`Block.forward(x, first_row)`), reading the keys and values of
-  the earlier rows from the target's cached residual stream;
+- a patch at position p changes nothing before p in any layer (attention is causal), and
+  nothing before the first position where the two prompts differ (both runs are the same
+  there), so each layer computes only rows from the later of the two (`Block.forward(x,
+  first_row)`), reading the keys and values of the earlier rows from the target's cached
+  residual stream;
 - the metric reads one position m: positions after m are never computed, and the last layer
   computes row m alone.
 Mean ablation averages a masked head over every position, so under a mean-ablated head mask
@@ -85,6 +87,9 @@ class Alignment:
     T: int
     shift: int = 0
     row: int = -1  # the metric's position in the target; -1: the last run (T - 1)
+    # Leading positions where the two prompts hold the same tokens (equal lengths only): every
+    # activation there is the same in both runs (attention is causal), so a patch cannot change them.
+    same_before: int = 0
 
     @property
     def metric_row(self) -> int:
@@ -176,11 +181,12 @@ def patched_final(model, batch: PatchedBatch, runs: list[tuple[Patch, ...]], ext
     first = 0
     if batch.skip_rows and patches:
         first = min(min(p.positions) if p.positions is not None else 0 for p in patches)
-        first = min(first, m)  # a patch after the metric's position changes nothing
-    # The last layer needs the metric's row alone, unless a pattern hook there must see the
-    # whole pattern, or a mean-ablated head every row.
-    whole_last = not batch.skip_rows or any(p.site == "pattern" and p.layer == L - 1 for p in patches)
-    last_first = first if whole_last else m
+        first = min(max(first, batch.align.same_before), m)  # patches before the prompts differ, or after the
+        # metric's position, change nothing
+    # A layer whose pattern is patched computes every row: its hook sees only a whole pattern.
+    pattern_layers = {p.layer for p in patches if p.site == "pattern"}
+    # The last layer needs the metric's row alone, unless a mean-ablated head needs every row.
+    last_first = first if not batch.skip_rows else m
 
     by_hook: dict[str, list] = {}
     for b, run in enumerate(runs):
@@ -217,7 +223,7 @@ def patched_final(model, batch: PatchedBatch, runs: list[tuple[Patch, ...]], ext
             hook = [h for n, h in named if n == f"blocks.{L - 1}.hook_resid_post"][0]
             return hook(None, (), x)[:, m]
         for layer in range(start, L):
-            row = last_first if layer == L - 1 else first
+            row = 0 if layer in pattern_layers else last_first if layer == L - 1 else first
             out = model.blocks[layer](x, row)  # (B, T - row, C)
             if layer == L - 1:
                 return out[:, m - row]

@@ -71,6 +71,7 @@ class PatchedPredictions:
     the clean prompt and the budget."""
 
     corrupted: Tokenized | None = None
+    corrupted_dropped: int = 0  # tokens set_corrupted dropped from the start of a prompt past the context
     _corrupted_ids: torch.Tensor | None = None
     _patch_sources: PatchSources | None = None
 
@@ -78,8 +79,9 @@ class PatchedPredictions:
     def set_corrupted(self, text: str) -> Tokenized:
         """Tokenize the corrupted prompt (a prompt longer than block_size keeps its last
         block_size tokens, as the clean one)."""
-        tok, _dropped = self.tokenizer.tokenize_last(text, self.config.block_size)
+        tok, dropped = self.tokenizer.tokenize_last(text, self.config.block_size)
         self.set_corrupted_tokens(tok)
+        self.corrupted_dropped = dropped
         return tok
 
     def set_corrupted_tokens(self, tok: Tokenized) -> None:
@@ -89,12 +91,12 @@ class PatchedPredictions:
             raise ModelError(f"token id {max(tok.ids)} is outside this model's vocabulary of {self.config.vocab_size}")
         if len(tok.special) != len(tok.ids):
             tok = dataclasses.replace(tok, special=tuple(self.tokenizer.is_special(i) for i in tok.ids))
-        self.corrupted = tok
+        self.corrupted, self.corrupted_dropped = tok, 0
         self._corrupted_ids = torch.tensor([tok.ids], dtype=torch.long, device=self.device)  # (1, T)
         self._patch_sources = None
 
     def clear_corrupted(self) -> None:
-        self.corrupted, self._corrupted_ids, self._patch_sources = None, None, None
+        self.corrupted, self.corrupted_dropped, self._corrupted_ids, self._patch_sources = None, 0, None, None
 
     def prompt_pair(self) -> PromptPair:
         """Whether the clean and the corrupted prompt tokenize to the same length, and where they differ."""
@@ -122,6 +124,8 @@ class PatchedPredictions:
         `patterns`: every layer's attention pattern too (L x nh x T^2 floats a run)."""
         clean, corrupted = self._require_pair()
         change = self._intervention(intervention, None).with_patches(())
+        for ids in (clean, corrupted):  # each run is a capture's forward: bounded alike
+            self._check_budget(ids.shape[1])
         need = self.patch_sources_bytes()
         if patterns:
             need += patch_pattern_bytes(self.config, clean.shape[1]) + patch_pattern_bytes(self.config, corrupted.shape[1])
@@ -148,7 +152,13 @@ class PatchedPredictions:
             raise ModelError("the prompts differ in length, so a position counted from the start means different "
                              "tokens in each; give the metric's position from the end (-1 is the last)")
         mt, ms = self._position(position, target.T), self._position(position, source.T)
-        return Alignment(mt + 1, ms - mt) if skip_rows else Alignment(target.T, ms - mt, mt)
+        if not skip_rows:
+            return Alignment(target.T, ms - mt, mt)
+        same = 0
+        if target.T == source.T:
+            differ = (target.ids[0] != source.ids[0]).nonzero()
+            same = int(differ[0, 0]) if len(differ) else target.T
+        return Alignment(mt + 1, ms - mt, same_before=same)
 
     def skip_rows(self, change: Intervention) -> bool:
         """Whether patched runs may skip rows before a patch and after the metric: not when a

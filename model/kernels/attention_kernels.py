@@ -90,7 +90,9 @@ def softcap_(scores: torch.Tensor, cap: float) -> torch.Tensor:
 def attention_pattern(qh: torch.Tensor, kh: torch.Tensor, window: int, cap: float) -> torch.Tensor:
     """softmax of the masked, capped scores, (B, nh, T, T): the plain path autograd records."""
     T = qh.shape[2]
-    scores = softcap_(qh @ kh.transpose(-2, -1), cap)  # (B, nh, T, T)
+    scores = qh @ kh.transpose(-2, -1)  # (B, nh, T, T)
+    if cap:  # out of place, the same arithmetic as softcap_: tanh's backward reads its output
+        scores = torch.tanh(scores / cap) * cap
     scores = scores.masked_fill_(blocked_keys(T, window, qh.device), float("-inf"))
     return torch.softmax(scores, dim=-1)
 

@@ -42,7 +42,6 @@ class CorruptedPrompt(QtWidgets.QWidget):
         self.scroll.setMaximumHeight(64)
         self.lengths = QtWidgets.QLabel("")
         self.lengths.setWordWrap(True)
-        self.lengths.setStyleSheet("color: #a05a00")
         self.lengths.hide()
         head = QtWidgets.QHBoxLayout()
         head.setContentsMargins(0, 0, 0, 0)
@@ -112,7 +111,14 @@ class CorruptedPrompt(QtWidgets.QWidget):
             self.canvas.set_tokens(labels, tokens.special if tokens is not None else ())
         diff = st.patch_differences()
         self.canvas.set_marked(diff[1] if diff is not None else None)
-        line = length_line(st.trace.n_tokens, len(tokens.ids)) if st.trace is not None and tokens is not None else ""
+        line = ""
+        if st.trace is not None and tokens is not None:
+            line = length_line(st.trace.n_tokens, len(tokens.ids))
+            if not line and diff is not None:  # one length: say how many tokens differ
+                n = int(diff[1].sum())
+                line = (f"both prompts are {len(tokens.ids)} tokens; {n} differ{'s' if n == 1 else ''} (outlined)"
+                        if n else f"both prompts are {len(tokens.ids)} tokens and the same: patching changes nothing")
+        self.lengths.setStyleSheet("color: #a05a00" if line.startswith("the clean prompt") else "")
         self.lengths.setText(line)
         self.lengths.setVisible(bool(line))
 

@@ -24,14 +24,13 @@ from transformer_viewer.viewer.views.answers import same_request
 from transformer_viewer.viewer.views.empty_state import EmptyState
 from transformer_viewer.viewer.views.heatmap import HeatmapExport, HeatmapView
 from transformer_viewer.viewer.views.parts import ExportButton, bar_over, shrinkable_title, view_bar
+from transformer_viewer.viewer.views.patch_cell_requests import CellRequests
 from transformer_viewer.viewer.views.patch_cells import (
     cell_readout,
     grid_title,
     layer_rows,
-    merged,
     metric_line,
     plot_title,
-    selection_of,
     shown_values,
 )
 from transformer_viewer.viewer.views.patch_controls import PatchControls
@@ -45,7 +44,7 @@ KL_NOISE_NOTE = ("with the KL metric in the noising direction the gradient is ze
                  "estimate is zero everywhere: use the exact grid")
 
 
-class PatchingView(HeatmapExport, QtWidgets.QWidget):
+class PatchingView(CellRequests, HeatmapExport, QtWidgets.QWidget):
     def __init__(self, state, worker, parent=None):
         super().__init__(parent)
         self.state, self.worker = state, worker
@@ -93,6 +92,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self.cover = EmptyState(self.heatmap)
         self.heatmap.cell_clicked.connect(self._on_cell_clicked)
         state.patching_changed.connect(self._on_setup)
+        state.prompt_changed.connect(self._on_prompt)
         state.trace_changed.connect(lambda _t: self.request())
         state.mask_changed.connect(lambda _m: self.request())
         self._say(ASK_COMPARE)
@@ -102,6 +102,11 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self.compare_button.setVisible(not self.state.patching.comparing)
         self.draw()  # the normalisation is drawn at once; everything else asks again
         self.request()
+
+    def _on_prompt(self, text: str) -> None:
+        p = self.state.patching
+        if p.pairs and text != p.pairs[0][0]:  # a prompt typed over a pairs file's: patch that pair again
+            self.state.set_patching(pairs=(), pairs_name="")
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt name
         super().showEvent(event)
@@ -143,6 +148,8 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
             return
         want = self.wanted()
         if isinstance(want, str):
+            if self._pending is not None or self._pending_cells is not None:
+                self.stop()  # its answer would be dropped: the worker need not finish it
             self._asked = None
             self._forget()
             self._say(want)
@@ -151,6 +158,8 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         if same_request(key, self._asked):
             return
         self._asked = key
+        if self._pending_cells is not None:  # cells of the old grid: a new PatchRequest supersedes only its own kind
+            self.worker.cancel("patching_cells")
         self._forget()
         self.prompts = (want.text, want.corrupted)
         self._submit(want)
@@ -160,6 +169,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         self.estimate_failure = ""
         self.cells, self.clicked = {}, None
         self._pending = self._pending_cells = None
+        self.stop_button.setEnabled(False)
         self.draw()
 
     def _submit(self, request) -> None:
@@ -177,7 +187,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
             return
         self._pending = None
         self.stop_button.setEnabled(self._pending_cells is not None)
-        grid = answer.value.grid
+        grid = self._named(answer.request, answer.value.grid)
         self.exact_max_tokens = answer.value.exact_max_tokens
         if grid.estimate and grid.what == "heads-by-pos":  # every layer's heads: the chosen layer's rows
             grid = layer_rows(grid, self.state.patching.layer, self.state.n_head)
@@ -189,9 +199,23 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
             self.exact = grid
         self.draw()
 
+    def _named(self, request, grid):
+        """`grid` with its metric described by the tokens' labels (every kind alike; a pairs
+        file's grid keeps its own line, which may name each pair's tokens)."""
+        import dataclasses
+
+        from transformer_viewer.viewer.views.logits_panel import token_label
+
+        if request.pairs or self.state.model_info is None:
+            return grid
+        tok = self.state.tokenizer()
+        return dataclasses.replace(grid, metric=request.metric.describe(lambda t: token_label(t, tok)))
+
     def _on_failed(self, failure) -> None:
         import dataclasses
 
+        if not (same_request(failure.request, self._pending) or same_request(failure.request, self._pending_cells)):
+            return  # a request no longer wanted (stopped as the setup changed)
         if same_request(failure.request, self._pending):
             self._pending = None
             if failure.request.estimate and not failure.cancelled:  # no estimate here: the exact grid, then
@@ -210,60 +234,7 @@ class PatchingView(HeatmapExport, QtWidgets.QWidget):
         for kind in ("patching", "patching_cells"):
             self.worker.cancel(kind)
 
-    # -- cells ----------------------------------------------------------------------------
-    def _on_cell_clicked(self, row: int, col: int) -> None:
-        region = bool(QtWidgets.QApplication.keyboardModifiers() & QtCore.Qt.KeyboardModifier.ShiftModifier)
-        self.click(row, col, region=region)
-
-    def click(self, row: int, col: int, region: bool = False) -> None:
-        """Read cell (row, col), select its layer, head and position everywhere, and compute its
-        exact patch when only the estimate is there (`region`: every cell between the last
-        clicked one and this)."""
-        grid = self.shown_grid()
-        if grid is None:
-            return
-        anchor = self.clicked if region and self.clicked is not None else (row, col)
-        self.clicked = (row, col)
-        p = self.state.patching
-        self.state.set_selection(**selection_of(grid, row, col, p.layer, self.state.n_head))
-        if self.exact is None and self.estimate is not None and self._asked is not None:
-            r0, r1 = sorted((anchor[0], row))
-            c0, c1 = sorted((anchor[1], col))
-            todo = tuple((r, c) for r in range(r0, r1 + 1) for c in range(c0, c1 + 1) if (r, c) not in self.cells)
-            if todo:
-                self._ask_cells(todo)
-        self._show_readout()
-
-    def _ask_cells(self, cells) -> None:
-        import dataclasses
-
-        from transformer_viewer.viewer.worker.patching import PatchCellsRequest
-
-        base = {f.name: getattr(self._asked, f.name) for f in dataclasses.fields(self._asked) if f.name != "rid"}
-        request = PatchCellsRequest(**{**base, "estimate": False}, cells=tuple(cells))
-        self._pending_cells = request
-        self.stop_button.setEnabled(True)
-        self.worker.submit(request, on_result=self._on_cells, on_failure=self._on_failed)
-
-    def _on_cells(self, answer) -> None:
-        if not same_request(answer.request, self._pending_cells):
-            self.dropped += 1
-            return
-        self._pending_cells = None
-        self.stop_button.setEnabled(self._pending is not None)
-        for r, c in answer.request.cells:
-            self.cells[(r, c)] = float(answer.value.grid.raw[r, c])
-        self.draw()
-
     # -- drawing --------------------------------------------------------------------------
-    def exact_grid(self):
-        """The exact patches known: the whole grid, or the estimate's shape with the clicked cells."""
-        if self.exact is not None:
-            return self.exact
-        if self.estimate is not None and self.cells:
-            return merged(self.estimate, self.cells)
-        return None
-
     def shown_grid(self):
         if self.estimate is not None and (self.show_estimate.isChecked() or self.exact is None):
             return self.estimate

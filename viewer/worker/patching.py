@@ -12,20 +12,11 @@ from transformer_viewer.model.errors import ModelError, stop_if_cancelled
 from transformer_viewer.viewer.worker.requests import Request
 
 ESTIMATED = ("resid", "attn", "mlp", "heads", "heads-by-pos")  # what attribution patching estimates
-_PATCHING = "transformer_viewer.model.analysis.patching"
-
-
-def available(module: str) -> bool:
-    """Whether the patching package has `module` (attribution_patching, path_patching, pairs),
-    found without importing it (nor torch)."""
-    import importlib.util
-
-    return importlib.util.find_spec(f"{_PATCHING}.{module}") is not None
 
 
 def estimated(what: str) -> bool:
     """Whether attribution patching gives a first, estimated grid of `what`."""
-    return what in ESTIMATED and available("attribution_patching")
+    return what in ESTIMATED
 
 
 @dataclass(frozen=True, eq=False)  # holds an Intervention (an ndarray inside): compared by identity
@@ -69,8 +60,6 @@ def _grid(session, request: PatchRequest, progress, is_cancelled, cells=None):
 
     common = dict(direction=request.direction, intervention=request.intervention)
     if request.what == "path":
-        if not available("path_patching"):
-            raise ModelError("path patching is not available in this build; patch heads, q, k or v instead")
         from transformer_viewer.model.analysis.patching.path_patching import path_patch_grid
 
         if request.receiver is None:

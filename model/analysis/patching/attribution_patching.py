@@ -38,7 +38,7 @@ from transformer_viewer.model.analysis.patching.run_pair import (
     plain_run,
     run_pair,
 )
-from transformer_viewer.model.capture.interventions import Intervention, requested
+from transformer_viewer.model.capture.interventions import Intervention, as_intervention, requested
 from transformer_viewer.model.capture.memory_budget import (
     DEFAULT_MEMORY_BUDGET,
     check_budget,
@@ -91,20 +91,37 @@ def max_estimate_tokens(config, budget: int = DEFAULT_MEMORY_BUDGET) -> int:
 def estimate_grid(session, what: str, metric: PatchMetric, direction: str = "denoise",
                   intervention: Intervention | None = None, progress=None, is_cancelled=None) -> PatchGrid:
     """The attribution-patching estimate of the grid of `what` (one of ESTIMATE_WHATS) for the
-    session's clean and corrupted prompts, under the session's memory budget. See the module
-    docstring; `estimate_grid_of` says what each grid holds."""
-    from transformer_viewer.model.analysis.patching.session_pair import session_pair
-
-    clean, corrupted = session_pair(session)
-    return estimate_grid_of(session.model, clean, corrupted, what, metric, direction, intervention,
-                            n_vocab=session.n_vocab, memory_budget=session.memory_budget,
-                            progress=progress, is_cancelled=is_cancelled)
+    session's clean and corrupted prompts (of one length), under `intervention`'s head mask in
+    both runs. Both runs come from the session's cache of patch sources (`Session.patch_sources`,
+    which the exact grid shares), so a grid costs one layer-by-layer backward; `estimate_grid_of`
+    says what each grid holds."""
+    if what not in ESTIMATE_WHATS:
+        raise ModelError(f"attribution patching estimates {', '.join(ESTIMATE_WHATS)}; not {what!r}")
+    config = session.config
+    change = as_intervention(config, intervention).with_patches(())
+    prompts = session.prompt_pair()
+    if not prompts.same_length:
+        raise ModelError(f"the prompts differ in length ({prompts.clean_tokens} and {prompts.corrupted_tokens} "
+                         "tokens); attribution patching compares them position by position: make them tokenize "
+                         "alike, or patch heads exactly")
+    clean, corrupted = session._require_pair()
+    pair = run_pair(clean, corrupted, metric, direction, change, "attribution patching")
+    check_budget(lambda t: estimate_bytes(config, t), session.memory_budget, config.block_size, pair.clean.shape[1])
+    runs = session.patch_sources(change).runs
+    source, patched = (runs["clean"], runs["corrupted"]) if direction == "denoise" else (runs["corrupted"], runs["clean"])
+    labels = session.tokens.labels if direction == "noise" else session.corrupted.labels
+    with torch.inference_mode(False):  # the backward needs tensors autograd may record
+        est, clean_m, corrupted_m, patched_m = _estimate(session.model, pair, what, metric, change, session.n_vocab,
+                                                         source, patched, progress, is_cancelled)
+    return _grid(config, pair, what, metric.describe(session.tokenizer.label), metric.kind, est, clean_m,
+                 corrupted_m, patched_m, tuple(f"{p} {labels[p]}" for p in range(pair.n_tokens)))
 
 
 def estimate_grid_of(model, clean_ids, corrupted_ids, what: str, metric: PatchMetric, direction: str = "denoise",
                      intervention: Intervention | None = None, n_vocab: int | None = None,
                      memory_budget: int = DEFAULT_MEMORY_BUDGET, progress=None, is_cancelled=None) -> PatchGrid:
-    """`estimate_grid` for a model and two prompts' ids, (T,) or (1, T) each, of equal length.
+    """`estimate_grid` for a model and two prompts' ids, (T,) or (1, T) each, of equal length,
+    without a session: both runs are made here.
 
     The grids, rows x columns: resid, (n_layer + 1) x T (the resid_pre of each layer, then the
     final resid_post); attn and mlp, n_layer x T; heads, n_layer x n_head (each head patched at
@@ -117,46 +134,54 @@ def estimate_grid_of(model, clean_ids, corrupted_ids, what: str, metric: PatchMe
     n_vocab = config.vocab_size if n_vocab is None else n_vocab
     change = requested(config, intervention)
     pair = run_pair(clean_ids, corrupted_ids, metric, direction, change, "attribution patching")
-    T_run = pair.clean.shape[1]
-    check_budget(lambda t: estimate_bytes(config, t), memory_budget, config.block_size, T_run)
+    check_budget(lambda t: estimate_bytes(config, t), memory_budget, config.block_size, pair.clean.shape[1])
+    points = _points(config, what)
     with torch.inference_mode(False):  # the backward needs tensors autograd may record
-        est, clean_m, corrupted_m, patched_m = _estimate(model, pair, what, metric, change, n_vocab,
+        source = plain_run(model, pair.source, change, points)
+        stop_if_cancelled(is_cancelled)
+        patched = plain_run(model, pair.patched, change)
+        est, clean_m, corrupted_m, patched_m = _estimate(model, pair, what, metric, change, n_vocab, source, patched,
                                                          progress, is_cancelled)
-    return _grid(config, pair, what, metric, est, clean_m, corrupted_m, patched_m)
+    return _grid(config, pair, what, metric.describe(), metric.kind, est, clean_m, corrupted_m, patched_m,
+                 tuple(str(t) for t in range(pair.n_tokens)))
+
+
+def _points(config, what: str) -> list[str]:
+    """The hook point of the activation `what` patches, in each layer ("resid": none, the
+    blocks' inputs are the residual streams themselves)."""
+    return [f"blocks.{layer}.{_POINT[what]}" for layer in range(config.n_layer)] if what in _POINT else []
 
 
 def _estimate(model, pair: RunPair, what: str, metric: PatchMetric, change: Intervention, n_vocab: int,
-              progress, is_cancelled):
-    """The estimated change of the metric per cell, (rows, T') float32 (heads: (L, nh)), and
-    the clean, corrupted and patched runs' metrics."""
-    L, p = model.config.n_layer, pair.position
-    points = [f"blocks.{layer}.{_POINT[what]}" for layer in range(L)] if what in _POINT else []
-    total = L + 2
-    if progress is not None:
-        progress(0, total)
-    source_resid, source_acts = plain_run(model, pair.source, change, points)
-    stop_if_cancelled(is_cancelled)
-    patched_resid, _ = plain_run(model, pair.patched, change)
-    stop_if_cancelled(is_cancelled)
-    if progress is not None:
-        progress(2, total)
+              source, patched, progress, is_cancelled):
+    """The estimated change of the metric per cell, (rows, T') float64 (heads: (L, nh)), and
+    the clean, corrupted and patched runs' metrics. `source` and `patched` are the two runs
+    (`.resid`, every layer's resid_pre and the final resid_post; `.acts`, activations by hook
+    name), each (1, T, ...) with T >= T'."""
+    L, p, keep = model.config.n_layer, pair.position, pair.clean.shape[1]
+    points = _points(model.config, what)
+    source_resid = [r[:, :keep] for r in source.resid]  # (1, T', C) each
+    patched_resid = [r[:, :keep] for r in patched.resid]
+    source_acts = {name: source.acts[name][:, :keep] for name in points}
     clean_final = source_resid[L] if pair.direction == "denoise" else patched_resid[L]
     clean_lp = clean_logprobs(model, clean_final, metric, p, n_vocab)
     with torch.no_grad():
         source_m = float(metric(metric_logits(model, source_resid[L], p, n_vocab), clean_lp)[0])
 
     # The top: the metric's gradient at the final residual stream of the patched run.
-    final = patched_resid[L].detach().requires_grad_()
+    final = patched_resid[L].clone().requires_grad_()
     with torch.enable_grad():
         m = metric(metric_logits(model, final, p, n_vocab), clean_lp)
         (grad,) = torch.autograd.grad(m.sum(), final)  # (1, T', C)
     patched_m = float(m.detach()[0])
     rows = []  # one entry per layer from the top, reversed at the end
     final_row = _dot(source_resid[L] - patched_resid[L], grad) if what == "resid" else None
+    if progress is not None:
+        progress(0, L)
 
     for layer in reversed(range(L)):
         stop_if_cancelled(is_cancelled)
-        x = patched_resid[layer].detach().requires_grad_()
+        x = patched_resid[layer].clone().requires_grad_()
         point = points[layer] if points else None
         # The activation after the head mask's hooks: the value the layer passes on.
         with torch.enable_grad(), hooks(model, change.hooks(layer)), caching(model, [point] if point else []) as kept:
@@ -172,7 +197,7 @@ def _estimate(model, pair: RunPair, what: str, metric: PatchMetric, change: Inte
             rows.append(per_pos.sum(-1, keepdim=True) if what == "heads" else per_pos)
         grad = grads[0]
         if progress is not None:
-            progress(2 + L - layer, total)
+            progress(L - layer, L)
 
     rows.reverse()
     if what == "resid":
@@ -189,8 +214,8 @@ def _dot(diff: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return (diff.to(grad.dtype) * grad).sum(-1)
 
 
-def _grid(config, pair: RunPair, what: str, metric: PatchMetric, est: np.ndarray, clean_m: float,
-          corrupted_m: float, patched_m: float) -> PatchGrid:
+def _grid(config, pair: RunPair, what: str, metric_line: str, metric_kind: str, est: np.ndarray, clean_m: float,
+          corrupted_m: float, patched_m: float, positions: tuple[str, ...]) -> PatchGrid:
     L, nh, T = config.n_layer, config.n_head, pair.n_tokens
     if what == "heads":
         raw = patched_m + est
@@ -198,17 +223,16 @@ def _grid(config, pair: RunPair, what: str, metric: PatchMetric, est: np.ndarray
         # Positions the runs did not compute come after the metric's: patching them changes nothing.
         raw = np.full((est.shape[0], T), patched_m, dtype=np.float64)
         raw[:, : est.shape[1]] += est
-    positions = tuple(str(t) for t in range(T))
     layers = tuple(str(layer) for layer in range(L))
     rows, cols, row_axis, col_axis = {
-        "resid": ((*layers, "final"), positions, "layer", "position"),
+        "resid": ((*(f"{layer} resid_pre" for layer in range(L)), "final resid_post"), positions, "layer", "position"),
         "attn": (layers, positions, "layer", "position"),
         "mlp": (layers, positions, "layer", "position"),
         "heads": (layers, tuple(str(h) for h in range(nh)), "layer", "head"),
         "heads-by-pos": (tuple(f"{layer}.{h}" for layer in range(L) for h in range(nh)), positions,
-                         "layer.head", "position"),
+                         "head", "position"),
     }[what]
-    note = ESTIMATE_NOTE + (KL_NOISE_NOTE if metric.kind == "kl" and pair.direction == "noise" else "")
-    return PatchGrid(what=what, direction=pair.direction, metric=metric.describe(), raw=raw.astype(np.float32),
+    note = ESTIMATE_NOTE + (KL_NOISE_NOTE if metric_kind == "kl" and pair.direction == "noise" else "")
+    return PatchGrid(what=what, direction=pair.direction, metric=metric_line, raw=raw.astype(np.float32),
                      clean=clean_m, corrupted=corrupted_m, row_axis=row_axis, col_axis=col_axis, rows=rows,
                      cols=cols, estimate=True, note=note)

@@ -104,6 +104,22 @@ def metric_values(session, sources, metric: PatchMetric) -> tuple[float, float, 
     return values["clean"], values["corrupted"], clean_lp
 
 
+@torch.inference_mode()
+def metric_top_tokens(session, position: int | None = None, intervention=None) -> tuple[int, int]:
+    """The clean and the corrupted run's top predicted token at the metric's `position` (None:
+    the last; negative: from the end), under `intervention`'s head mask: a logit-diff metric's
+    default tokens."""
+    change = as_intervention(session.config, intervention).with_patches(())
+    sources = session.patch_sources(change)
+    tops = []
+    for name in ("clean", "corrupted"):
+        run = sources.runs[name]
+        m = PatchMetric("kl", (), position).resolve_position(run.T)
+        logits = session.model.unembed(run.resid[-1][0, m]).float()[: session.n_vocab]  # (V,)
+        tops.append(int(logits.argmax()))
+    return tops[0], tops[1]
+
+
 @dataclass(frozen=True)
 class _Pair:
     """The two runs of one patching experiment, as `patch_grid` and `patched_metrics` read them."""
@@ -197,8 +213,13 @@ def patch_grid(session, what: str, metric: PatchMetric, direction: str = "denois
     metric_row = pair.batch.align.metric_row
     for cell in dict.fromkeys(wanted):
         patches = grid.cell_patches[cell]
-        if pair.batch.skip_rows and all(p.positions is not None and p.positions[0] > metric_row for p in patches):
-            raw[cell] = pair.target_value  # after the metric's position: causally unseen
+        align = pair.batch.align
+        if pair.batch.skip_rows and all(p.positions is not None and (p.positions[0] > metric_row or
+                                                                     p.positions[-1] < align.same_before)
+                                        for p in patches):
+            # After the metric's position (causally unseen), or before the prompts differ (the
+            # same values in both runs): the patch changes nothing.
+            raw[cell] = pair.target_value
         else:
             todo.append(cell)
     values = _run_batches(session, pair, metric, [grid.cell_patches[c] for c in todo], progress, is_cancelled)

@@ -52,7 +52,7 @@ from transformer_viewer.model.analysis.patching.run_pair import (
     plain_run,
     run_pair,
 )
-from transformer_viewer.model.capture.interventions import Intervention, requested
+from transformer_viewer.model.capture.interventions import Intervention, as_intervention, requested
 from transformer_viewer.model.capture.memory_budget import DEFAULT_MEMORY_BUDGET
 from transformer_viewer.model.decoder.hooks import caching, hooks
 from transformer_viewer.model.errors import ModelError, stop_if_cancelled
@@ -80,13 +80,22 @@ def path_patch_grid(session, receiver: tuple[int, int], input: str, metric: Patc
                     direction: str = "denoise", intervention: Intervention | None = None, progress=None,
                     is_cancelled=None) -> PatchGrid:
     """Path patching of every sender head into `receiver` (layer, head)'s `input` (q, k or v)
-    for the session's clean and corrupted prompts; see the module docstring."""
-    from transformer_viewer.model.analysis.patching.session_pair import session_pair
-
-    clean, corrupted = session_pair(session)
-    return path_patch_grid_of(session.model, clean, corrupted, receiver, input, metric, direction, intervention,
-                              n_vocab=session.n_vocab, memory_budget=session.memory_budget,
-                              progress=progress, is_cancelled=is_cancelled)
+    for the session's clean and corrupted prompts (of one length), under `intervention`'s head
+    mask in both runs, read from the session's cache of patch sources; see the module docstring."""
+    config = session.config
+    change = as_intervention(config, intervention).with_patches(())
+    receiver_slot(config, receiver, input)  # a bad receiver is refused before any run
+    prompts = session.prompt_pair()
+    if not prompts.same_length:
+        raise ModelError(f"the prompts differ in length ({prompts.clean_tokens} and {prompts.corrupted_tokens} "
+                         "tokens); path patching adds a sender's change at every position: make them tokenize alike")
+    clean, corrupted = session._require_pair()
+    pair = run_pair(clean, corrupted, metric, direction, change, "path patching")
+    runs = session.patch_sources(change).runs
+    source, patched = (runs["clean"], runs["corrupted"]) if direction == "denoise" else (runs["corrupted"], runs["clean"])
+    with torch.inference_mode():
+        return _path_grid(session.model, pair, receiver, input, metric, change, session.n_vocab, session.memory_budget,
+                          source, patched, metric.describe(session.tokenizer.label), progress, is_cancelled)
 
 
 def receiver_slot(config, receiver: tuple[int, int], input: str) -> tuple[int, int, str]:  # noqa: A002
@@ -118,37 +127,51 @@ def path_patch_grid_of(model, clean_ids, corrupted_ids, receiver: tuple[int, int
     `Cancelled` before the next batch."""
     config = model.config
     n_vocab = config.vocab_size if n_vocab is None else n_vocab
-    R, slot, note = receiver_slot(config, receiver, input)
+    receiver_slot(config, receiver, input)
     change = requested(config, intervention)
     pair = run_pair(clean_ids, corrupted_ids, metric, direction, change, "path patching")
-    L, nh, p = config.n_layer, config.n_head, pair.position
-    z_names = [f"blocks.{s}.attn.hook_z" for s in range(R)]
+    z_names = [f"blocks.{s}.attn.hook_z" for s in range(int(receiver[0]))]
     with torch.no_grad():
-        source_resid, source_z = plain_run(model, pair.source, change, z_names)
-        patched_resid, patched_z = plain_run(model, pair.patched, change, z_names)
-        clean_final = source_resid[L] if direction == "denoise" else patched_resid[L]
-        clean_lp = clean_logprobs(model, clean_final, metric, p, n_vocab)
-        source_m, patched_m = (float(metric(metric_logits(model, r[L], p, n_vocab), clean_lp)[0])
-                               for r in (source_resid, patched_resid))
-        raw = np.full((L, nh), patched_m, dtype=np.float64)
-        senders = [(s, h) for s in range(R) for h in range(nh)]
-        batch = path_batch(config, pair.clean.shape[1], memory_budget)
+        source = plain_run(model, pair.source, change, z_names)
+        patched = plain_run(model, pair.patched, change, z_names)
+        return _path_grid(model, pair, receiver, input, metric, change, n_vocab, memory_budget, source, patched,
+                          metric.describe(), progress, is_cancelled)
+
+
+def _path_grid(model, pair: RunPair, receiver, input: str, metric: PatchMetric, change: Intervention,  # noqa: A002
+               n_vocab: int, memory_budget: int, source, patched, metric_line: str, progress,
+               is_cancelled) -> PatchGrid:
+    """The grid from the two runs (`.resid`, every layer's resid_pre and the final resid_post;
+    `.acts`, with every layer's hook_z below the receiver's), each (1, T, ...) with T >= T'."""
+    config = model.config
+    R, slot, note = receiver_slot(config, receiver, input)
+    L, nh, p, keep = config.n_layer, config.n_head, pair.position, pair.clean.shape[1]
+    z_names = [f"blocks.{s}.attn.hook_z" for s in range(R)]
+    source_z = {n: source.acts[n][:, :keep] for n in z_names}  # (1, T', nh, hs) each
+    patched_z = {n: patched.acts[n][:, :keep] for n in z_names}
+    x = patched.resid[R][:, :keep]  # (1, T', C)
+    clean_final = (source if pair.direction == "denoise" else patched).resid[L][:, :keep]
+    clean_lp = clean_logprobs(model, clean_final, metric, p, n_vocab)
+    source_m, patched_m = (float(metric(metric_logits(model, run.resid[L][:, :keep], p, n_vocab), clean_lp)[0])
+                           for run in (source, patched))
+    raw = np.full((L, nh), patched_m, dtype=np.float64)
+    senders = [(s, h) for s in range(R) for h in range(nh)]
+    batch = path_batch(config, keep, memory_budget)
+    if progress is not None:
+        progress(0, len(senders))
+    for i in range(0, len(senders), batch):
+        stop_if_cancelled(is_cancelled)
+        chunk = senders[i: i + batch]
+        forks = _receiver_inputs(model, chunk, source_z, patched_z, x, R, input, slot)
+        values = _run_from_receiver(model, pair, x, R, input, slot, forks, change, metric, clean_lp, n_vocab)
+        for (s, h), value in zip(chunk, values.tolist(), strict=True):
+            raw[s, h] = value
         if progress is not None:
-            progress(0, len(senders))
-        for i in range(0, len(senders), batch):
-            stop_if_cancelled(is_cancelled)
-            chunk = senders[i: i + batch]
-            forks = _receiver_inputs(model, chunk, source_z, patched_z, patched_resid[R], R, input, slot)
-            values = _run_from_receiver(model, pair, patched_resid[R], R, input, slot, forks, change,
-                                        metric, clean_lp, n_vocab)
-            for (s, h), value in zip(chunk, values.tolist(), strict=True):
-                raw[s, h] = value
-            if progress is not None:
-                progress(i + len(chunk), len(senders))
-    clean_m, corrupted_m = (source_m, patched_m) if direction == "denoise" else (patched_m, source_m)
+            progress(i + len(chunk), len(senders))
+    clean_m, corrupted_m = (source_m, patched_m) if pair.direction == "denoise" else (patched_m, source_m)
     why = (f"path patching into {R}.{receiver[1]}'s {input}: each sender's output reaches that input alone; "
            f"senders in layer {R} and above have no path into it")
-    return PatchGrid(what="path", direction=direction, metric=metric.describe(), raw=raw.astype(np.float32),
+    return PatchGrid(what="path", direction=pair.direction, metric=metric_line, raw=raw.astype(np.float32),
                      clean=clean_m, corrupted=corrupted_m, row_axis="layer", col_axis="head",
                      rows=tuple(str(s) for s in range(L)), cols=tuple(str(h) for h in range(nh)),
                      note=why + (f"; {note}" if note else ""))

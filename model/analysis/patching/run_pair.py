@@ -15,6 +15,7 @@ import torch
 from transformer_viewer.model.analysis.patching.grid import DIRECTIONS
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 from transformer_viewer.model.capture.interventions import Intervention
+from transformer_viewer.model.capture.patched_runs import RunActivations
 from transformer_viewer.model.decoder.hooks import caching, hooks
 from transformer_viewer.model.errors import ModelError
 
@@ -66,17 +67,16 @@ def run_pair(clean_ids, corrupted_ids, metric: PatchMetric, direction: str, chan
 
 
 @torch.no_grad()
-def plain_run(model, ids: torch.Tensor, change: Intervention, names=()) -> tuple[list[torch.Tensor], dict]:
-    """A forward of `ids` (1, T) under `change`: resid_pre of each layer and the final
-    resid_post, (1, T, C) each, and the activations at hook points `names` by name.
-
-    Plain tensors (not inference tensors), so they can start a backward later."""
+def plain_run(model, ids: torch.Tensor, change: Intervention, names=()) -> RunActivations:
+    """A forward of `ids` (1, T) under `change`, keeping resid_pre of each layer and the final
+    resid_post, (1, T, C) each, and the activations at hook points `names` by name: what the
+    session's patch sources keep, for callers without a session."""
     L = model.config.n_layer
     resid_names = [f"blocks.{layer}.hook_resid_pre" for layer in range(L)]
     wanted = list(dict.fromkeys([*resid_names, *names]))
     with hooks(model, change.hooks(0)), caching(model, wanted) as kept:
         final = model.run_blocks(model.embed(ids.to(_device(model))))
-    return [kept[n] for n in resid_names] + [final], {n: kept[n] for n in names}
+    return RunActivations(ids, [kept[n] for n in resid_names] + [final], {n: kept[n] for n in names})
 
 
 def _device(model) -> torch.device:

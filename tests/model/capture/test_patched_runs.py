@@ -37,10 +37,13 @@ def test_reuse_and_skipped_rows_equal_a_full_forward():
         whole = patched_final(s.model, PatchedBatch(mask, "zero", target, source, Alignment(T, 0, T - 1), False), runs)
         alone = torch.cat([patched_final(s.model, PatchedBatch(mask, "zero", target, source, Alignment(T), True), [r])
                            for r in runs])
+        differ = s.prompt_pair().differing[0]  # the prompts are the same before it: so is every activation
+        shared = patched_final(s.model, PatchedBatch(mask, "zero", target, source, Alignment(T, same_before=differ),
+                                                     True), runs)
     expected = torch.stack([reference_logits(s.model, torch.tensor([s.corrupted.ids]), torch.tensor([s.tokens.ids]),
                                              list(r)) for r in runs])
     depth = s.config.n_layer + 1
-    for got in (skipped, whole, alone):
+    for got in (skipped, whole, alone, shared):
         assert_float32_close(_logits(s, got), expected, reduction=model_reduction(s.config), depth=depth,
                              what="patched logits")
     # The patches do change the run: the comparison is not of the corrupted run with itself.
@@ -64,3 +67,24 @@ def test_an_earlier_metric_position_runs_only_up_to_it():
                                              list(r), position=10) for r in runs])
     assert_float32_close(_logits(s, final), expected, reduction=model_reduction(s.config),
                          depth=s.config.n_layer + 1, what="patched logits at position 10")
+
+
+def test_rows_before_the_prompts_differ_are_not_recomputed():
+    s, target, source = _setup()
+    mask = np.zeros((s.config.n_layer, s.config.n_head), dtype=bool)
+    differ = s.prompt_pair().differing[0]
+    align = s.patch_alignment(target, source, None, True)
+    assert align.same_before == differ
+    seen = []
+    handle = s.model.blocks[0].mlp.register_forward_hook(lambda _m, _i, out: seen.append(out.shape[1]))
+    try:
+        with torch.no_grad():
+            final = patched_final(s.model, PatchedBatch(mask, "zero", target, source, align, True),
+                                  [(Patch("clean", "z", 0, 1, None),)])
+    finally:
+        handle.remove()
+    assert seen == [target.T - differ]
+    expected = reference_logits(s.model, torch.tensor([s.corrupted.ids]), torch.tensor([s.tokens.ids]),
+                                [Patch("clean", "z", 0, 1, None)])
+    assert_float32_close(_logits(s, final)[0], expected, reduction=model_reduction(s.config),
+                         depth=s.config.n_layer + 1, what="patched logits")

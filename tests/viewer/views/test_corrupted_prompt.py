@@ -14,10 +14,9 @@ CLEAN = "When Mary and John went to the store, John gave a drink to"
 SWAPPED = "When Mary and John went to the store, Mary gave a drink to"
 
 
-def _differences_by_hand(clean: str, corrupted: str):
+def _ids(clean: str, corrupted: str):
     tok = Tokenizer()
-    a, b = tok.encode(clean), tok.encode(corrupted)
-    return a, b
+    return tok.encode(clean), tok.encode(corrupted)
 
 
 def test_the_box_is_hidden_until_asked_for_and_outlines_the_differing_tokens(qtbot, tmp_path, tiny_ckpt):
@@ -30,7 +29,7 @@ def test_the_box_is_hidden_until_asked_for_and_outlines_the_differing_tokens(qtb
         assert w.state.patching.comparing and box.isVisible()
         qtbot.keyClicks(box.edit, SWAPPED)
         qtbot.waitUntil(lambda: w.state.corrupted_tokens is not None and w.state.corrupted_tokens.text == SWAPPED)
-        a, b = _differences_by_hand(CLEAN, SWAPPED)
+        a, b = _ids(CLEAN, SWAPPED)
         assert len(a) == len(b)
         want = np.array(a) != np.array(b)
         assert want.sum() == 1  # " John" -> " Mary" at one position
@@ -42,7 +41,7 @@ def test_the_box_is_hidden_until_asked_for_and_outlines_the_differing_tokens(qtb
         i = int(np.argmax(want))
         assert "differs from the corrupted prompt" in strip.tooltip_text(i)
         assert "differs from the corrupted prompt" not in strip.tooltip_text(0)
-        assert not box.lengths.isVisible()
+        assert box.lengths.text() == f"both prompts are {len(b)} tokens; 1 differs (outlined)"
         box.close_button.click()  # stop comparing: the outline goes, the text stays
         assert not box.isVisible() and not w.actions_.compare_action.isChecked()
         assert w.state.patching.corrupted == SWAPPED

@@ -59,3 +59,43 @@ def test_a_raw_png_says_so_and_shows_a_diverging_grid(grid, tmp_path, qapp):
     svg = tmp_path / "raw.svg"
     write_figure(grid, CLEAN, SWAPPED, str(svg), normalised=False)
     assert "raw metric" in _svg_text(svg) and "corrupted = 0" not in _svg_text(svg)
+
+
+def test_the_patch_command_draws_the_views_figure(tiny_ckpt, tmp_path, capsys, qapp):
+    from tests.helpers.cli import cli
+
+    out = tmp_path / "masked.svg"
+    rc, _, err = cli(capsys, "patch", tiny_ckpt, "--clean", CLEAN, "--corrupted", SWAPPED, "--tokens", " Mary",
+                     " John", "--what", "heads", "--mask", "0.1", "--out", str(out))
+    assert rc == 0, err
+    text = _svg_text(out)
+    assert "head 0.1 masked" in text and "the head mask (1 head) applies to both runs" in text
+    assert "heads activation patching, denoise" in text and "store, Mary gave" in text
+    png = tmp_path / "grid.png"
+    rc, _, err = cli(capsys, "patch", tiny_ckpt, "--clean", CLEAN, "--corrupted", SWAPPED, "--tokens", " Mary",
+                     " John", "--what", "mlp", "--out", str(png))
+    assert rc == 0 and png.read_bytes().startswith(b"\x89PNG"), err
+
+
+def test_the_views_export_button_writes_its_figure_and_matrix(qtbot, tmp_path, tiny_ckpt, monkeypatch):
+    from tests.helpers.window import new_window, wait_idle
+
+    monkeypatch.setenv("TRANSFORMER_VIEWER_NO_DIALOGS", "1")
+    tok = Tokenizer()
+    w = new_window(qtbot, tmp_path, tiny_ckpt, prompt=CLEAN)
+    try:
+        w.state.set_patching(what="heads", tokens=(tok.encode(" Mary")[0], tok.encode(" John")[0]))
+        w.views["corrupted-prompt"].set_text(SWAPPED)
+        w.show_view("patching")
+        view = w.views["patching"]
+        wait_idle(qtbot, w, lambda: view.exact is not None)
+        svg = view.export_button.export(str(tmp_path / "view.svg"))
+        text = _svg_text(svg)
+        assert "Patching: heads activation patching" in text and "corrupted = 0, clean = 1" in text
+        assert w.state.model_info.name in text and "no heads masked: both runs use the whole model" in text
+        npy = view.export_button.export(str(tmp_path / "view.npy"))
+        np.testing.assert_allclose(np.load(npy), view.exact.normalised, rtol=1e-6)
+        csv = view.export_button.export(str(tmp_path / "view.csv"))
+        assert open(csv, encoding="utf-8").read().count("\n") >= view.exact.raw.shape[0]
+    finally:
+        w.close()

@@ -178,6 +178,14 @@ def test_the_estimate_comes_first_and_a_click_reads_the_exact_patch_beside_it(qt
         line = view.readout.text()
         assert "exact" in line and "estimate" in line
         assert f"{float(view.exact.raw[1, 3]):.4g} raw" in line and f"{float(view.estimate.raw[1, 3]):.4g} raw" in line
+        # KL from the clean run, noising: the gradient is zero at the clean run, and the view says so.
+        w.state.set_patching(metric="kl", direction="noise")
+        wait_idle(qtbot, w, lambda: view.exact is not None and view.exact.direction == "noise")
+        est = view.estimate  # noising patches the clean run: every cell estimates the clean run's own KL, 0
+        np.testing.assert_allclose(est.raw, est.clean, atol=1e-6)
+        view.show_estimate.setChecked(True)
+        view.draw()
+        assert "zero everywhere" in view.notes.text()
     finally:
         w.close()
 
@@ -205,5 +213,43 @@ def test_a_long_prompt_gets_the_estimate_and_exact_cells_on_click(qtbot, tmp_pat
             assert got.raw[r, c] == pytest.approx(float(want.raw[r, c]), rel=1e-5, abs=1e-5)
         assert np.isnan(got.raw[0, 0])
         assert "exact" in view.readout.text() and "estimate" in view.readout.text()
+    finally:
+        w.close()
+
+
+def test_path_patching_into_the_chosen_receiver(qtbot, tmp_path, tiny_ckpt):
+    from transformer_viewer.model.analysis.patching.path_patching import path_patch_grid
+
+    w, view = _window_comparing(qtbot, tmp_path, tiny_ckpt, what="heads")
+    try:
+        w.state.set_patching(what="path", receiver=(1, 2), input="k")
+        controls = view.controls
+        assert controls.receiver_layer.isVisibleTo(controls) and not controls.layer.isVisibleTo(controls)
+        wait_idle(qtbot, w, lambda: view.exact is not None and view.exact.what == "path")
+        session = reference_session(tiny_ckpt, CLEAN)
+        session.set_corrupted(SWAPPED)
+        want = path_patch_grid(session, (1, 2), "k", PatchMetric.make("logit-diff", _ids(" Mary", " John")))
+        np.testing.assert_allclose(view.exact.raw, want.raw, rtol=1e-5, atol=1e-5)
+        assert view.estimate is None  # path patching has no estimate
+        view.click(0, 3)
+        assert (w.state.layer, w.state.head) == (0, 3)
+    finally:
+        w.close()
+
+
+def test_key_value_heads_of_a_grouped_query_model(qtbot, tmp_path):
+    from tests.helpers.window import make_checkpoint
+
+    ckpt = make_checkpoint(tmp_path / "gqa.safetensors", n_kv_head=2)  # 4 query heads, 2 per key/value head
+    w, view = _window_comparing(qtbot, tmp_path, ckpt, what="k")
+    try:
+        wait_idle(qtbot, w, lambda: view.exact is not None)
+        want = _reference(ckpt, CLEAN, SWAPPED, "k")
+        np.testing.assert_allclose(view.exact.raw, want.raw, rtol=1e-5, atol=1e-5)
+        assert view.exact.raw.shape == (2, 2) and view.heatmap.col_labels() == ("0", "1")
+        assert "key/value head" in view.heatmap.hover_text(0, 1)
+        assert "2 query heads share each key/value head" in view.notes.text()
+        view.click(1, 1)  # key/value head 1 is query heads 2 and 3: the first of them is selected
+        assert (w.state.layer, w.state.head) == (1, 2)
     finally:
         w.close()

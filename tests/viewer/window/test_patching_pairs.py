@@ -35,6 +35,8 @@ def test_a_pairs_file_is_averaged_in_the_view(qtbot, tmp_path, tiny_ckpt):
         assert view.exact.clean == want.clean or abs(view.exact.clean - want.clean) < 1e-5
         assert "pairs from pairs.tsv (averaged)" in view.title()
         assert "mean over 2 prompt pairs" in view.notes.text()
+        w.run_prompt(PAIRS[1][0])  # a clean prompt typed over the pairs: that pair alone again
+        assert w.state.patching.pairs == () and w.state.patching.pairs_name == ""
     finally:
         w.close()
 

@@ -9,15 +9,26 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers.models import tiny_gpt
-from tests.helpers.patching import blending, cache_of, clean_logprobs_of, metric_of, prompt_pair, replacing
-from tests.helpers.tolerances import F32_EPS, SAFETY, largest_logit
+from tests.helpers.family_switches import VARIANTS, switch_model
+from tests.helpers.hook_patches import (
+    blending,
+    cache_of,
+    clean_logprobs_of,
+    metric_of,
+    pair_session,
+    prompt_pair,
+    replacing,
+)
+from tests.helpers.models import randomize_, tiny_gpt
+from tests.helpers.tolerances import F32_EPS, SAFETY, assert_float32_close, largest_logit, model_reduction
 from transformer_viewer.model.analysis.patching.attribution_patching import (
     ESTIMATE_WHATS,
     estimate_bytes,
+    estimate_grid,
     estimate_grid_of,
     max_estimate_tokens,
 )
+from transformer_viewer.model.analysis.patching.exact import patch_grid
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 from transformer_viewer.model.capture.interventions import Intervention
 from transformer_viewer.model.decoder.config import GPTConfig
@@ -181,7 +192,7 @@ def test_the_grid_labels_its_axes():
     grid = estimate_grid_of(model, clean, corrupted, "heads-by-pos", METRICS["logprob"])
     assert grid.raw.shape == (L * NH, 5) and grid.rows[NH + 2] == "1.2" and grid.cols == ("0", "1", "2", "3", "4")
     grid = estimate_grid_of(model, clean, corrupted, "resid", METRICS["logprob"])
-    assert grid.rows[-1] == "final" and grid.row_axis == "layer" and grid.col_axis == "position"
+    assert grid.rows[-1] == "final resid_post" and grid.row_axis == "layer" and grid.col_axis == "position"
 
 
 def test_cancel_stops_before_the_next_layer():
@@ -212,3 +223,64 @@ def test_the_memory_bound_grows_with_the_square_of_the_prompt_and_is_stated():
     assert 3 < two / one < 4  # the attention of one layer dominates
     fits = max_estimate_tokens(TINY, estimate_bytes(TINY, 40))
     assert fits == 40
+
+
+# -- on a session: the runs come from its cached patch sources ----------------------------------
+@pytest.mark.parametrize("what, direction", [("resid", "denoise"), ("heads-by-pos", "noise"), ("mlp", "denoise")])
+def test_the_sessions_estimate_equals_the_one_from_its_own_runs(what, direction):
+    model = tiny_gpt(TINY)
+    clean, corrupted = prompt_pair(T=6, vocab=TINY.vocab_size, changed=(1, 4))
+    session = pair_session(model, clean, corrupted)
+    metric = METRICS["logprob"]
+    grid = estimate_grid(session, what, metric, direction)
+    alone = estimate_grid_of(model, clean, corrupted, what, metric, direction)
+    assert_float32_close(grid.raw, alone.raw, reduction=model_reduction(TINY), depth=L + 1,
+                         scale=max(1.0, largest_logit(model, corrupted)))
+    assert grid.cols[1] == "1 t1" and grid.estimate and grid.rows == alone.rows
+
+
+@pytest.mark.parametrize("what", ["resid", "heads", "attn"])
+def test_the_estimate_approaches_the_exact_grid_as_the_prompts_difference_shrinks(what):
+    clean, corrupted = prompt_pair(T=6, vocab=TINY.vocab_size)
+    metric = METRICS["logit-diff"]
+    errors = []
+    for delta in (0.01, 0.001):
+        session = pair_session(_shrunk_model(delta, clean, corrupted), clean, corrupted)
+        estimate, exact = estimate_grid(session, what, metric), patch_grid(session, what, metric)
+        assert estimate.rows == exact.rows and estimate.cols == exact.cols
+        errors.append(np.abs(estimate.raw - exact.raw).max() / np.abs(exact.raw - exact.corrupted).max())
+    assert errors[1] < errors[0] / 4 and errors[1] < 0.02, errors
+
+
+def test_the_session_refuses_prompts_of_different_lengths_in_one_line():
+    model = tiny_gpt(TINY)
+    clean, corrupted = prompt_pair(T=6, vocab=TINY.vocab_size)
+    session = pair_session(model, clean, corrupted[:5])
+    with pytest.raises(ModelError, match=r"differ in length \(6 and 5 tokens\)") as caught:
+        estimate_grid(session, "heads", METRICS["kl"])
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_family_switchs_head_estimates_are_the_metrics_derivatives(name):
+    """Grouped and multi-query heads, windows and soft-caps, sandwich and post norms, parallel
+    blocks, QK-norms, rotary variants: the backward through each block is autograd's own, so the
+    finite-difference check holds on every switch."""
+    model = randomize_(switch_model(name), seed=2).double()
+    assert (model.config.n_layer, model.config.n_head) == (L, NH)
+    clean, corrupted = prompt_pair(T=6, vocab=model.config.vocab_size, changed=(1, 4))
+    metric = METRICS["logprob"]
+    grid = estimate_grid_of(model, clean, corrupted, "heads", metric)
+    source_acts = cache_of(model, clean, [f"blocks.{layer}.attn.hook_z" for layer in range(L)])
+    eps = 0.02
+
+    def slope(name, index, h):
+        up = metric_of(model, corrupted, metric, [(name, blending(source_acts[name], h, index))])
+        down = metric_of(model, corrupted, metric, [(name, blending(source_acts[name], -h, index))])
+        return (up - down) / (2 * h)
+
+    atol = SAFETY * F32_EPS * max(1.0, largest_logit(model, corrupted)) * (3 / eps + 2)
+    worst = max(abs(float(grid.raw[row, col]) - grid.corrupted - (4 * slope(n, i, eps / 2) - slope(n, i, eps)) / 3)
+                for row, col, n, i in cells("heads", 6))
+    assert worst <= atol, f"{name}: off the derivative by {worst:.3g} (bound {atol:.3g})"
+    assert np.abs(grid.raw - grid.corrupted).max() > 20 * atol

@@ -11,11 +11,22 @@ import pytest
 import torch
 
 from tests.helpers.family_switches import switch_model
+from tests.helpers.hook_patches import (
+    cache_of,
+    clean_logprobs_of,
+    metric_of,
+    pair_session,
+    prompt_pair,
+    replacing,
+)
 from tests.helpers.models import randomize_, tiny_gpt
-from tests.helpers.patching import cache_of, clean_logprobs_of, metric_of, prompt_pair, replacing
 from tests.helpers.tolerances import assert_float32_close, largest_logit, model_reduction
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
-from transformer_viewer.model.analysis.patching.path_patching import path_patch_grid_of, receiver_slot
+from transformer_viewer.model.analysis.patching.path_patching import (
+    path_patch_grid,
+    path_patch_grid_of,
+    receiver_slot,
+)
 from transformer_viewer.model.capture.interventions import Intervention
 from transformer_viewer.model.decoder.config import GPTConfig
 from transformer_viewer.model.errors import Cancelled, ModelError
@@ -162,3 +173,25 @@ def test_bad_input_is_one_line():
             path_patch_grid_of(model, clean, corrupted, receiver, input, metric)
     with pytest.raises(ModelError, match="same number of tokens"):
         path_patch_grid_of(model, clean, torch.cat([corrupted, corrupted[:1]]), (1, 0), "q", metric)
+
+
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+def test_the_sessions_grid_equals_the_one_from_its_own_runs(direction):
+    model = tiny_gpt(GPT3)
+    clean, corrupted = prompt_pair(T=6, vocab=GPT3.vocab_size, changed=(1, 3))
+    session = pair_session(model, clean, corrupted)
+    metric = METRICS["logit-diff"]
+    grid = path_patch_grid(session, (2, 1), "k", metric, direction)
+    alone = path_patch_grid_of(model, clean, corrupted, (2, 1), "k", metric, direction)
+    assert_float32_close(grid.raw, alone.raw, reduction=model_reduction(GPT3), depth=4,
+                         scale=max(1.0, largest_logit(model, corrupted)))
+    assert (grid.clean, grid.corrupted) == pytest.approx((alone.clean, alone.corrupted), abs=1e-4)
+    assert grid.note == alone.note
+
+
+def test_the_session_refuses_prompts_of_different_lengths_in_one_line():
+    model = tiny_gpt(GPT3)
+    clean, corrupted = prompt_pair(T=6, vocab=GPT3.vocab_size)
+    session = pair_session(model, clean, corrupted[:4])
+    with pytest.raises(ModelError, match=r"differ in length \(6 and 4 tokens\)"):
+        path_patch_grid(session, (1, 0), "q", METRICS["kl"])

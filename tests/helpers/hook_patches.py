@@ -1,11 +1,14 @@
-"""Activation patching written out by hand with forward hooks on a plain forward of our decoder:
-the references the patching analyses are checked against."""
+"""Activation patching written out by hand with forward hooks on a plain forward of our decoder,
+by hook name and index: the references attribution patching and path patching are checked against."""
 
 from __future__ import annotations
 
 import torch
 
+from transformer_viewer.model.capture.session import Session
+from transformer_viewer.model.checkpoints.checkpoint import LoadedModel
 from transformer_viewer.model.decoder.hooks import hooks, run_with_cache
+from transformer_viewer.model.tokenizers.tokenizer import Tokenized
 
 
 def prompt_pair(T: int = 7, vocab: int = 300, changed=(2,), seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,3 +65,18 @@ def blending(source: torch.Tensor, eps: float, index) -> object:
         out[index] = act[index] + eps * (source[index].to(act.dtype) - act[index])
         return out
     return hook
+
+
+def pair_session(model, clean: torch.Tensor, corrupted: torch.Tensor) -> Session:
+    """A session on `model` whose clean and corrupted prompts are the ids (T,) as they are,
+    labelled t0, t1, ..."""
+    def tokens(ids):
+        ids = tuple(int(i) for i in ids)
+        return Tokenized(ids, tuple(f"t{i}" for i in range(len(ids))), tuple((i, i + 1) for i in range(len(ids))),
+                         "x" * len(ids))
+
+    loaded = LoadedModel(model=model, config=model.config, format="native", source="<tiny>", name="tiny")
+    s = Session(loaded)
+    s.set_tokens(tokens(clean))
+    s.set_corrupted_tokens(tokens(corrupted))
+    return s
