@@ -293,7 +293,7 @@ def session_arguments(args) -> None:
         for note in notes:
             print(f"note: {path}: {note}", file=sys.stderr)
         fill_from_records(args, records, f"the session {path}")
-    if getattr(args, "prompt", None) is None:
+    if hasattr(args, "prompt") and args.prompt is None:
         raise ModelError("give the text to run with --prompt, or a saved session with --session FILE")
 
 
@@ -309,9 +309,14 @@ def fill_from_records(args, records: dict, origin: str) -> None:
                                  "give it with --checkpoint PATH")
             args.checkpoint = ckpt.source  # None: the bundled model; opened through the same checks as a typed path
             args.expected_checkpoint = (ckpt, origin)
-    own_prompt = getattr(args, "prompt", None) is None and records.get("prompt") is not None
+    own_prompt = hasattr(args, "prompt") and args.prompt is None and records.get("prompt") is not None
     if own_prompt:
         args.prompt = records["prompt"].text
+    patching = records.get("patching")
+    if hasattr(args, "clean") and args.clean is None and args.pairs is None and records.get("prompt") is not None:
+        args.clean = records["prompt"].text  # `patch`: the session's prompt is the clean one
+        if args.corrupted is None and patching is not None and patching.corrupted:
+            args.corrupted = patching.corrupted
     i = records.get("intervention")
     if i is not None and hasattr(args, "mask") and not args.mask:
         args.mask = [f"{layer}.{head}" for layer, head in i.masked]
@@ -320,7 +325,8 @@ def fill_from_records(args, records: dict, origin: str) -> None:
     if s is not None:
         # --head is text ("[L.]H"), parsed with --layer by the command
         positions = (("query", s.query), ("position", s.query)) if own_prompt else ()  # of the session's prompt
-        for name, value in (("layer", s.layer), ("head", str(s.head)), *positions):
+        head = (("layer", s.layer), ("head", str(s.head))) if hasattr(args, "head") else ()  # a selected head
+        for name, value in (*head, *positions):
             if hasattr(args, name) and getattr(args, name) is None:
                 setattr(args, name, value)
     v = records.get("views")

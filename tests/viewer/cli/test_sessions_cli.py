@@ -139,3 +139,17 @@ def test_a_private_embedded_manifest_holds_no_prompt(ckpt, tmp_path, capsys):
     line = error_line(*cli(capsys, "export", ckpt, "--prompt", PROMPT, "--out", str(tmp_path / "a.png"),
                            "--embed-manifest"))
     assert "--embed-manifest is for .svg and .pdf figures, not .png" in line
+
+
+def test_patch_takes_the_clean_and_corrupted_prompts_from_the_session(ckpt, tmp_path, capsys):
+    from transformer_viewer.model.sessions.patching_part import PatchingRecord
+
+    corrupted = "When John and Mary went to the store, Mary gave a drink to"
+    records = {"checkpoint": record_of(load_checkpoint(ckpt)), "prompt": PromptRecord(PROMPT),
+               "intervention": InterventionRecord(2, 4, ((1, 0),), "zero"), "selection": SelectionRecord(1, 3, 2),
+               "patching": PatchingRecord(True, corrupted)}
+    session = registry.save(str(tmp_path / "p.tvsession"), records)
+    common = ("--what", "heads", "--tokens", " Mary", " John", "--json")
+    a = json.loads(_ok(capsys, "patch", "--session", session, *common)[0])
+    b = json.loads(_ok(capsys, "patch", ckpt, "--clean", PROMPT, "--corrupted", corrupted, "--mask", "1.0", *common)[0])
+    assert a == b and a["clean"] == PROMPT and a["corrupted"] == corrupted
