@@ -53,6 +53,7 @@ class FigureStyle:
     theme: str = "light"
     title: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    manifest: str = ""  # a figure manifest's JSON to embed in an SVG's or PDF's metadata ("": none)
 
     def __post_init__(self) -> None:
         if self.theme not in THEMES:

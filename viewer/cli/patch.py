@@ -22,7 +22,9 @@ from transformer_viewer.viewer.cli.common import (
     TerminalBar,
     add_ablation_argument,
     add_checkpoint_arguments,
+    add_session_argument,
     add_token_pair_argument,
+    session_arguments,
 )
 
 DATA_SUFFIXES = (".npy", ".csv")
@@ -36,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from transformer_viewer.model.analysis.patching.metric import METRICS
 
     add_checkpoint_arguments(p)
+    add_session_argument(p)
     p.add_argument("--clean", default=None, help="the clean prompt (its answer is the one patches restore)")
     p.add_argument("--corrupted", default=None, help="the corrupted prompt (e.g. the clean one with the names swapped)")
     p.add_argument("--metric", default=METRICS[0], choices=METRICS,
@@ -159,6 +162,7 @@ def compute_grid(args, session, metric, intervention, progress):
 
 
 def run(args) -> int:
+    session_arguments(args)  # --session: the checkpoint, the clean and corrupted prompts and the mask it saved
     check_arguments(args)
     import torch  # only once the arguments are good
 

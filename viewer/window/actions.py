@@ -58,6 +58,8 @@ class WindowActions:
         self.recent_menu = m.addMenu("&Recent checkpoints")
         self._rebuild_recent()
         m.addSeparator()
+        w.sessions.build_menu(m, self._action)
+        m.addSeparator()
         ex = self.export_menu = m.addMenu("&Export")
         self._action(ex, "Heatmap as &PNG…", lambda: self.export_dialog("heatmap", ".png"))
         self._action(ex, "Heatmap as &SVG…", lambda: self.export_dialog("heatmap", ".svg"))
@@ -154,23 +156,23 @@ class WindowActions:
         self._rebuild_recent()
 
     def export_dialog(self, what: str, ext: str) -> None:
-        from transformer_viewer.viewer.views.export_options import FigureOptions, ask_figure_options
+        from transformer_viewer.viewer.views.export_options import ask_figure_options
 
-        options = FigureOptions()
-        if ext in (".png", ".svg", ".pdf"):
-            view = (self.w.attention if what == "heatmap" else self.w.head_grid).export_target()
-            options = ask_figure_options(self.w, ext, (view.width(), view.height()))
-            if options is None:
-                return
+        folder = self.w.app_settings.export_dir()  # read (and a bad setting noted) whatever the answer
+        view = (self.w.attention if what == "heatmap" else self.w.head_grid).export_target()
+        options = ask_figure_options(self.w, ext, (view.width(), view.height()), self.w.figure_options)
+        if options is None:
+            return
+        self.w.figure_options = options
         st = self.w.state
         name = (f"attention_L{st.layer}H{st.head}" if what == "heatmap" else "all_heads") + ext
-        folder = self.w.app_settings.export_dir()
         filters = {".png": "PNG image (*.png)", ".svg": "SVG image (*.svg)", ".pdf": "PDF document (*.pdf)",
                    ".npy": "NumPy array (*.npy)",
                    ".csv": "CSV table (*.csv)"}
         path, _ = QFileDialog.getSaveFileName(self.w, "Export", os.path.join(folder, name), filters[ext])
         if path:
-            if export(self.w, what, path, options.scale, theme=options.theme) is not None:
+            if export(self.w, what, path, options.scale, theme=options.theme, manifest=options.manifest,
+                      private=options.private) is not None:
                 self.w.app_settings.set_export_dir(os.path.dirname(os.path.abspath(path)))
 
     def export_pattern_dialog(self) -> None:
@@ -331,13 +333,16 @@ def default_prompt() -> str:
     return prompts[0].text if prompts else "When Mary and John went to the store, John gave a drink to"
 
 
-def export(window, what: str, path: str, scale: float = 1.0, theme: str = "light") -> str | None:
+def export(window, what: str, path: str, scale: float = 1.0, theme: str = "light", manifest: bool = False,
+           private: bool = False) -> str | None:
     """Export the heatmap ("heatmap": .png/.svg/.pdf/.npy/.csv) or the heads grid ("grid": .png/.svg/.pdf),
-    an image as a figure in `theme` titled with the model, the view and the mask; returns the
-    path written, or None after showing the one-line error."""
+    an image as a figure in `theme` titled with the model, the view and the mask; with
+    `manifest`, FILE.manifest.json beside it (`private`: without the prompt and local paths).
+    Returns the path written, or None after showing the one-line error."""
     from transformer_viewer.model.errors import ModelError
     from transformer_viewer.viewer.export import export_view
     from transformer_viewer.viewer.figure import FigureStyle, view_title
+    from transformer_viewer.viewer.window.figure_records import record_export
 
     view = window.attention if what == "heatmap" else window.head_grid
     try:
@@ -348,6 +353,7 @@ def export(window, what: str, path: str, scale: float = 1.0, theme: str = "light
         style = FigureStyle(theme=theme, title=view_title(window.state, "Attention" if what == "heatmap"
                                                           else "All heads", view))
         written = export_view(view, path, scale=scale, style=style)
+        record_export(window, what, written, scale, theme, manifest, private)
     except (ModelError, OSError) as e:
         window.show_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
         return None

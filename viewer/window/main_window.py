@@ -27,10 +27,12 @@ from PySide6.QtWidgets import (
 from transformer_viewer.viewer.controller import RunController
 from transformer_viewer.viewer.gc_guard import collect_after_load, collect_on_gui_thread
 from transformer_viewer.viewer.state import ViewerState
+from transformer_viewer.viewer.views.export_options import FigureOptions
 from transformer_viewer.viewer.views.prompt_editor import PromptEditor
 from transformer_viewer.viewer.views.registry import VIEWS
 from transformer_viewer.viewer.window import actions as window_actions
 from transformer_viewer.viewer.window.empty_states import EmptyStates
+from transformer_viewer.viewer.window.session_actions import SessionActions
 from transformer_viewer.viewer.window.settings import NOTE_MS, SettingsReader
 from transformer_viewer.viewer.window.status_bar import StatusBar
 from transformer_viewer.viewer.worker.client import RequestHandle, WorkerClient
@@ -73,6 +75,9 @@ class MainWindow(QMainWindow):
         self.status = StatusBar(self)
         self.setStatusBar(self.status)
         self.app_settings = SettingsReader(self.settings, note=lambda line: self.status.showMessage(line, NOTE_MS))
+        self.figure_options = FigureOptions()  # what File > Export last chose (a session keeps it)
+        self.exported_figures: list = []  # FigureRecords of what was exported from this window
+        self.sessions = SessionActions(self)  # before the menus: File lists its actions
         self.actions_ = window_actions.install(self)
         self.setAcceptDrops(True)
         self.resize(*DEFAULT_SIZE)
