@@ -12,7 +12,7 @@ hardening tiny model (n_embd 16, 2 layers). Classes:
 - files: links out of the folder, a folder with neither layout, a missing hook point.
 
 Each entry is a `HostileSae`: `spec` given to `load_sae` (and `--sae`) must give one ModelError
-line containing `expect`.
+line containing `expect`. `entries()` names them without keeping the files.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import io
 import json
 import os
 import struct
+import tempfile
 import zipfile
 from dataclasses import dataclass
 
@@ -98,6 +99,12 @@ def _npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def entries() -> list[tuple[str, str]]:
+    """(name, expect) of every entry, the files built in a folder removed afterwards."""
+    with tempfile.TemporaryDirectory() as root:
+        return [(h.name, h.expect) for h in build(root)]
+
+
 def build(root: str) -> list[HostileSae]:
     out: list[HostileSae] = []
 
@@ -110,33 +117,33 @@ def build(root: str) -> list[HostileSae]:
     # -- shapes ------------------------------------------------------------------------------
     w = _weights()
     w["W_dec"] = w["W_dec"][:, :8].copy()
-    add("decoder_shape_lie", _folder(root, "dec_lie", weights=w), "w_dec is torch.float32 [24, 8]", "shapes")
+    add("decoder_shape_lie", _folder(root, "dec_lie", weights=w), "W_dec is torch.float32 [24, 8]", "shapes")
     add("config_width_lie", _folder(root, "width_lie", cfg=saelens_cfg("standard", D_IN, 30, HOOK,
                                                                        model_from_pretrained_kwargs={})),
         "needs float [16, 30]", "shapes")
     add("wrong_d_in_for_hook", _folder(root, "d_in", cfg=saelens_cfg("standard", 32, 24, HOOK),
                                        weights=random_weights("standard", 32, 24)),
-        "the sae reads 32-wide activations", "shapes")
+        "the SAE reads 32-wide activations", "shapes")
     m = random_weights("jumprelu", D_IN, 24)
     m["threshold"] = m["threshold"][:10]
     add("npz_threshold_short", write_npz(npz("npz_short"), m) + "@" + HOOK, "threshold has shape [10]", "shapes")
     m = random_weights("standard", D_IN, 24)
     del m["W_enc"]
-    add("npz_without_encoder", write_npz(npz("npz_noenc"), m) + "@" + HOOK, "no two-dimensional w_enc", "shapes")
+    add("npz_without_encoder", write_npz(npz("npz_noenc"), m) + "@" + HOOK, "no two-dimensional W_enc", "shapes")
     add("npz_empty_encoder", write_npz(npz("npz_empty"), {"W_enc": np.zeros((16, 0), np.float32)}) + "@" + HOOK,
-        "w_enc is empty", "shapes")
+        "W_enc is empty", "shapes")
 
     # -- values ------------------------------------------------------------------------------
     j = _weights("jumprelu")
     j["threshold"][3] = np.nan
-    add("nan_threshold", _folder(root, "nan_thr", arch="jumprelu", weights=j), "threshold holds nan", "values")
+    add("nan_threshold", _folder(root, "nan_thr", arch="jumprelu", weights=j), "threshold holds NaN", "values")
     m = random_weights("jumprelu", D_IN, 24)
     m["threshold"][0] = np.nan
-    add("npz_nan_threshold", write_npz(npz("npz_nan"), m) + "@" + HOOK, "threshold holds nan", "values")
+    add("npz_nan_threshold", write_npz(npz("npz_nan"), m) + "@" + HOOK, "threshold holds NaN", "values")
     add("infinite_decoder", _folder(root, "inf_dec", weights=_weights(W_dec=np.full((24, D_IN), np.inf, np.float32))),
-        "w_dec holds nan or infinite", "values")
+        "W_dec holds NaN or infinite", "values")
     add("integer_encoder", _folder(root, "int_enc", weights=_weights(W_enc=np.ones((D_IN, 24), np.int32))),
-        "w_enc is torch.int32", "values")
+        "W_enc is torch.int32", "values")
     add("missing_bias", _folder(root, "no_bias", weights=_weights(b_enc=None)), "missing b_enc", "values")
     add("unknown_tensor", _folder(root, "extra", weights=_weights(payload=np.zeros(3, np.float32))),
         "unexpected payload", "values")
@@ -169,9 +176,9 @@ def build(root: str) -> list[HostileSae]:
     add("hook_of_another_kind", _folder(root, "odd_hook", cfg=saelens_cfg("standard", D_IN, 24, "blocks.1.ln1.hook_scale")),
         "does not exist in this model", "config")
     add("topk_k_above_width", _folder(root, "topk_k", arch="topk", cfg=saelens_cfg("topk", D_IN, 24, HOOK, k=25)),
-        "topk keeps k = 25 features of only 24", "config")
+        "TopK keeps k = 25 features of only 24", "config")
     add("topk_k_above_width_old_layout", _folder(root, "topk_k5", cfg=saelens_cfg("topk", D_IN, 24, HOOK, "5", k=99)),
-        "topk keeps k = 99", "config")
+        "TopK keeps k = 99", "config")
     add("topk_without_k", _folder(root, "topk_nok", cfg=saelens_cfg("topk", D_IN, 24, HOOK, "5", k=None)),
         "without activation_fn_kwargs.k", "config")
     add("unknown_architecture", _folder(root, "arch", cfg=saelens_cfg("standard", D_IN, 24, HOOK) | {
@@ -210,7 +217,7 @@ def build(root: str) -> list[HostileSae]:
         "refactor_factored_attn_matrices", "config")
     add("deep_json", _raw_folder(root, "deep", '{"d_in": ' + "[" * 1000 + "]" * 1000 + "}"), "nested", "config")
     add("huge_number", _raw_folder(root, "bignum", '{"d_in": 1' + "0" * 500 + "}"), "digits", "config")
-    add("not_json", _raw_folder(root, "garbage", "d_in = 16"), "not valid json", "config")
+    add("not_json", _raw_folder(root, "garbage", "d_in = 16"), "not valid JSON", "config")
     big = os.path.join(root, "big_cfg")
     os.makedirs(big)
     with open(os.path.join(big, "cfg.json"), "w") as f:
@@ -219,15 +226,15 @@ def build(root: str) -> list[HostileSae]:
 
     # -- npz ---------------------------------------------------------------------------------
     add("npz_pickled_objects", _npz_members(npz("npz_pickle"), {
-        "W_enc": _npy(np.array([{"x": 1}] * 4, dtype=object))}) + "@" + HOOK, "is stored as |o", "npz")
+        "W_enc": _npy(np.array([{"x": 1}] * 4, dtype=object))}) + "@" + HOOK, "is stored as |O", "npz")
     add("npz_big_endian", _npz_members(npz("npz_be"), {"W_enc": _npy(np.ones((D_IN, 4), ">f4"))}) + "@" + HOOK,
         "not plain little-endian floats", "npz")
     add("npz_fortran", _npz_members(npz("npz_f"), {"W_enc": _npy(np.asfortranarray(np.ones((D_IN, 4), "<f4")))})
-        + "@" + HOOK, "fortran order", "npz")
+        + "@" + HOOK, "Fortran order", "npz")
     add("npz_stranger", _npz_members(npz("npz_stranger"), {"evil": _npy(np.ones(3, "<f4"))}) + "@" + HOOK,
-        "which is no sae weight", "npz")
+        "which is no SAE weight", "npz")
     add("npz_many_members", _npz_members(npz("npz_many"), {f"W_enc{i}": b"" for i in range(40)}) + "@" + HOOK,
-        "more than an sae has", "npz")
+        "more than an SAE has", "npz")
     add("npz_bad_header", _npz_members(npz("npz_hdr"), {"W_enc": b"\x93NUMPY\x01\x00\xff\xff{garbage"}) + "@" + HOOK,
         "cannot be read", "npz")
     trunc = _npz_members(npz("npz_trunc"), {
@@ -249,11 +256,11 @@ def build(root: str) -> list[HostileSae]:
     add("links_out_of_the_folder", linked, "outside the model folder", "files")
     empty = os.path.join(root, "empty")
     os.makedirs(empty)
-    add("folder_of_neither_layout", empty, "neither an saelens folder", "files")
+    add("folder_of_neither_layout", empty, "neither an SAELens folder", "files")
     stray = os.path.join(root, "weights.bin")
     with open(stray, "wb") as f:
         f.write(b"\0" * 16)
-    add("file_of_no_kind", stray, "not an sae file", "files")
+    add("file_of_no_kind", stray, "not an SAE file", "files")
     add("npz_without_hook", write_npz(npz("npz_nohook"), random_weights("standard", D_IN, 24)),
         "say which hook point it reads", "files")
     add("hook_against_its_cfg", _folder(root, "mismatch") + "@blocks.0.hook_mlp_out", "not blocks.0.hook_mlp_out",
