@@ -32,6 +32,7 @@ WEIGHTS = "sae_weights.safetensors"
 NPZ = "params.npz"
 MAX_CFG_BYTES = 1 << 20  # a cfg.json is a few KB
 DEFAULT_SAE_BUDGET = 8 << 30  # bytes of float32 weights one SAE may take
+SAE_BUDGET_ENV = "TV_SAE_MEMORY_MB"  # MiB, to allow a wider SAE than the default
 _HOOK_SUFFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$")
 
 
@@ -64,17 +65,30 @@ def past_context(config: SaeConfig, n_tokens: int) -> str | None:
     return None
 
 
-def load_sae(spec: str, model_config, hook: str | None = None, memory_budget: int = DEFAULT_SAE_BUDGET,
+def sae_memory_budget() -> int:
+    """Bytes of float32 weights one SAE may take: $TV_SAE_MEMORY_MB, else DEFAULT_SAE_BUDGET."""
+    raw = os.environ.get(SAE_BUDGET_ENV, "").strip()
+    if not raw:
+        return DEFAULT_SAE_BUDGET
+    if not (raw.isascii() and raw.isdigit() and 0 < int(raw) < 1 << 40):
+        raise ModelError(f"{SAE_BUDGET_ENV}={raw[:20]!r} is not a whole number of MiB; set it to one (e.g. 16384) or "
+                         "unset it")
+    return int(raw) << 20
+
+
+def load_sae(spec: str, model_config, hook: str | None = None, memory_budget: int | None = None,
              model_name: str | None = None, norm_scaling_factor: float | None = None, progress=None,
              is_cancelled=None) -> LoadedSae:
     """The SAE `spec` names (`PATH[@HOOK]`, see the module's docstring), for a model of
     `model_config` (called `model_name`, for the warning when the SAE names another). `hook`
-    overrides the spec's; `norm_scaling_factor` is the constant of an expected_average_only_in
+    overrides the spec's; `memory_budget` bounds its float32 weights (None: `sae_memory_budget()`);
+    `norm_scaling_factor` is the constant of an expected_average_only_in
     SAE, which its cfg.json does not hold. `progress(done, total, text)` hears the size before
     the weights are read and each tensor read; once `is_cancelled()` is true the load stops at
     the next tensor with `Cancelled`."""
     path, spec_hook = parse_sae_spec(spec)
     hook = hook or spec_hook
+    memory_budget = sae_memory_budget() if memory_budget is None else memory_budget
     where, kind, root = locate(path)
     watch = _Watch(path, progress, is_cancelled)
     if kind == "npz":
@@ -283,7 +297,7 @@ def _check_fit(config: SaeConfig, point, model_config, where: str, budget: int) 
     if config.n_bytes > budget:
         raise ModelError(f"{where}: {config.d_sae:,} features on a {config.d_in:,}-wide layer need "
                          f"{size_text(config.n_bytes)} in float32, more than the {size_text(budget)} allowed; "
-                         "raise the memory budget or use a narrower SAE")
+                         f"use a narrower SAE, or raise {SAE_BUDGET_ENV}")
 
 
 def _module(config: SaeConfig, tensors: dict[str, torch.Tensor], path: str) -> SparseAutoencoder:
