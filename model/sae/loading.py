@@ -4,7 +4,7 @@ against the model it will read before a weight is allocated.
 `spec` is an SAELens folder (`cfg.json` + `sae_weights.safetensors`, model/sae/saelens_config.py
 reads both layouts), its `cfg.json`, a Gemma Scope `params.npz` (weights only: the hook point is
 the user's, `PATH@blocks.12.hook_resid_post`), a folder holding one, or `REPO_ID/SUBFOLDER`
-found in the local Hugging Face cache (never downloaded). Every file is untrusted: cfg.json is
+found in the local Hugging Face cache, never downloaded (model/sae/sources.py finds it). Every file is untrusted: cfg.json is
 bounded JSON, the safetensors header and the npz member headers are checked against the config
 (names, shapes, dtypes) and the config against the model (hook point, width) and the memory
 budget, whose size is said before anything is read; the weights must be finite.
@@ -13,12 +13,11 @@ budget, whose size is said before anything is read; the weights must be finite.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 import torch
 
-from transformer_viewer.model.checkpoints.formats import hf_cache, safetensors_file
+from transformer_viewer.model.checkpoints.formats import safetensors_file
 from transformer_viewer.model.errors import ModelError, stop_if_cancelled
 from transformer_viewer.model.files import folder_files, regular_file, untrusted_json
 from transformer_viewer.model.files.file_errors import read_errors
@@ -26,14 +25,11 @@ from transformer_viewer.model.sae import npz_weights, processing, saelens_config
 from transformer_viewer.model.sae.config import SaeConfig, size_text
 from transformer_viewer.model.sae.hook_points import hook_point, our_name, width
 from transformer_viewer.model.sae.module import SparseAutoencoder
+from transformer_viewer.model.sae.sources import CFG, WEIGHTS, locate, parse_sae_spec
 
-CFG = "cfg.json"
-WEIGHTS = "sae_weights.safetensors"
-NPZ = "params.npz"
 MAX_CFG_BYTES = 1 << 20  # a cfg.json is a few KB
 DEFAULT_SAE_BUDGET = 8 << 30  # bytes of float32 weights one SAE may take
 SAE_BUDGET_ENV = "TV_SAE_MEMORY_MB"  # MiB, to allow a wider SAE than the default
-_HOOK_SUFFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$")
 
 
 @dataclass(frozen=True)
@@ -46,15 +42,6 @@ class LoadedSae:
     module: SparseAutoencoder
     info: str
     warnings: tuple[str, ...] = ()
-
-
-def parse_sae_spec(text: str) -> tuple[str, str | None]:
-    """`PATH@HOOK` -> (PATH, HOOK); a text without a hook part -> (text, None). The hook is what
-    follows the last `@` when that reads as a hook name (a path may hold `@` elsewhere)."""
-    path, at, hook = text.rpartition("@")
-    if at and path and _HOOK_SUFFIX.match(hook) and "." in hook:
-        return path, hook
-    return text, None
 
 
 def past_context(config: SaeConfig, n_tokens: int) -> str | None:
@@ -114,56 +101,6 @@ class _Watch:
         stop_if_cancelled(self.is_cancelled)
         if self.progress is not None:
             self.progress(done, self.total, f"reading the SAE {self.name}…")
-
-
-def locate(path: str, root: str | None = None) -> tuple[str, str, str]:
-    """(file or folder, "saelens"|"npz", the folder its files must lie in) for a path or a
-    cached repository's subfolder (whose files may link into that repository's blobs/)."""
-    if os.path.lexists(path):
-        if os.path.isdir(path):
-            if os.path.lexists(os.path.join(path, CFG)):
-                return path, "saelens", root or path
-            if os.path.lexists(os.path.join(path, NPZ)):
-                return folder_files.check_inside(root or path, os.path.join(path, NPZ)), "npz", root or path
-            raise ModelError(f"{path}: neither an SAELens folder ({CFG} and {WEIGHTS}) nor one holding {NPZ}; "
-                             "give the SAE's folder")
-        base = os.path.basename(path)
-        if base.endswith(".npz"):
-            return path, "npz", root or os.path.dirname(path) or "."
-        if base in (CFG, WEIGHTS):
-            folder = os.path.dirname(path) or "."
-            return folder, "saelens", root or folder
-        raise ModelError(f"{path}: not an SAE file: give an SAELens folder, its {CFG}, or a {NPZ}")
-    cached = find_cached(path)
-    if cached is None:
-        raise ModelError(f"{path}: no such file or folder, and no such REPO_ID/SUBFOLDER in the Hugging Face cache "
-                         f"({' or '.join(hf_cache.hub_dirs()[:2])}); transformer-viewer never downloads: fetch it once "
-                         "(e.g. `hf download REPO_ID --include 'SUBFOLDER/*'`) or give a path")
-    return locate(*cached)
-
-
-def find_cached(spec: str) -> tuple[str, str] | None:
-    """(the cached subfolder or file, its snapshot) of `org/repo/sub/folder`, or None (never a
-    download)."""
-    parts = spec.strip("/").split("/")
-    if len(parts) < 3 or any(p in ("", ".", "..") for p in parts) or not hf_cache.looks_like_name("/".join(parts[:2])):
-        return None
-    repo, sub = "--".join(parts[:2]), os.path.join(*parts[2:])
-    for hub in hf_cache.hub_dirs():
-        snapshots = os.path.join(hub, "models--" + repo, "snapshots")
-        ref = untrusted_json.read_small_text(os.path.join(hub, "models--" + repo, "refs", "main"))
-        try:
-            revisions = sorted(os.listdir(snapshots), key=lambda r: (r != ref, r))
-        except OSError:
-            continue
-        for rev in revisions:
-            if os.sep in rev or rev in (".", ".."):
-                continue
-            snapshot = os.path.join(snapshots, rev)
-            candidate = os.path.join(snapshot, sub)
-            if os.path.isdir(candidate) or os.path.isfile(candidate):
-                return folder_files.check_inside(snapshot, candidate), snapshot
-    return None
 
 
 # -- SAELens folders ----------------------------------------------------------------------------
