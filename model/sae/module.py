@@ -89,23 +89,34 @@ class SparseAutoencoder(nn.Module):
 
     def encode_with_stats(self, x: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         """The features of x and the statistics `decode` needs to return to x's units."""
-        x, stats = self.normalize(x.float())
-        if self.config.apply_b_dec_to_input:
-            x = x - self.b_dec
+        x, stats = self._sae_input(x)
         arch = self.config.architecture
         if arch == "gated":
             active = (x @ self.W_enc + self.b_gate) > 0
             magnitude = torch.relu(x @ (self.W_enc * self.r_mag.exp()) + self.b_mag)
             return magnitude * active, stats
-        pre = x @ self.W_enc + self.b_enc  # (..., d_sae)
+        pre = self._pre_activations(x)  # (..., d_sae), a tensor of its own: edited in place below
         if arch == "standard":
-            return torch.relu(pre), stats
+            return pre.relu_(), stats
         if arch == "jumprelu":
-            return torch.relu(pre) * (pre > self.threshold), stats
-        if self.config.rescale_acts_by_decoder_norm:
-            pre = pre * self.W_dec.norm(dim=-1)
+            return pre.masked_fill_(~(pre > self.threshold), 0.0).relu_(), stats
         top = torch.topk(pre, self.config.k, dim=-1, sorted=False)
         return torch.zeros_like(pre).scatter_(-1, top.indices, top.values.relu()), stats
+
+    def _sae_input(self, x: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+        x, stats = self.normalize(x.float())
+        if self.config.apply_b_dec_to_input:
+            x = x - self.b_dec
+        return x, stats
+
+    def _pre_activations(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ W_enc + b_enc (times the decoder norms under the TopK rescaling), the bias added
+        inside the product: one (..., d_sae) tensor, not three."""
+        pre = torch.addmm(self.b_enc, x.reshape(-1, self.config.d_in), self.W_enc)  # (N, d_sae)
+        pre = pre.view(*x.shape[:-1], self.config.d_sae)
+        if self.config.rescale_acts_by_decoder_norm:
+            pre.mul_(self.W_dec.norm(dim=-1))
+        return pre
 
     def top_features(self, x: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(values, ids), (..., min(top, d_sae)) each, highest first: x's `top` most active
@@ -113,12 +124,7 @@ class SparseAutoencoder(nn.Module):
         pre-activations, taken without spelling out the (..., d_sae) activations."""
         if self.config.architecture != "topk":
             return torch.topk(self.encode(x), min(top, self.config.d_sae), dim=-1)
-        x, _stats = self.normalize(x.float())
-        if self.config.apply_b_dec_to_input:
-            x = x - self.b_dec
-        pre = x @ self.W_enc + self.b_enc  # (..., d_sae)
-        if self.config.rescale_acts_by_decoder_norm:
-            pre = pre * self.W_dec.norm(dim=-1)
+        pre = self._pre_activations(self._sae_input(x)[0])  # (..., d_sae)
         values, ids = torch.topk(pre, min(top, self.config.k), dim=-1)
         values = values.relu()
         if top > self.config.k:  # only k can fire: the rest are padding
@@ -134,9 +140,7 @@ class SparseAutoencoder(nn.Module):
         if self.config.architecture == "topk":
             a, stats = self.encode_with_stats(x)
             return a[..., features], stats
-        x, stats = self.normalize(x.float())
-        if self.config.apply_b_dec_to_input:
-            x = x - self.b_dec
+        x, stats = self._sae_input(x)
         w = self.W_enc[:, features]  # (d_in, n)
         if self.config.architecture == "gated":
             active = (x @ w + self.b_gate[features]) > 0
