@@ -163,3 +163,16 @@ def test_recomputed_mlp_activations_and_residuals_keep_the_clamp(tmp_path):
     s._runs.clear()  # the clamped run evicted: its residual stream is recomputed under the clamp
     assert_float32_close(s.resid_pre(trace, 1)[0], cache["blocks.1.hook_resid_pre"][0],
                          reduction=model_reduction(TINY), depth=2, what="resid_pre of layer 1 recomputed")
+
+
+def test_a_run_after_detaching_a_clamped_sae_starts_over(tmp_path):
+    s, fresh = _session(), _session()
+    for session in (s, fresh):
+        session.attach_sae(_sae(tmp_path, "blocks.0.hook_resid_post")[0])
+        session.attach_sae(_sae(tmp_path, "blocks.1.hook_resid_post", seed=1)[0])
+        session.run(None)
+    s.run(Intervention.make(TINY, clamps=(FeatureClamp(0, 4, "set", 9.0),)))  # shapes every later layer
+    s.detach_sae(0)
+    fresh.detach_sae(0)
+    late = Intervention.make(TINY, clamps=(FeatureClamp(1, 2, "set", 3.0),))
+    assert np.array_equal(s.run(late).next.probs, fresh.run(late).next.probs)
