@@ -19,6 +19,10 @@ Signals (each emitted only when the value really changed):
 - `token_overlay_changed()`: the shown view that colours the tokens (the routes' token shares,
   the rollout's query row) set or cleared `token_overlay`.
 
+`saes` (viewer/sae_state.py) holds the attached sparse autoencoders and the selected feature; a
+feature clamp is part of `intervention` like the head mask (`set_clamps`), and emits
+`mask_changed` as a head toggle does: every run under it is asked for the same way.
+
 `query` is None for "the last token"; `query_index` resolves it against the current trace.
 """
 
@@ -28,6 +32,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from transformer_viewer.model.capture.interventions import Intervention
+from transformer_viewer.viewer.sae_state import SaeState
 from transformer_viewer.viewer.worker.requests import ModelInfo
 
 __all__ = ["ModelInfo", "ViewerState"]
@@ -59,6 +64,7 @@ class ViewerState(QObject):
         self._activations: dict[tuple[int, int], np.ndarray] = {}  # (run_id, layer) -> (T, n_mlp)
         # (values (T,), legend, owner): what the token strip colours by while a view showing it is up
         self.token_overlay: tuple[np.ndarray, str, object] | None = None
+        self.saes = SaeState(self)  # the attached SAEs, the selected feature, their labels
 
     # -- derived --------------------------------------------------------------------------
     @property
@@ -69,6 +75,11 @@ class ViewerState(QObject):
     @property
     def ablation(self) -> str:
         return self.intervention.ablation
+
+    @property
+    def clamps(self) -> tuple:
+        """The feature clamps (FeatureClamp values) the runs apply, read-only: see set_clamps."""
+        return self.intervention.clamps
 
     @property
     def n_layer(self) -> int:
@@ -179,8 +190,9 @@ class ViewerState(QObject):
         self.selection_changed.emit()
 
     def set_mask(self, mask) -> None:
-        """Mask these heads (L, nh); a mask of another shape is refused (ModelError)."""
-        self.set_intervention(Intervention.make(self, mask, self.ablation))
+        """Mask these heads (L, nh); a mask of another shape is refused (ModelError). The
+        feature clamps stay."""
+        self.set_intervention(self._made(mask, self.ablation, self.clamps))
 
     def toggle_head(self, layer: int, head: int) -> None:
         mask = self.mask.copy()
@@ -189,7 +201,16 @@ class ViewerState(QObject):
 
     def set_ablation(self, ablation: str) -> None:
         """Ablate masked heads this way (one of interventions.ABLATIONS; others: ModelError)."""
-        self.set_intervention(Intervention.make(self, self.mask, ablation))
+        self.set_intervention(self._made(self.mask, ablation, self.clamps))
+
+    def set_clamps(self, clamps) -> None:
+        """Clamp these SAE features (FeatureClamp values, model/sae/); the head mask stays."""
+        self.set_intervention(self._made(self.mask, self.ablation, tuple(clamps)))
+
+    def _made(self, mask, ablation: str, clamps: tuple) -> Intervention:
+        if clamps:
+            return Intervention.make(self, mask, ablation, clamps=clamps)
+        return Intervention.make(self, mask, ablation)
 
     def set_intervention(self, intervention: Intervention) -> None:
         """What the runs change, made (and checked) elsewhere for this model's shape."""

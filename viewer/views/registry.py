@@ -72,6 +72,9 @@ VIEWS: tuple[ViewEntry, ...] = (
               export_size=(1000, 700), needs_trace=True),
     ViewEntry("rollout", "Rollout", f"{_V}.rollout_view:RolloutView", "tab", uses_worker=True, export=True,
               export_size=(900, 700), needs_trace=True),
+    ViewEntry("features", "Feature", f"{_V}.feature_view:FeatureView", "tab", uses_worker=True, needs_trace=True),
+    ViewEntry("token-features", "SAE features", f"{_V}.features_panel:FeaturesPanel", "right-below",
+              uses_worker=True),
     ViewEntry("continue", "Continue", f"{_V}.generate_control:GenerateControl", "right-below", uses_worker=True),
 )
 if len({v.id for v in VIEWS}) != len(VIEWS):

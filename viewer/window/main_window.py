@@ -29,6 +29,7 @@ from transformer_viewer.viewer.views.prompt_editor import PromptEditor
 from transformer_viewer.viewer.views.registry import VIEWS
 from transformer_viewer.viewer.window import actions as window_actions
 from transformer_viewer.viewer.window import prediction_preview as preview
+from transformer_viewer.viewer.window import sae_menu
 from transformer_viewer.viewer.window.empty_states import EmptyStates
 from transformer_viewer.viewer.window.settings import NOTE_MS, SettingsReader
 from transformer_viewer.viewer.window.status_bar import StatusBar
@@ -77,6 +78,7 @@ class MainWindow(QMainWindow):
         self.setStatusBar(self.status)
         self.app_settings = SettingsReader(self.settings, note=lambda line: self.status.showMessage(line, NOTE_MS))
         self.actions_ = window_actions.install(self)
+        self.sae_menu = sae_menu.install(self)  # File > Open SAE…; the SAEs a load lets go
         self.setAcceptDrops(True)
         self.resize(*DEFAULT_SIZE)
         self._connect()
@@ -279,6 +281,7 @@ class MainWindow(QMainWindow):
         """A load or a device move finished: the worker holds this model now."""
         request, info = answer.request, answer.value.info
         self.state.set_model(info)
+        self.sae_menu.model_loaded(new_session=isinstance(request, LoadRequest))
         collect_after_load()  # what the replaced model left in cycles
         self.status.clearMessage()
         self.status.show_model(info)
