@@ -1,4 +1,5 @@
-"""`transformer-viewer [CHECKPOINT] [--prompt TEXT] [--head L.H] [--device ...] [--screenshot FILE.png]`: the window.
+"""`transformer-viewer [CHECKPOINT] [--prompt TEXT] [--head L.H] [--sae PATH[@HOOK]]... [--device ...]
+[--screenshot FILE.png]`: the window.
 
 Qt is imported only inside `run`, torch only on the worker thread, so the window shows while
 torch is still loading. `--screenshot` renders the whole window offscreen once the prompt has
@@ -24,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head", metavar="LAYER.HEAD", default=None,
                         help="the head to show once the model has loaded, e.g. 0.3 (default: on the bundled model, the "
                         "head its first example names, whatever the prompt; otherwise 0.0)")
+    parser.add_argument("--sae", metavar="PATH[@HOOK]", action="append", default=[],
+                        help="attach a sparse autoencoder once the model has loaded (repeatable, one per hook point): "
+                        "an SAELens folder, a Gemma Scope params.npz with @HOOK (e.g. @blocks.12.hook_resid_post), "
+                        "or REPO_ID/SUBFOLDER in the local Hugging Face cache")
     parser.add_argument("--screenshot", metavar="FILE.png", default=None,
                         help="render the window offscreen once the prompt has run, save it as PNG, and exit")
 
@@ -70,6 +75,7 @@ def run(args) -> int:
         settings = QSettings(os.path.join(scratch, "settings.ini"), QSettings.IniFormat)  # leave the user's alone
     window = MainWindow(settings=settings, worker=worker, pending=pending)
     window.device_choice = args.device
+    window.sae_menu.open_when_loaded(getattr(args, "sae", None) or ())
     window.empty_states.set_loading(args.checkpoint)  # the load it submitted above
     window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     head_error: list[str] = []
