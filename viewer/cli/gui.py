@@ -204,6 +204,7 @@ class Screenshot:
             error = self.window.last_error or (
                 "the prompt is empty; pass some text with --prompt" if not (st.prompt or "").strip()
                 else "no trace was drawn")
+        error = error or self.window.sae_menu.first_failure  # an --sae that did not open: no screenshot
         try:
             if error is None:  # a failed screenshot writes no file: a picture of an error is no screenshot
                 image = self.window.grab().toImage()

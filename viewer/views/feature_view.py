@@ -67,7 +67,7 @@ class FeatureView(QtWidgets.QWidget):
         self.overview_text.setWordWrap(True)
         self.share_text = QtWidgets.QLabel()
         self.share_text.setWordWrap(True)
-        note = QtWidgets.QLabel(EFFECT_NOTE)
+        self.effect_note = note = QtWidgets.QLabel(EFFECT_NOTE)
         note.setWordWrap(True)
         note.setStyleSheet("color: palette(mid);")
         self.promoted = self._effect_table("promotes")

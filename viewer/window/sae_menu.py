@@ -96,6 +96,7 @@ class SaeMenu:
         self.w = window
         self._when_loaded: list[str] = []  # --sae specs waiting for the model
         self._last_dir = ""
+        self.first_failure: str | None = None  # the first SAE that failed to open (--screenshot reports it)
         menu = window.actions_.file_menu
         anchor = window.actions_.recent_menu.menuAction()
         self.open_action = self._action(menu, anchor, "Open &SAE\u2026", self.open_dialog,
@@ -180,6 +181,7 @@ class SaeMenu:
         if failure.cancelled:
             self.w.status.showMessage("opening the SAE cancelled", 5000)
             return
+        self.first_failure = self.first_failure or failure.message
         self.w.show_error(failure.message)
 
     # -- labels ---------------------------------------------------------------------------

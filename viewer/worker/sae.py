@@ -128,17 +128,12 @@ def handle_sae_load(session, request: SaeLoadRequest, progress, is_cancelled) ->
 
     from transformer_viewer.model.sae import load_sae, parse_sae_spec
 
-    path, hook = parse_sae_spec(request.spec)
-    hook = request.hook or hook
-    name = os.path.basename(os.path.normpath(path)) or path
-    progress(0, 0, f"loading the SAE {name}…")
-    loaded = load_sae(path, session.config, hook=hook, progress=progress, is_cancelled=is_cancelled)
-    stop_if_cancelled(is_cancelled)
-    labels = None
-    if request.labels:
-        labels = _read_labels(request.labels, loaded.config.d_sae)
+    path, _hook = parse_sae_spec(request.spec)
+    progress(0, 0, f"loading the SAE {os.path.basename(os.path.normpath(path)) or path}…")
+    loaded = load_sae(request.spec, session.config, hook=request.hook, model_name=session.loaded.name)
+    stop_if_cancelled(is_cancelled)  # cancelled while reading: nothing attached
+    labels = _read_labels(request.labels, loaded.config.d_sae) if request.labels else None
     index = session.attach_sae(loaded)
-    session.scratch.pop("sae", None)
     c = loaded.config
     return AttachedSae(index=int(index), name=loaded.name, hook=c.hook, layer=_layer_of(c.hook), d_in=int(c.d_in),
                        d_sae=int(c.d_sae), architecture=c.architecture, info=loaded.info,

@@ -1,0 +1,256 @@
+"""Sparse autoencoders in the window: File > Open SAE attaches one (its info line shown), the
+features panel lists the selected token's top features as model/sae computes them, a clamp
+changes the next-token panel's prediction as the model does under it and removing it restores
+the prediction exactly, a hostile SAE file is one line with the window unchanged, and `--sae`
+on the command line attaches an SAE to the window's model."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests.helpers.saes import random_weights, saelens_cfg, write_saelens
+from tests.helpers.tolerances import assert_float32_close
+from tests.helpers.window import PROMPT, TINY, new_window, reference_session, wait_idle
+from transformer_viewer.viewer.worker.sae import FEATURES_TOP
+
+HOOK = "blocks.0.hook_resid_post"
+D_SAE = 64
+
+
+@pytest.fixture(scope="module")
+def sae_folder(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("sae") / "tiny_sae"
+    weights = random_weights("standard", TINY["n_embd"], D_SAE, seed=3)
+    weights["W_enc"] *= 4.0  # most tokens fire several features
+    return write_saelens(folder, saelens_cfg("standard", TINY["n_embd"], D_SAE, HOOK), weights)
+
+
+def opened(qtbot, window, folder: str):
+    """Open `folder` as an SAE through the window and wait for it to be attached."""
+    n = len(window.state.saes.attached)
+    assert window.sae_menu.open(folder) is not None
+    wait_idle(qtbot, window, lambda: len(window.state.saes.attached) == n + 1 or window.last_error)
+    assert window.last_error is None
+    return window.state.saes.attached[-1]
+
+
+def reference(ckpt: str, folder: str):
+    """A plain session on the prompt with the same SAE attached (index 0)."""
+    from transformer_viewer.model.sae import load_sae
+
+    session = reference_session(ckpt)
+    assert session.attach_sae(load_sae(folder, session.config)) == 0
+    return session
+
+
+def listed(features) -> list[tuple[int, float]]:
+    return [(f, a) for f, a in features]
+
+
+def test_an_opened_sae_shows_its_info_line_and_the_tokens_top_features(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    from transformer_viewer.model.sae import token_features
+
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        sae = opened(qtbot, w, sae_folder)
+        assert sae.hook == HOOK and sae.d_sae == D_SAE and sae.info
+        assert sae.info in w.status.currentMessage()
+        panel = w.views["token-features"]
+        assert panel.sae_box.currentText() == sae.title and panel.sae_box.itemData(0, 3) == sae.info  # tooltip
+        ref = token_features(reference(tiny_ckpt, sae_folder), 0, top=FEATURES_TOP)
+        for query in (None, 3):
+            if query is not None:
+                w.state.set_selection(query=query)
+            q = w.state.query_index
+            wait_idle(qtbot, w, lambda: panel.result is not None)
+            rows = panel.rows()
+            firing = [(int(i), float(a)) for i, a in zip(ref.ids[q], ref.acts[q], strict=True) if a > 0]
+            firing.sort(key=lambda p: -p[1])
+            assert rows and [f for f, _a in rows] == [f for f, _a in firing]
+            assert_float32_close(np.array([a for _f, a in rows]), np.array([a for _f, a in firing]))
+            assert panel.table.rowCount() == len(rows)
+            assert int(panel.table.item(0, 0).text()) == rows[0][0]
+            assert f"position {q}" in panel.header.text()
+    finally:
+        w.close()
+
+
+def test_a_clamp_changes_the_prediction_and_removing_it_restores_it(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    from transformer_viewer.model.capture.interventions import Intervention
+
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        opened(qtbot, w, sae_folder)
+        panel, st = w.views["token-features"], w.state
+        wait_idle(qtbot, w, lambda: panel.result is not None)
+        before = w.logits.rows()
+        before_probs = st.trace.next.probs.copy()
+        feature = panel.rows()[0][0]
+        panel.table.selectRow(0)  # a click on the panel's first feature selects it
+        assert st.saes.feature == feature
+        panel.clamp_controls.set_choice("set", 40.0)
+        clamp = panel.clamp_controls.clamp()
+        wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,))
+        assert panel.clamp_list.list.count() == 1 and f"#{feature}" in panel.clamp_list.list.item(0).text()
+        assert "1 feature clamped" in w.logits.summary.text()
+        after = st.trace.next.probs
+        assert not np.array_equal(after, before_probs)
+        # What the panel shows is the model's own prediction under that clamp.
+        ref = reference(tiny_ckpt, sae_folder)
+        expected = ref.predict(Intervention.make(ref.config, None, "zero", clamps=(clamp,)), None, None, 10)
+        assert_float32_close(after, expected.probs)
+        # A head mask joins the clamp; removing the clamp keeps the mask.
+        st.toggle_head(1, 2)
+        wait_idle(qtbot, w, lambda: st.trace.intervention.n_masked == 1)
+        assert st.trace.intervention.clamps == (clamp,)
+        panel.clamp_list.remove_selected()
+        wait_idle(qtbot, w, lambda: not st.trace.intervention.clamps)
+        assert st.trace.intervention.n_masked == 1
+        st.toggle_head(1, 2)
+        wait_idle(qtbot, w, lambda: st.trace.intervention.is_empty)
+        assert w.logits.rows() == before
+        np.testing.assert_array_equal(st.trace.next.probs, before_probs)
+    finally:
+        w.close()
+
+
+def test_a_hostile_sae_file_is_one_line_and_the_window_unchanged(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        kept = opened(qtbot, w, sae_folder)
+        trace, intervention = w.state.trace, w.state.intervention
+        lying = tmp_path / "lying_sae"
+        cfg = saelens_cfg("standard", TINY["n_embd"], D_SAE * 2, HOOK)  # the weights hold D_SAE features
+        write_saelens(lying, cfg, random_weights("standard", TINY["n_embd"], D_SAE))
+        wrong_hook = tmp_path / "wrong_hook"
+        write_saelens(wrong_hook, saelens_cfg("standard", TINY["n_embd"], D_SAE, "blocks.9.hook_resid_post"),
+                      random_weights("standard", TINY["n_embd"], D_SAE))
+        for bad in (lying, wrong_hook, tmp_path / "missing"):
+            w.last_error = None
+            w.sae_menu.open(str(bad))
+            wait_idle(qtbot, w, lambda: w.last_error is not None)
+            assert len(w.last_error.splitlines()) == 1 and "Traceback" not in w.last_error
+            assert w.state.saes.attached == (kept,) and w.state.saes.sae == kept.index
+            assert w.state.trace is trace and w.state.intervention == intervention
+    finally:
+        w.close()
+
+
+def test_feature_labels_name_the_listed_features(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        opened(qtbot, w, sae_folder)
+        panel = w.views["token-features"]
+        wait_idle(qtbot, w, lambda: panel.result is not None)
+        rows = panel.rows()
+        labels = tmp_path / "labels.csv"
+        labels.write_text("id,label\n" + "".join(f"{f},feature-{f}-says\n" for f, _a in rows))
+        w.sae_menu.open_labels(str(labels))
+        wait_idle(qtbot, w, lambda: w.state.saes.has_labels(0))
+        assert [panel.table.item(r, 2).text() for r in range(len(rows))] == [f"feature-{f}-says" for f, _a in rows]
+    finally:
+        w.close()
+
+
+def test_the_feature_view_draws_the_selected_features_row_effect_and_overview(qtbot, tmp_path, tiny_ckpt,
+                                                                               sae_folder):
+    from transformer_viewer.model.sae import feature_logit_effect, feature_row, sae_overview
+
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        opened(qtbot, w, sae_folder)
+        panel, st = w.views["token-features"], w.state
+        wait_idle(qtbot, w, lambda: panel.result is not None)
+        feature = panel.rows()[0][0]
+        st.saes.set_feature(feature)
+        view = w.views["features"]
+        w.show_view("features")
+        wait_idle(qtbot, w, lambda: view.result is not None and view.overview is not None)
+        ref = reference(tiny_ckpt, sae_folder)
+        row = feature_row(ref, 0, feature)
+        assert_float32_close(view.result.row, row)
+        np.testing.assert_array_equal(st.token_overlay[0], np.maximum(view.shown_row(), 0))
+        assert f"feature {feature}" in st.token_overlay[1]
+        effect = feature_logit_effect(ref, 0, feature, top=10)
+        promoted, suppressed = view.effect_rows()
+        tok = st.tokenizer()
+        assert promoted == [tok.label(int(i)) for i in effect.promoted_ids]
+        assert suppressed == [tok.label(int(i)) for i in effect.suppressed_ids]
+        assert "frozen" in view.effect_note.text() and "approximation" in view.effect_note.text()
+        overview = sae_overview(ref, 0)
+        np.testing.assert_array_equal(view.overview.l0, overview.l0)
+        assert f"{float(overview.fvu):.3f}" in view.overview_text.text()
+        w.show_view("attention")
+        assert st.token_overlay is None
+    finally:
+        w.close()
+
+
+def test_sae_on_the_command_line_attaches_it(qapp, tmp_path, tiny_ckpt, sae_folder, monkeypatch, capsys):
+    from transformer_viewer.viewer.cli import gui
+    from transformer_viewer.viewer.cli.main import gui_parser
+
+    seen = []
+
+    class Watching(gui.Screenshot):
+        def _shoot(self, error=None):
+            seen.append(self.window.state.saes.attached)
+            super()._shoot(error)
+
+    monkeypatch.setattr(gui, "Screenshot", Watching)
+    out = tmp_path / "shot.png"
+    args = gui_parser().parse_args([tiny_ckpt, "--prompt", PROMPT, "--device", "cpu", "--sae", f"{sae_folder}@{HOOK}",
+                                    "--screenshot", str(out)])
+    assert args.sae == [f"{sae_folder}@{HOOK}"]
+    assert gui.run(args) == 0 and os.path.exists(out)
+    assert [s.hook for s in seen[-1]] == [HOOK]
+    missing = tmp_path / "no_such_sae"
+    args = gui_parser().parse_args([tiny_ckpt, "--prompt", PROMPT, "--device", "cpu", "--sae", str(missing),
+                                    "--screenshot", str(tmp_path / "other.png")])
+    capsys.readouterr()
+    assert gui.run(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and "no_such_sae" in err
+    assert not (tmp_path / "other.png").exists()
+
+
+def test_a_new_model_lets_the_old_sessions_saes_and_clamps_go(qtbot, tmp_path, tiny_ckpt, other_ckpt, sae_folder):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        opened(qtbot, w, sae_folder)
+        w.state.saes.set_feature(1)
+        w.views["token-features"].clamp_controls.clamp()
+        wait_idle(qtbot, w, lambda: bool(w.state.trace.intervention.clamps))
+        w.load(other_ckpt, device="cpu")
+        wait_idle(qtbot, w, lambda: w.state.model_info.n_layer == 3 and w.state.trace is not None)
+        assert w.state.saes.attached == () and w.state.clamps == () and w.state.trace.intervention.is_empty
+        assert w.views["token-features"].header.text().startswith("No SAE open")
+    finally:
+        w.close()
+
+
+def test_the_bundled_sae_offer(qtbot, tmp_path):
+    from transformer_viewer.viewer.window.sae_menu import bundled_sae
+
+    found = bundled_sae()
+    if found is None:
+        pytest.skip("the bundled SAE is not installed")
+    assert os.path.isfile(os.path.join(found[0], "cfg.json"))
+    with open(os.path.join(found[0], "cfg.json")) as f:
+        assert json.load(f)
+
+
+def test_an_sae_before_a_model_and_labels_before_an_sae_are_one_line_each(qtbot, tmp_path):
+    w = new_window(qtbot, tmp_path, None, prompt=None)
+    try:
+        assert w.sae_menu.open(str(tmp_path / "sae")) is None
+        assert w.last_error == "open a model first: an SAE reads one of its layers"
+        assert w.sae_menu.open_labels(str(tmp_path / "labels.csv")) is None
+        assert w.last_error == "open an SAE first (File > Open SAE\u2026): labels name its features"
+        assert w.state.saes.attached == ()
+    finally:
+        w.close()
