@@ -299,27 +299,23 @@ def check_arguments(args) -> None:
 
 
 def _state(worker, intervention, args):
-    """A ViewerState as the window would hold it after running `args.prompt` under `intervention`."""
+    """A ViewerState as the window would hold it after running `args.prompt` under `intervention`,
+    made by the window's own run controller (a trace, then its log-probabilities)."""
+    from transformer_viewer.viewer.controller import RunController
     from transformer_viewer.viewer.state import ViewerState
-    from transformer_viewer.viewer.worker.requests import LogprobsRequest, TraceRequest
 
     st = ViewerState()
+    RunController(st, worker, st)  # owned by the state: answers arrive before submit returns
     st.set_model(worker.session.info())
     st.set_intervention(intervention)
     st.set_prompt(args.prompt)
-    traced = []
-    worker.submit(TraceRequest(text=args.prompt, intervention=intervention), on_result=traced.append)
-    trace, clean = traced[0].value.trace, traced[0].value.clean
-    if trace.token_logprobs is None:  # the second pass the window makes once the views are drawn
-        filled = []
-        worker.submit(LogprobsRequest(text=args.prompt, intervention=intervention), on_result=filled.append)
-        trace = filled[0].value.trace or trace
-        clean = filled[0].value.clean or clean
+    trace = st.trace
     refuse_non_finite("next-token probabilities", trace.next.top_probs,
                       [] if trace.token_logprobs is None else trace.token_logprobs[1:])  # NaN at t = 0 by design
     if args.query is not None and not 0 <= args.query < trace.n_tokens:
         raise ModelError(f"--query {args.query} is outside the prompt's {trace.n_tokens} tokens (0..{trace.n_tokens - 1})")
-    st.set_traces(trace, clean)
+    # The prediction follows the selected token, as in the window: the controller runs again
+    # when the query is not the last token.
     st.set_selection(layer=args.layer or 0, head=args.head or 0,
                      query=args.query if args.query is not None else trace.n_tokens - 1)
     return st
