@@ -1,0 +1,1 @@
+"""Sparse autoencoders read from disk beside the model: their config, the module, and the readers."""
