@@ -22,12 +22,16 @@ from PySide6 import QtCore, QtWidgets
 from transformer_viewer.viewer.views.answers import same_request
 from transformer_viewer.viewer.views.clamp_controls import ClampControls, ClampList
 from transformer_viewer.viewer.views.empty_state import EmptyState
-from transformer_viewer.viewer.views.features_panel import is_bos
 from transformer_viewer.viewer.views.logits_panel import token_label
 from transformer_viewer.viewer.views.parts import MAIN_PEN, SELECT_PEN, compact_table, depth_plot
 
 EFFECT_NOTE = ("Direct effect of its decoder direction on the logits: through the final norm with its "
                "scale held frozen, then the unembedding (an approximation: later layers left out).")
+
+
+def starts_with_bos(trace) -> bool:
+    """Whether `trace`'s first token is a special one (BOS), as model/analysis/sae_features.py decides."""
+    return trace is not None and bool(trace.special) and bool(trace.special[0])
 
 
 def _position_plot(title: str, left: str) -> pg.PlotWidget:
@@ -106,7 +110,7 @@ class FeatureView(QtWidgets.QWidget):
         saes.saes_changed.connect(self.request)
         saes.feature_changed.connect(self.request)
         saes.labels_changed.connect(lambda _i: self._label_feature())
-        saes.bos_changed.connect(lambda _b: self._draw_row())
+        saes.bos_changed.connect(lambda _b: self.request())
         state.trace_changed.connect(lambda _t: self.request())
         state.selection_changed.connect(self.request)
         self.request()
@@ -163,9 +167,10 @@ class FeatureView(QtWidgets.QWidget):
             return
         if not self.isVisible():
             return
-        overview_key = (st.trace.run_id, saes.sae)
+        overview_key = (st.trace.run_id, saes.sae, saes.show_bos)
         if overview_key != self._overview_key:
-            request = SaeOverviewRequest(text=st.prompt, sae_index=saes.sae, intervention=st.trace.intervention)
+            request = SaeOverviewRequest(text=st.prompt, sae_index=saes.sae, intervention=st.trace.intervention,
+                                         skip_bos=not saes.show_bos)
             if not same_request(request, self._pending_overview):
                 self._pending_overview = request
                 self.worker.submit(request, on_result=lambda a, k=overview_key: self._on_overview(a, k),
@@ -177,7 +182,7 @@ class FeatureView(QtWidgets.QWidget):
             self._say("Select a feature in the Features panel, or type its id.")
             return
         if key == self._result_key:
-            self._draw()
+            self._draw()  # the BOS choice, a label or the visibility changed: drawn again
             return
         request = FeatureRequest(text=st.prompt, sae_index=key[1], feature=key[2], position=key[3],
                                  intervention=st.trace.intervention)
@@ -228,7 +233,7 @@ class FeatureView(QtWidgets.QWidget):
         if self.result is None:
             return None
         row = np.asarray(self.result.row, dtype=np.float32).copy()
-        if not st.saes.show_bos and row.size and is_bos(st.trace, 0, st.tokenizer()):
+        if not st.saes.show_bos and row.size and starts_with_bos(st.trace):
             row[0] = 0.0
         return row
 

@@ -21,16 +21,6 @@ from transformer_viewer.viewer.views.parts import compact_table
 NO_SAE = "No SAE open: File > Open SAE\u2026 reads an SAELens folder, a params.npz or a cached SAE."
 
 
-def is_bos(trace, position: int, tokenizer) -> bool:
-    """Whether `position` of `trace` is the BOS token: a special token at position 0."""
-    if position != 0 or trace is None or trace.n_tokens == 0:
-        return False
-    try:
-        return bool(tokenizer.is_special(int(trace.token_ids[0])))
-    except Exception:  # noqa: BLE001 - an id past the tokenizer (padded vocab) is no special token
-        return False
-
-
 class FeaturesPanel(QtWidgets.QWidget):
     """`open_bundled` asks the window for the bundled SAE; `feature_activated(int)` (a
     double-click) asks it to show the feature view."""
@@ -132,14 +122,14 @@ class FeaturesPanel(QtWidgets.QWidget):
     def _on_bos(self, show: bool) -> None:
         if self.bos_box.isChecked() != show:
             self.bos_box.setChecked(show)
-        self.redraw()
+        self.request()
 
     # -- the worker -----------------------------------------------------------------------
     def key(self):
         st = self.state
         if st.trace is None or st.saes.sae is None:
             return None
-        return st.trace.run_id, st.saes.sae
+        return st.trace.run_id, st.saes.sae, st.saes.show_bos
 
     def request(self) -> None:
         """Ask for every token's top features of the run drawn, unless they are here already."""
@@ -154,7 +144,8 @@ class FeaturesPanel(QtWidgets.QWidget):
         if key == self._key and self.result is not None:
             self.redraw()
             return
-        request = TokenFeaturesRequest(text=st.prompt, sae_index=key[1], intervention=st.trace.intervention)
+        request = TokenFeaturesRequest(text=st.prompt, sae_index=key[1], intervention=st.trace.intervention,
+                                       skip_bos=not key[2])
         if same_request(request, self._pending):
             return
         self._pending = request
@@ -178,12 +169,10 @@ class FeaturesPanel(QtWidgets.QWidget):
     # -- drawing --------------------------------------------------------------------------
     def rows(self) -> list[tuple[int, float]]:
         """(feature, activation) of the selected token as listed, highest first: the firing
-        ones of its top features (none at a BOS left out)."""
+        ones of its top features (none at a BOS token left out: model/analysis/sae_features.py)."""
         st = self.state
         q = st.query_index
         if self.result is None or q is None or q >= self.result.ids.shape[0]:
-            return []
-        if not st.saes.show_bos and is_bos(st.trace, q, st.tokenizer()):
             return []
         ids, acts = np.asarray(self.result.ids[q]), np.asarray(self.result.acts[q])
         order = np.argsort(-acts, kind="stable")
@@ -206,7 +195,7 @@ class FeaturesPanel(QtWidgets.QWidget):
         q = st.query_index
         label = st.trace.labels[q] if q is not None and q < st.trace.n_tokens else "?"
         rows = self.rows()
-        if not rows and not saes.show_bos and is_bos(st.trace, q, st.tokenizer()):
+        if q == 0 and self.result.bos_left_out:
             self.header.setText(f"Position {q} {label!r} is the BOS token, left out (tick BOS to list it).")
         else:
             firing = f"{len(rows)} firing among its top {self.result.ids.shape[1]}" if rows else "no feature fires"

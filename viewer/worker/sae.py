@@ -86,6 +86,7 @@ class TokenFeaturesRequest(Request):
     sae_index: int = 0
     top: int = FEATURES_TOP
     intervention: Any = None
+    skip_bos: bool = True  # a BOS token's row left empty (its features dwarf the rest)
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,7 +108,7 @@ class FeatureRequest(Request):
 class FeatureDetail:
     feature: int
     row: np.ndarray  # (T,) float32: the activation at each position
-    effect: Any  # model/sae's logit effect: top promoted and suppressed token ids and values
+    effect: Any  # LogitEffect (model/analysis/sae_features.py): the top promoted and suppressed tokens
     share: float  # its share of the reconstruction at `position`
     position: int
 
@@ -121,12 +122,13 @@ class SaeOverviewRequest(Request):
     text: str = ""
     sae_index: int = 0
     intervention: Any = None
+    skip_bos: bool = True  # the BOS token left out of the fraction of variance unexplained
 
 
 def handle_sae_load(session, request: SaeLoadRequest, progress, is_cancelled) -> AttachedSae:
     import os
 
-    from transformer_viewer.model.sae import load_sae, parse_sae_spec
+    from transformer_viewer.model.sae.loading import load_sae, parse_sae_spec
 
     path, _hook = parse_sae_spec(request.spec)
     progress(0, 0, f"loading the SAE {os.path.basename(os.path.normpath(path)) or path}…")
@@ -147,7 +149,7 @@ def _layer_of(hook: str) -> int:
 
 
 def _read_labels(path: str, d_sae: int) -> dict:
-    from transformer_viewer.model.sae import read_feature_labels
+    from transformer_viewer.model.sae.labels import read_feature_labels
 
     return dict(read_feature_labels(path, d_sae))
 
@@ -158,35 +160,40 @@ def handle_sae_labels(_session, request: SaeLabelsRequest, progress, _is_cancell
 
 
 def handle_token_features(session, request: TokenFeaturesRequest, progress, is_cancelled):
-    from transformer_viewer.model.sae import token_features
-    from transformer_viewer.viewer.worker.handlers import progress_after_delay
+    from transformer_viewer.model.analysis.sae_features import token_features
 
     session.prepare_analysis(request.text)
-    progress_after_delay(progress, "encoding the tokens' features…")(0, 0)
     stop_if_cancelled(is_cancelled)
-    return token_features(session, request.sae_index, top=request.top, intervention=request.intervention)
+    return token_features(session, request.sae_index, top=request.top, intervention=request.intervention,
+                          skip_bos=request.skip_bos)
 
 
 def handle_feature(session, request: FeatureRequest, progress, is_cancelled) -> FeatureDetail:
-    from transformer_viewer.model.sae import feature_logit_effect, feature_row, reconstruction_share
+    from transformer_viewer.model.analysis.sae_features import (
+        feature_logit_effect,
+        feature_row,
+        reconstruction_share,
+    )
+    from transformer_viewer.viewer.worker.handlers import progress_after_delay
 
     session.prepare_analysis(request.text)
-    progress(0, 3, f"feature {request.feature}: its activation at every token…")
+    report = progress_after_delay(progress, f"feature {request.feature}: {{stage}}…")
+    report(0, 3, stage="its activation at every token")
     row = feature_row(session, request.sae_index, request.feature, intervention=request.intervention)
     stop_if_cancelled(is_cancelled)
-    progress(1, 3, f"feature {request.feature}: its effect on the logits…")
-    effect = feature_logit_effect(session, request.sae_index, request.feature, top=request.top)
-    stop_if_cancelled(is_cancelled)
+    report(1, 3, stage="its effect on the logits")
     position = max(0, min(int(request.position), len(row) - 1))
+    effect = feature_logit_effect(session, request.sae_index, request.feature, top=request.top, position=position,
+                                  intervention=request.intervention)
+    stop_if_cancelled(is_cancelled)
     share = reconstruction_share(session, request.sae_index, request.feature, position,
                                  intervention=request.intervention)
     return FeatureDetail(int(request.feature), np.asarray(row, dtype=np.float32), effect, float(share), position)
 
 
 def handle_sae_overview(session, request: SaeOverviewRequest, progress, is_cancelled):
-    from transformer_viewer.model.sae import sae_overview
+    from transformer_viewer.model.analysis.sae_features import sae_overview
 
     session.prepare_analysis(request.text)
-    progress(0, 0, "the SAE's reconstruction of the layer…")
     stop_if_cancelled(is_cancelled)
-    return sae_overview(session, request.sae_index, intervention=request.intervention)
+    return sae_overview(session, request.sae_index, intervention=request.intervention, skip_bos=request.skip_bos)

@@ -40,7 +40,7 @@ def opened(qtbot, window, folder: str):
 
 def reference(ckpt: str, folder: str):
     """A plain session on the prompt with the same SAE attached (index 0)."""
-    from transformer_viewer.model.sae import load_sae
+    from transformer_viewer.model.sae.loading import load_sae
 
     session = reference_session(ckpt)
     assert session.attach_sae(load_sae(folder, session.config)) == 0
