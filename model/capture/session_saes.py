@@ -67,6 +67,12 @@ class SaeAttachments:
         check_clamps(change.clamps, self.saes)
         return min(clamp_layers(change.clamps + other.clamps, self.saes), default=0)
 
+    def residuals_under(self, intervention: Intervention | None = None) -> list[torch.Tensor]:
+        """`masked_residuals(intervention)`, after a clean run of the prompt when none is cached."""
+        if self._resid is None:
+            self.run(None, None, None, logprobs=False)  # the clean run, cached once
+        return self.masked_residuals(self._intervention(intervention, None))
+
     @torch.inference_mode()
     def sae_activation(self, index: int, intervention: Intervention | None = None) -> torch.Tensor:
         """The activation SAE `index` reads, (1, T, ...) as its hook point holds it, in the run of
@@ -74,9 +80,7 @@ class SaeAttachments:
         residual stream: no forward over the layers before the SAE's."""
         sae = self.sae(index)
         change = self._intervention(intervention, None)
-        if self._resid is None:
-            self.run(None, None, None, logprobs=False)  # the clean run, cached once
-        resid = self.masked_residuals(change)
+        resid = self.residuals_under(change)
         spec = sae.spec
         if spec.point == "hook_resid_pre":
             return resid[spec.layer]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer_viewer.model.checkpoints.formats import hf_cache, safetensors_file
-from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.errors import ModelError, stop_if_cancelled
 from transformer_viewer.model.files import folder_files, regular_file, untrusted_json
 from transformer_viewer.model.files.file_errors import read_errors
 from transformer_viewer.model.sae import npz_weights, processing, saelens_config
@@ -65,17 +65,41 @@ def past_context(config: SaeConfig, n_tokens: int) -> str | None:
 
 
 def load_sae(spec: str, model_config, hook: str | None = None, memory_budget: int = DEFAULT_SAE_BUDGET,
-             model_name: str | None = None, norm_scaling_factor: float | None = None) -> LoadedSae:
+             model_name: str | None = None, norm_scaling_factor: float | None = None, progress=None,
+             is_cancelled=None) -> LoadedSae:
     """The SAE `spec` names (`PATH[@HOOK]`, see the module's docstring), for a model of
     `model_config` (called `model_name`, for the warning when the SAE names another). `hook`
     overrides the spec's; `norm_scaling_factor` is the constant of an expected_average_only_in
-    SAE, which its cfg.json does not hold."""
+    SAE, which its cfg.json does not hold. `progress(done, total, text)` hears the size before
+    the weights are read and each tensor read; once `is_cancelled()` is true the load stops at
+    the next tensor with `Cancelled`."""
     path, spec_hook = parse_sae_spec(spec)
     hook = hook or spec_hook
     where, kind, root = locate(path)
+    watch = _Watch(path, progress, is_cancelled)
     if kind == "npz":
-        return _load_npz(where, model_config, hook, memory_budget, path)
-    return _load_saelens(where, root, model_config, hook, memory_budget, model_name, norm_scaling_factor, path)
+        return _load_npz(where, model_config, hook, memory_budget, path, watch)
+    return _load_saelens(where, root, model_config, hook, memory_budget, model_name, norm_scaling_factor, path,
+                         watch)
+
+
+class _Watch:
+    """A load's progress and cancel: the size said before reading, a check at each tensor."""
+
+    def __init__(self, name: str, progress, is_cancelled):
+        self.name, self.progress, self.is_cancelled = name, progress, is_cancelled
+        self.total = 0
+
+    def start(self, config: SaeConfig, n_tensors: int) -> None:
+        self.total = n_tensors
+        if self.progress is not None:
+            self.progress(0, n_tensors, f"reading the SAE {self.name}: {size_text(config.n_bytes)} in float32…")
+        stop_if_cancelled(self.is_cancelled)
+
+    def step(self, done: int) -> None:
+        stop_if_cancelled(self.is_cancelled)
+        if self.progress is not None:
+            self.progress(done, self.total, f"reading the SAE {self.name}…")
 
 
 def locate(path: str, root: str | None = None) -> tuple[str, str, str]:
@@ -141,7 +165,7 @@ def _expected(arch: str, d_in: int, d_sae: int) -> dict[str, tuple[int, ...]]:
 
 
 def _load_saelens(folder: str, root: str, model_config, hook, budget, model_name, norm_scaling_factor,
-                  spec) -> LoadedSae:
+                  spec, watch: _Watch) -> LoadedSae:
     cfg_path = folder_files.check_inside(root, os.path.join(folder, CFG))
     raw = untrusted_json.read_object(cfg_path, saelens_config.FIX, max_bytes=MAX_CFG_BYTES)
     read = saelens_config.read(raw, cfg_path)
@@ -171,7 +195,7 @@ def _load_saelens(folder: str, root: str, model_config, hook, budget, model_name
         context_size=read.context_size, processing=steps, source=folder, dtype=read.dtype)
     _check_fit(config, point, model_config, where, budget)
     weights_path = folder_files.check_inside(root, os.path.join(folder, WEIGHTS))
-    tensors = _read_safetensors(weights_path, config)
+    tensors = _read_safetensors(weights_path, config, watch)
     module = _module(config, tensors, weights_path)
     if norm_scaling_factor is not None and read.normalize_activations == "expected_average_only_in":
         _fold_scaling(module, norm_scaling_factor, spec)
@@ -180,7 +204,7 @@ def _load_saelens(folder: str, root: str, model_config, hook, budget, model_name
     return _loaded(config, module, spec, read.layout, tuple(warnings))
 
 
-def _read_safetensors(path: str, config: SaeConfig) -> dict[str, torch.Tensor]:
+def _read_safetensors(path: str, config: SaeConfig, watch: _Watch) -> dict[str, torch.Tensor]:
     expected = _expected(config.architecture, config.d_in, config.d_sae)
     with read_errors(path, "put the safetensors file itself there", "check the path"):
         f = regular_file.open_regular(path, buffering=0)
@@ -207,7 +231,11 @@ def _read_safetensors(path: str, config: SaeConfig) -> dict[str, torch.Tensor]:
                                  f"(d_in {config.d_in}, d_sae {config.d_sae}) needs float {list(shape)}")
         if scaling is not None and (scaling.shape not in ((), (1,), (config.d_sae,)) or not scaling.dtype.is_floating_point):
             raise ModelError(f"{path}: scaling_factor has shape {list(scaling.shape)}; re-save it with SAELens")
-        tensors = {name: safetensors_file.read_tensor(path, f, entries[name]).float() for name in expected}
+        watch.start(config, len(expected))
+        tensors = {}
+        for name in expected:
+            tensors[name] = safetensors_file.read_tensor(path, f, entries[name]).float()
+            watch.step(len(tensors))
         if scaling is not None and not bool((safetensors_file.read_tensor(path, f, scaling).float() == 1).all()):
             raise ModelError(f"{path}: a finetuning scaling factor is not supported; fold it into W_dec and re-save")
     if log_threshold:
@@ -216,7 +244,7 @@ def _read_safetensors(path: str, config: SaeConfig) -> dict[str, torch.Tensor]:
 
 
 # -- Gemma Scope params.npz ---------------------------------------------------------------------
-def _load_npz(path: str, model_config, hook, budget, spec) -> LoadedSae:
+def _load_npz(path: str, model_config, hook, budget, spec, watch: _Watch) -> LoadedSae:
     if not hook:
         raise ModelError(f"{path}: a params.npz holds weights only; say which hook point it reads, "
                          f"e.g. {spec}@blocks.12.hook_resid_post")
@@ -239,7 +267,9 @@ def _load_npz(path: str, model_config, hook, budget, spec) -> LoadedSae:
         config = SaeConfig(architecture=arch, d_in=d_in, d_sae=d_sae, hook=point.name,
                            apply_b_dec_to_input=False, source=path, dtype=str(shapes["W_enc"][1]))
         _check_fit(config, point, model_config, f"{spec} ({point.name})", budget)
-        tensors = npz_weights.read_arrays(path, f, {})
+        watch.start(config, len(expected))
+        tensors = npz_weights.read_arrays(path, f)
+        watch.step(len(expected))
     module = _module(config, tensors, path)
     return _loaded(config, module, spec, "Gemma Scope params.npz", ())
 

@@ -55,7 +55,7 @@ def read_shapes(path: str, f) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     return out
 
 
-def read_arrays(path: str, f, names: dict[str, str]) -> dict[str, torch.Tensor]:
+def read_arrays(path: str, f) -> dict[str, torch.Tensor]:
     """The arrays of the open npz `f` as float32 tensors by our name (headers already checked)."""
     f.seek(0)
     out = {}
