@@ -114,8 +114,8 @@ class FeaturesPanel(QtWidgets.QWidget):
             self.sae_box.blockSignals(True)
             self.sae_box.setCurrentIndex(max(0, self.sae_box.findData(saes.sae)))
             self.sae_box.blockSignals(False)
-        if self._key is not None and self._key[1] != saes.sae:
-            self.request()
+        if self.key() != self._key:
+            self.request()  # another SAE
         else:
             self._mark_selected()
 
@@ -191,6 +191,8 @@ class FeaturesPanel(QtWidgets.QWidget):
             return
         if self.result is None:
             self.table.setRowCount(0)
+            if self._pending is None:
+                self.header.setText("Choose an SAE above to list its features.")
             return
         q = st.query_index
         label = st.trace.labels[q] if q is not None and q < st.trace.n_tokens else "?"

@@ -132,8 +132,10 @@ def handle_sae_load(session, request: SaeLoadRequest, progress, is_cancelled) ->
 
     path, _hook = parse_sae_spec(request.spec)
     progress(0, 0, f"loading the SAE {os.path.basename(os.path.normpath(path)) or path}…")
-    loaded = load_sae(request.spec, session.config, hook=request.hook, model_name=session.loaded.name)
-    stop_if_cancelled(is_cancelled)  # cancelled while reading: nothing attached
+    # Its size is said before a weight is read; Cancel stops it at the next tensor, nothing attached.
+    loaded = load_sae(request.spec, session.config, hook=request.hook, model_name=session.loaded.name,
+                      progress=progress, is_cancelled=is_cancelled)
+    stop_if_cancelled(is_cancelled)
     labels = _read_labels(request.labels, loaded.config.d_sae) if request.labels else None
     index = session.attach_sae(loaded)
     c = loaded.config

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.saes import random_weights, saelens_cfg, write_saelens
-from tests.helpers.tolerances import assert_float32_close
+from tests.helpers.tolerances import assert_float32_close, assert_probs_close, largest_logit, model_reduction
 from tests.helpers.window import PROMPT, TINY, new_window, reference_session, wait_idle
 from transformer_viewer.viewer.worker.sae import FEATURES_TOP
 
@@ -47,12 +47,17 @@ def reference(ckpt: str, folder: str):
     return session
 
 
-def listed(features) -> list[tuple[int, float]]:
-    return [(f, a) for f, a in features]
+def close(actual, expected, what: str) -> None:
+    """The window's worker (its weights packed for oneDNN's GEMM) against a plain session: the
+    float32 rule through the tiny model's layers and the SAE."""
+    from transformer_viewer.model.decoder.config import GPTConfig
+
+    assert_float32_close(actual, expected, reduction=max(model_reduction(GPTConfig(**TINY)), D_SAE),
+                         depth=TINY["n_layer"] + 1, what=what)
 
 
 def test_an_opened_sae_shows_its_info_line_and_the_tokens_top_features(qtbot, tmp_path, tiny_ckpt, sae_folder):
-    from transformer_viewer.model.sae import token_features
+    from transformer_viewer.model.analysis.sae_features import token_features
 
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     try:
@@ -71,7 +76,7 @@ def test_an_opened_sae_shows_its_info_line_and_the_tokens_top_features(qtbot, tm
             firing = [(int(i), float(a)) for i, a in zip(ref.ids[q], ref.acts[q], strict=True) if a > 0]
             firing.sort(key=lambda p: -p[1])
             assert rows and [f for f, _a in rows] == [f for f, _a in firing]
-            assert_float32_close(np.array([a for _f, a in rows]), np.array([a for _f, a in firing]))
+            close(np.array([a for _f, a in rows]), np.array([a for _f, a in firing]), f"activations at {q}")
             assert panel.table.rowCount() == len(rows)
             assert int(panel.table.item(0, 0).text()) == rows[0][0]
             assert f"position {q}" in panel.header.text()
@@ -102,7 +107,9 @@ def test_a_clamp_changes_the_prediction_and_removing_it_restores_it(qtbot, tmp_p
         # What the panel shows is the model's own prediction under that clamp.
         ref = reference(tiny_ckpt, sae_folder)
         expected = ref.predict(Intervention.make(ref.config, None, "zero", clamps=(clamp,)), None, None, 10)
-        assert_float32_close(after, expected.probs)
+        assert_probs_close(after, expected.probs, logit_scale=largest_logit(ref.model, ref.tokens.ids),
+                           reduction=max(model_reduction(ref.config), D_SAE), depth=TINY["n_layer"] + 1,
+                           what="the clamped prediction")
         # A head mask joins the clamp; removing the clamp keeps the mask.
         st.toggle_head(1, 2)
         wait_idle(qtbot, w, lambda: st.trace.intervention.n_masked == 1)
@@ -158,7 +165,7 @@ def test_feature_labels_name_the_listed_features(qtbot, tmp_path, tiny_ckpt, sae
 
 def test_the_feature_view_draws_the_selected_features_row_effect_and_overview(qtbot, tmp_path, tiny_ckpt,
                                                                                sae_folder):
-    from transformer_viewer.model.sae import feature_logit_effect, feature_row, sae_overview
+    from transformer_viewer.model.analysis.sae_features import feature_logit_effect, feature_row, sae_overview
 
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     try:
@@ -172,7 +179,7 @@ def test_the_feature_view_draws_the_selected_features_row_effect_and_overview(qt
         wait_idle(qtbot, w, lambda: view.result is not None and view.overview is not None)
         ref = reference(tiny_ckpt, sae_folder)
         row = feature_row(ref, 0, feature)
-        assert_float32_close(view.result.row, row)
+        close(view.result.row, row, "the feature's row")
         np.testing.assert_array_equal(st.token_overlay[0], np.maximum(view.shown_row(), 0))
         assert f"feature {feature}" in st.token_overlay[1]
         effect = feature_logit_effect(ref, 0, feature, top=10)
