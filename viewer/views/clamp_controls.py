@@ -39,9 +39,9 @@ def describe_clamp(clamp, state=None) -> str:
 
 class ClampControls(QtWidgets.QWidget):
     """[set to | scale by | zero] [value] [every token | this token] [Clamp]: clamps the state's
-    selected feature (state.saes) when pressed."""
+    selected feature (state.saes) when pressed. `rows=2` lays them out on two rows (a side column)."""
 
-    def __init__(self, state, parent=None):
+    def __init__(self, state, parent=None, rows: int = 1):
         super().__init__(parent)
         self.state = state
         self.kind = QtWidgets.QComboBox()
@@ -61,11 +61,11 @@ class ClampControls(QtWidgets.QWidget):
                                "clamped features; every view and the next-token panel update")
         self.button.clicked.connect(self.clamp)
         self.kind.currentIndexChanged.connect(self._on_kind)
-        lay = QtWidgets.QHBoxLayout(self)
+        lay = QtWidgets.QGridLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        for w in (self.kind, self.value, self.where, self.button):
-            lay.addWidget(w)
-        lay.addStretch(1)
+        for i, w in enumerate((self.kind, self.value, self.where, self.button)):
+            lay.addWidget(w, i // 2 if rows == 2 else 0, i % 2 if rows == 2 else i)
+        lay.setColumnStretch(4, 1)
         state.saes.feature_changed.connect(self._sync)
         self._sync()
 
@@ -106,7 +106,7 @@ class ClampList(QtWidgets.QWidget):
         self.state = state
         self.title = QtWidgets.QLabel("No features clamped.")
         self.list = QtWidgets.QListWidget()
-        self.list.setMaximumHeight(90)
+        self.list.setMaximumHeight(48)
         self.list.setToolTip("The feature clamps every run applies, with the head mask")
         self.remove_button = QtWidgets.QPushButton("Remove")
         self.remove_button.setToolTip("Remove the selected clamp")

@@ -20,13 +20,13 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.answers import same_request
-from transformer_viewer.viewer.views.clamp_controls import ClampControls, ClampList
+from transformer_viewer.viewer.views.clamp_controls import ClampControls
 from transformer_viewer.viewer.views.empty_state import EmptyState
 from transformer_viewer.viewer.views.logits_panel import token_label
 from transformer_viewer.viewer.views.parts import MAIN_PEN, SELECT_PEN, compact_table, depth_plot
 
-EFFECT_NOTE = ("Direct effect of its decoder direction on the logits: through the final norm with its "
-               "scale held frozen, then the unembedding (an approximation: later layers left out).")
+EFFECT_NOTE = ("Direct effect on the logits: its decoder direction through the final norm, its scale "
+               "frozen at the token (an approximation), and the unembedding.")
 
 
 def starts_with_bos(trace) -> bool:
@@ -34,9 +34,9 @@ def starts_with_bos(trace) -> bool:
     return trace is not None and bool(trace.special) and bool(trace.special[0])
 
 
-def _position_plot(title: str, left: str) -> pg.PlotWidget:
-    plot = depth_plot(title, left=left, bottom="position")
-    plot.getPlotItem().getAxis("bottom").setTicks(None)
+def _position_plot(left: str, bottom: str = "") -> pg.PlotWidget:
+    plot = depth_plot(left=left, bottom=bottom)
+    plot.setMinimumSize(160, 90)
     return plot
 
 
@@ -62,8 +62,9 @@ class FeatureView(QtWidgets.QWidget):
         bar.addWidget(self.feature_box)
         bar.addWidget(self.feature_label)
         bar.addWidget(self.info, 1)
-        self.row_plot = _position_plot("activation at each token", "activation")
-        self.l0_plot = _position_plot("the layer through the SAE: features firing per token (L0)", "L0")
+        self.row_plot = _position_plot("activation")
+        self.l0_plot = _position_plot("L0", "position")
+        self.l0_plot.setToolTip("Features firing at each token (L0) through the SAE")
         self.cursor = pg.InfiniteLine(angle=90, movable=False, pen=SELECT_PEN)
         self.row_plot.addItem(self.cursor, ignoreBounds=True)
         self.row_plot.scene().sigMouseClicked.connect(self._on_plot_click)
@@ -73,32 +74,39 @@ class FeatureView(QtWidgets.QWidget):
         self.share_text.setWordWrap(True)
         self.effect_note = note = QtWidgets.QLabel(EFFECT_NOTE)
         note.setWordWrap(True)
-        note.setStyleSheet("color: palette(mid);")
+        note.setStyleSheet("color: #555;")
         self.promoted = self._effect_table("promotes")
         self.suppressed = self._effect_table("suppresses")
-        tables = QtWidgets.QHBoxLayout()
-        tables.addWidget(self.promoted)
-        tables.addWidget(self.suppressed)
-        self.clamp_controls = ClampControls(state)
-        self.clamp_list = ClampList(state)
-        side = QtWidgets.QWidget()
-        side_lay = QtWidgets.QVBoxLayout(side)
-        side_lay.setContentsMargins(4, 0, 4, 4)
-        side_lay.addWidget(self.share_text)
-        side_lay.addWidget(note)
-        side_lay.addLayout(tables, 1)
-        side_lay.addWidget(self.overview_text)
-        side_lay.addWidget(self.clamp_controls)
-        side_lay.addWidget(self.clamp_list)
+        effects = QtWidgets.QWidget()
+        effects_lay = QtWidgets.QGridLayout(effects)
+        effects_lay.setContentsMargins(2, 0, 2, 2)
+        effects_lay.addWidget(note, 0, 0, 1, 2)
+        effects_lay.addWidget(self.promoted, 1, 0)
+        effects_lay.addWidget(self.suppressed, 1, 1)
+        effects_lay.setRowStretch(1, 1)
+        self.clamp_controls = ClampControls(state, rows=2)
+        text = QtWidgets.QWidget()
+        text_lay = QtWidgets.QVBoxLayout(text)
+        text_lay.setContentsMargins(2, 0, 4, 2)
+        text_lay.addWidget(self.share_text)
+        text_lay.addWidget(self.overview_text)
+        text_lay.addStretch(1)
+        text_lay.addWidget(self.clamp_controls)
         plots = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         plots.addWidget(self.row_plot)
         plots.addWidget(self.l0_plot)
-        plots.setSizes([300, 180])
-        body = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        plots.setSizes([220, 110])
+        lower = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        lower.addWidget(effects)
+        lower.addWidget(text)
+        lower.setSizes([380, 320])
+        # The positions across the full width above; what the feature does, and the layer, below.
+        body = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         body.addWidget(plots)
-        body.addWidget(side)
-        body.setSizes([620, 380])
-        body.setChildrenCollapsible(False)
+        body.addWidget(lower)
+        body.setSizes([330, 260])
+        for split in (plots, lower, body):
+            split.setChildrenCollapsible(False)
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(bar)
@@ -123,6 +131,8 @@ class FeatureView(QtWidgets.QWidget):
         table.horizontalHeader().setSectionResizeMode(0, QtWidgets.QHeaderView.ResizeMode.Stretch)
         table.horizontalHeader().setSectionResizeMode(1, QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
         table.setSelectionMode(QtWidgets.QAbstractItemView.SelectionMode.NoSelection)
+        table.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        table.setMinimumWidth(120)
         return table
 
     # -- asking ---------------------------------------------------------------------------
@@ -244,9 +254,9 @@ class FeatureView(QtWidgets.QWidget):
         q = self.state.query_index
         labels = self.state.trace.labels if self.state.trace is not None else ()
         where = f"{r.position} {labels[r.position]!r}" if r.position < len(labels) else str(r.position)
-        self.share_text.setText(f"At token {where}: activation {float(r.row[r.position]):.3g}, "
-                                f"{100 * r.share:.1f}% of the reconstruction (activation \u00d7 decoder norm over "
-                                f"the sum of those).")
+        self.share_text.setText(f"At {where}: activation {float(r.row[r.position]):.3g}, "
+                                f"{100 * r.share:.1f}% of the reconstruction (activation \u00d7 decoder norm, "
+                                f"over all features).")
         row = self.shown_row()
         peak = int(np.argmax(row)) if row.size else 0
         self._say(f"feature {r.feature}: peak {float(row[peak]) if row.size else 0:.3g} at {peak}"
@@ -282,7 +292,7 @@ class FeatureView(QtWidgets.QWidget):
             table.setRowCount(len(ids))
             for r, (tid, v) in enumerate(zip(ids, values, strict=True)):
                 table.setItem(r, 0, QtWidgets.QTableWidgetItem(token_label(int(tid), tok)))
-                item = QtWidgets.QTableWidgetItem(f"{float(v):+.3f}")
+                item = QtWidgets.QTableWidgetItem(f"{float(v):+.3g}")
                 item.setTextAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
                 table.setItem(r, 1, item)
 
@@ -304,9 +314,9 @@ class FeatureView(QtWidgets.QWidget):
         sae = self.state.saes.selected()
         where = f"{sae.hook}, " if sae is not None else ""
         self.overview_text.setText(
-            f"The layer through the SAE ({where}{o.l0.size} tokens): mean L0 {float(l0.mean()) if l0.size else 0:.1f} "
-            f"features per token; fraction of variance unexplained {float(o.fvu):.3f}; next-token KL with the "
-            f"reconstruction spliced in {float(o.kl):.4f} nats (mean over tokens).")
+            f"The layer through the SAE ({where}{o.l0.size} tokens): L0 {float(l0.mean()) if l0.size else 0:.1f} "
+            f"features per token (lower plot); fraction of variance unexplained {float(o.fvu):.3f}; next-token KL "
+            f"with the reconstruction spliced in {float(o.kl):.4f} nats (mean over tokens).")
 
     def _on_plot_click(self, event) -> None:
         if self.result is None:
@@ -318,4 +328,4 @@ class FeatureView(QtWidgets.QWidget):
             self.state.set_selection(query=position)
 
     def sizeHint(self) -> QtCore.QSize:
-        return QtCore.QSize(900, 600)
+        return QtCore.QSize(800, 640)

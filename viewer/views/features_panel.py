@@ -40,8 +40,17 @@ class FeaturesPanel(QtWidgets.QWidget):
         self.sae_box.setToolTip("The SAE whose features are listed (File > Open SAE\u2026 adds one)")
         self.sae_box.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.sae_box.setMinimumContentsLength(12)
+        self.view_button = QtWidgets.QToolButton()
+        self.view_button.setText("Plot")
+        self.view_button.setToolTip("Show the selected feature across the prompt, its effect on the logits and the "
+                                    "layer's overview (the SAE feature view; a double-click on a feature does too)")
+        self.view_button.clicked.connect(lambda: self.feature_activated.emit(self.state.saes.feature or 0))
         self.bos_box = QtWidgets.QCheckBox("BOS")
         self.bos_box.setToolTip("List the BOS token's features too (left out by default: they dwarf the rest)")
+        self.warnings = QtWidgets.QLabel()  # the selected SAE's warnings, from its loading
+        self.warnings.setWordWrap(True)
+        self.warnings.setStyleSheet("color: #8a5a00;")
+        self.warnings.hide()
         self.header = QtWidgets.QLabel(NO_SAE)
         self.header.setWordWrap(True)
         self.bundled_button = QtWidgets.QPushButton("Open the bundled SAE")
@@ -54,15 +63,17 @@ class FeaturesPanel(QtWidgets.QWidget):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(1, QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
-        self.clamp_controls = ClampControls(state)
+        self.clamp_controls = ClampControls(state, rows=2)
         self.clamp_list = ClampList(state)
         top = QtWidgets.QHBoxLayout()
         top.addWidget(self.sae_box, 1)
         top.addWidget(self.bos_box)
+        top.addWidget(self.view_button)
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.setSpacing(3)
         lay.addLayout(top)
+        lay.addWidget(self.warnings)
         lay.addWidget(self.header)
         lay.addWidget(self.bundled_button)
         lay.addWidget(self.table, 1)
@@ -100,6 +111,8 @@ class FeaturesPanel(QtWidgets.QWidget):
             self.sae_box.setCurrentIndex(max(0, self.sae_box.findData(saes.sae)))
         self.sae_box.blockSignals(False)
         self.sae_box.setEnabled(bool(saes.attached))
+        self.view_button.setEnabled(bool(saes.attached))
+        self._show_warnings()
         self.result, self._key = None, None
         self.request()
 
@@ -108,8 +121,16 @@ class FeaturesPanel(QtWidgets.QWidget):
         if index is not None and index != self.state.saes.sae:
             self.state.saes.select(int(index), None)
 
+    def _show_warnings(self) -> None:
+        sae = self.state.saes.selected()
+        self.warnings.setText("\n".join(sae.warnings) if sae is not None else "")
+        self.warnings.setVisible(sae is not None and bool(sae.warnings))
+        self.sae_box.setToolTip(sae.info if sae is not None else "The SAE whose features are listed "
+                                "(File > Open SAE\u2026 adds one)")
+
     def _on_feature(self) -> None:
         saes = self.state.saes
+        self._show_warnings()
         if saes.sae is not None and self.sae_box.currentData() != saes.sae:
             self.sae_box.blockSignals(True)
             self.sae_box.setCurrentIndex(max(0, self.sae_box.findData(saes.sae)))
@@ -241,4 +262,4 @@ class FeaturesPanel(QtWidgets.QWidget):
         self.feature_activated.emit(int(feature))
 
     def sizeHint(self) -> QtCore.QSize:
-        return QtCore.QSize(340, 330)
+        return QtCore.QSize(340, 250)

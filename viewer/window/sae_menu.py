@@ -112,13 +112,20 @@ class SaeMenu:
         self.panel.open_bundled.connect(self.open_bundled)
         self.panel.feature_activated.connect(lambda _f: window.show_view("features"))
         self.bundled_action.setEnabled(bundled_sae() is not None)
+        self.view_action = self._action(window.actions_.view_menu, None, "SAE &feature",
+                                        lambda: window.show_view("features"),
+                                        "the selected SAE feature across the prompt, its effect on the logits and "
+                                        "the layer's overview (a tab shown when asked for)")
 
     def _action(self, menu, before, text, slot, tip) -> QAction:
         a = QAction(text, self.w)
         a.setToolTip(tip)
         a.setStatusTip(tip)
         a.triggered.connect(lambda _c=False: slot())
-        menu.insertAction(before, a)
+        if before is None:
+            menu.addAction(a)
+        else:
+            menu.insertAction(before, a)
         return a
 
     # -- opening --------------------------------------------------------------------------

@@ -191,7 +191,7 @@ def test_the_feature_view_draws_the_selected_features_row_effect_and_overview(qt
         overview = sae_overview(ref, 0)
         np.testing.assert_array_equal(view.overview.l0, overview.l0)
         assert f"{float(overview.fvu):.3f}" in view.overview_text.text()
-        w.show_view("attention")
+        w.show_view("attention")  # behind another tab: it colours the tokens no more
         assert st.token_overlay is None
     finally:
         w.close()
