@@ -126,3 +126,14 @@ def test_decode_difference_is_exactly_zero_where_nothing_changed(tmp_path):
     assert torch.count_nonzero(delta[torch.arange(len(a)) != 3]) == 0
     want = loaded.module.decode(changed, stats) - loaded.module.decode(a, stats)
     np.testing.assert_allclose(delta.numpy(), want.numpy(), atol=TOL, rtol=TOL)
+
+
+@pytest.mark.parametrize("arch", ["standard", "jumprelu", "topk", "gated"])
+def test_a_few_features_alone_equal_their_columns_of_the_whole_encode(tmp_path, arch):
+    w = random_weights(arch, D_IN, D_SAE, seed=9)
+    loaded = load_sae(write_saelens(tmp_path / "sae", saelens_cfg(arch, D_IN, D_SAE, HOOK, k=K), w), TINY)
+    x = torch.from_numpy(_x())
+    features = torch.tensor([0, 17, 40, 95])
+    some, _ = loaded.module.encode_features(x, features)
+    whole = loaded.module.encode(x)[:, features]
+    np.testing.assert_allclose(some.numpy(), whole.numpy(), atol=TOL, rtol=TOL)
