@@ -261,3 +261,32 @@ def test_an_sae_before_a_model_and_labels_before_an_sae_are_one_line_each(qtbot,
         assert w.state.saes.attached == ()
     finally:
         w.close()
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_attached_saes_and_clamps_move_to_the_gpu_with_the_model(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        opened(qtbot, w, sae_folder)
+        panel, st = w.views["token-features"], w.state
+        wait_idle(qtbot, w, lambda: panel.result is not None)
+        st.saes.set_feature(panel.rows()[0][0])
+        panel.clamp_controls.set_choice("scale", 3.0)
+        clamp = panel.clamp_controls.clamp()
+        wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,) and panel.result is not None
+                  and panel.key() == panel._key)
+        on_cpu, rows_cpu = st.trace.next.probs.copy(), panel.rows()
+        w.set_device("cuda")
+        wait_idle(qtbot, w, lambda: st.model_info.device.startswith("cuda"))
+        st.set_prompt(PROMPT + " sat")  # a new run on the GPU, clamp and all
+        wait_idle(qtbot, w, lambda: st.trace.text == PROMPT + " sat" and panel.key() == panel._key)
+        st.set_prompt(PROMPT)
+        wait_idle(qtbot, w, lambda: st.trace.text == PROMPT and panel.key() == panel._key)
+        assert w.last_error is None and st.trace.intervention.clamps == (clamp,)
+        ref = reference_session(tiny_ckpt)
+        assert_probs_close(st.trace.next.probs, on_cpu, logit_scale=largest_logit(ref.model, ref.tokens.ids),
+                           reduction=max(model_reduction(ref.config), D_SAE), depth=TINY["n_layer"] + 1,
+                           what="the clamped prediction on CUDA")
+        assert [f for f, _a in panel.rows()] == [f for f, _a in rows_cpu]
+    finally:
+        w.close()
