@@ -290,3 +290,44 @@ def test_attached_saes_and_clamps_move_to_the_gpu_with_the_model(qtbot, tmp_path
         assert [f for f, _a in panel.rows()] == [f for f, _a in rows_cpu]
     finally:
         w.close()
+
+
+def test_the_bos_token_is_left_out_until_asked_for(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    from transformer_viewer.model.analysis.sae_features import token_features
+
+    prompt = "<|endoftext|>" + PROMPT  # GPT-2's special token first: the BOS position
+    w = new_window(qtbot, tmp_path, tiny_ckpt, prompt=prompt)
+    try:
+        opened(qtbot, w, sae_folder)
+        panel, st = w.views["token-features"], w.state
+        st.set_selection(query=0)
+        wait_idle(qtbot, w, lambda: panel.result is not None and st.query_index == 0)
+        assert st.trace.special[0] and panel.rows() == [] and "BOS token, left out" in panel.header.text()
+        panel.bos_box.setChecked(True)
+        wait_idle(qtbot, w, lambda: panel.result is not None and not panel.result.bos_left_out)
+        ref = reference(tiny_ckpt, sae_folder)
+        ref.set_prompt(prompt)
+        want = token_features(ref, 0, top=FEATURES_TOP, skip_bos=False)
+        assert [f for f, _a in panel.rows()] == [int(i) for i, a in zip(want.ids[0], want.acts[0], strict=True) if a > 0]
+        assert panel.rows()
+    finally:
+        w.close()
+
+
+def test_a_cancelled_sae_load_attaches_nothing(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        w.worker.submit(_slow_request())  # keeps the worker busy so the SAE load waits its turn
+        handle = w.sae_menu.open(sae_folder)
+        handle.cancel()
+        wait_idle(qtbot, w)
+        assert w.state.saes.attached == () and w.last_error is None
+        assert "cancelled" in w.status.currentMessage()
+    finally:
+        w.close()
+
+
+def _slow_request():
+    from transformer_viewer.viewer.worker.requests import TraceRequest
+
+    return TraceRequest(text=PROMPT * 3)
