@@ -331,3 +331,33 @@ def _slow_request():
     from transformer_viewer.viewer.worker.requests import TraceRequest
 
     return TraceRequest(text=PROMPT * 3)
+
+
+def test_open_sae_asks_a_params_npz_for_its_hook_point(qtbot, tmp_path, tiny_ckpt, monkeypatch):
+    """File > Open SAE…: a Gemma Scope params.npz holds weights alone; the dialog's hook point
+    says where it reads. Without one it is one line, nothing attached."""
+    from tests.helpers.saes import write_npz
+    from transformer_viewer.viewer.window import sae_menu
+
+    npz = write_npz(tmp_path / "layer_1" / "params.npz", random_weights("jumprelu", TINY["n_embd"], D_SAE, seed=5))
+    answers = iter([(npz, "blocks.1.hook_resid_post"), (npz, "")])
+
+    def accepted(dialog):
+        path, hook = next(answers)
+        dialog.path.setText(path)
+        dialog.hook.setText(hook)
+        return sae_menu.QDialog.Accepted
+
+    monkeypatch.setattr(sae_menu.OpenSaeDialog, "exec", accepted)
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        w.sae_menu.open_action.trigger()
+        wait_idle(qtbot, w, lambda: w.state.saes.attached or w.last_error)
+        (sae,) = w.state.saes.attached
+        assert (sae.hook, sae.architecture, sae.d_sae) == ("blocks.1.hook_resid_post", "jumprelu", D_SAE)
+        w.sae_menu.open_action.trigger()
+        wait_idle(qtbot, w, lambda: w.last_error is not None)
+        assert len(w.last_error.splitlines()) == 1 and "hook" in w.last_error
+        assert w.state.saes.attached == (sae,)
+    finally:
+        w.close()
