@@ -361,3 +361,33 @@ def test_open_sae_asks_a_params_npz_for_its_hook_point(qtbot, tmp_path, tiny_ckp
         assert w.state.saes.attached == (sae,)
     finally:
         w.close()
+
+
+def test_two_saes_at_once_each_on_its_hook(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    from transformer_viewer.model.analysis.sae_features import token_features
+    from transformer_viewer.model.sae.loading import load_sae
+
+    later = write_saelens(tmp_path / "later", saelens_cfg("topk", TINY["n_embd"], 48, "blocks.1.hook_resid_post", k=6),
+                          random_weights("topk", TINY["n_embd"], 48, seed=9))
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        w.sae_menu.open(sae_folder)
+        w.sae_menu.open(later)  # asked while the first still loads: neither cancels the other
+        wait_idle(qtbot, w, lambda: len(w.state.saes.attached) == 2)
+        assert w.last_error is None
+        assert sorted(s.hook for s in w.state.saes.attached) == [HOOK, "blocks.1.hook_resid_post"]
+        panel = w.views["token-features"]
+        assert panel.sae_box.count() == 2
+        ref = reference(tiny_ckpt, sae_folder)
+        ref.attach_sae(load_sae(later, ref.config))
+        q = w.state.query_index
+        for sae in w.state.saes.attached:
+            panel.sae_box.setCurrentIndex(panel.sae_box.findData(sae.index))
+            wait_idle(qtbot, w, lambda s=sae: panel.result is not None and panel.result.sae_index == s.index)
+            want = token_features(ref, 0 if sae.hook == HOOK else 1, top=FEATURES_TOP)
+            assert [f for f, _a in panel.rows()] == [int(i) for i, a in sorted(
+                zip(want.ids[q], want.acts[q], strict=True), key=lambda p: -p[1]) if a > 0]
+        assert w.state.saes.attached[-1].architecture == "topk"
+        assert 0 < len(panel.rows()) <= 6  # the TopK SAE, shown last, fires at most k features
+    finally:
+        w.close()
