@@ -15,7 +15,7 @@ from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.answers import same_request
 from transformer_viewer.viewer.views.clamp_controls import ClampControls, ClampList
-from transformer_viewer.viewer.views.logits_panel import BAR_ROLE, _BarDelegate
+from transformer_viewer.viewer.views.logits_panel import BAR_ROLE, BarDelegate
 from transformer_viewer.viewer.views.parts import compact_table
 
 NO_SAE = "No SAE open: File > Open SAE\u2026 reads an SAELens folder, a params.npz or a cached SAE."
@@ -33,7 +33,7 @@ class FeaturesPanel(QtWidgets.QWidget):
         super().__init__(parent)
         self.state, self.worker = state, worker
         self.result = None  # TokenFeatures of `_key`
-        self._key = None  # (run_id, sae index) the result is for
+        self._key = None  # (run_id, SAE index, BOS shown) the result is for
         self._pending = None
         self._offer_bundled = False
         self.sae_box = QtWidgets.QComboBox()
@@ -59,7 +59,7 @@ class FeaturesPanel(QtWidgets.QWidget):
         self.table = QtWidgets.QTableWidget(0, len(self.COLUMNS))
         self.table.setHorizontalHeaderLabels(self.COLUMNS)
         compact_table(self.table)
-        self.table.setItemDelegateForColumn(1, _BarDelegate(self.table))
+        self.table.setItemDelegateForColumn(1, BarDelegate(self.table))
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(1, QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
@@ -222,7 +222,8 @@ class FeaturesPanel(QtWidgets.QWidget):
             self.header.setText(f"Position {q} {label!r} is the BOS token, left out (tick BOS to list it).")
         else:
             firing = f"{len(rows)} firing among its top {self.result.ids.shape[1]}" if rows else "no feature fires"
-            self.header.setText(f"Features at position {q} {label!r}: {firing}.")
+            past = f" Note: {self.result.warning}." if self.result.warning else ""
+            self.header.setText(f"Features at position {q} {label!r}: {firing}.{past}")
         top = max((a for _f, a in rows), default=1.0) or 1.0
         self.table.blockSignals(True)
         self.table.setRowCount(len(rows))

@@ -82,7 +82,7 @@ def format_prob(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 or p == 0 else f"{p:.1e}"
 
 
-class _BarDelegate(QStyledItemDelegate):
+class BarDelegate(QStyledItemDelegate):
     """Draws the probability as a bar behind the number."""
 
     def paint(self, painter, option, index) -> None:
@@ -110,7 +110,7 @@ class LogitsPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.NoSelection)
         self.table.setFocusPolicy(Qt.NoFocus)
-        self.table.setItemDelegate(_BarDelegate(self.table))
+        self.table.setItemDelegate(BarDelegate(self.table))
         hh = self.table.horizontalHeader()
         for col, mode in enumerate((QHeaderView.ResizeToContents, QHeaderView.Stretch, QHeaderView.ResizeToContents,
                                     QHeaderView.Stretch, QHeaderView.ResizeToContents)):
