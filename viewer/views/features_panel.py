@@ -165,6 +165,8 @@ class FeaturesPanel(QtWidgets.QWidget):
         if key == self._key and self.result is not None:
             self.redraw()
             return
+        if not self.isVisible():
+            return  # a closed dock asks nothing: it asks when shown
         request = TokenFeaturesRequest(text=st.prompt, sae_index=key[1], intervention=st.trace.intervention,
                                        skip_bos=not key[2])
         if same_request(request, self._pending):
@@ -261,6 +263,10 @@ class FeaturesPanel(QtWidgets.QWidget):
         feature = self.table.item(row, 0).data(QtCore.Qt.ItemDataRole.UserRole)
         self.state.saes.set_feature(feature)
         self.feature_activated.emit(int(feature))
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt name
+        super().showEvent(event)
+        self.request()
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(340, 250)

@@ -391,3 +391,20 @@ def test_two_saes_at_once_each_on_its_hook(qtbot, tmp_path, tiny_ckpt, sae_folde
         assert 0 < len(panel.rows()) <= 6  # the TopK SAE, shown last, fires at most k features
     finally:
         w.close()
+
+
+def test_a_closed_features_panel_asks_when_shown_again(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        opened(qtbot, w, sae_folder)
+        panel, dock = w.views["token-features"], w.docks["token-features"]
+        wait_idle(qtbot, w, lambda: panel.result is not None)
+        dock.hide()
+        w.state.set_prompt(PROMPT + " sat")
+        wait_idle(qtbot, w, lambda: w.state.trace.text == PROMPT + " sat")
+        assert panel.key() != panel._key and panel._pending is None  # nothing asked while closed
+        dock.show()
+        wait_idle(qtbot, w, lambda: panel.key() == panel._key)
+        assert panel.result.ids.shape[0] == w.state.trace.n_tokens
+    finally:
+        w.close()
