@@ -102,6 +102,9 @@ def test_a_clamp_changes_the_prediction_and_removing_it_restores_it(qtbot, tmp_p
         wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,))
         assert panel.clamp_list.list.count() == 1 and f"#{feature}" in panel.clamp_list.list.item(0).text()
         assert "1 feature clamped" in w.logits.summary.text()
+        from transformer_viewer.viewer.figure import view_title
+
+        assert view_title(st, "Attention").endswith(f"\u2014 clamp 0:{feature}=40")  # exported figures say so
         after = st.trace.next.probs
         assert not np.array_equal(after, before_probs)
         # What the panel shows is the model's own prediction under that clamp.
