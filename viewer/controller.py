@@ -10,7 +10,9 @@ answer the next-token panel shows while the capture runs.
 What the answers mean for the window's widgets (the status bar's timings, a notice under the
 prompt, the preview in the next-token panel) leaves here as signals; the controller touches no
 widget. With an `InlineWorker` (export, tests) every request is answered before `submit`
-returns, so `run()` leaves the state holding the trace with its log-probabilities.
+returns, so `run()` leaves the state holding the trace with its log-probabilities; such callers
+make the controller with `follow=False` and call `run()` themselves, so that an error reaches
+them (Qt does not pass an exception raised in a slot back to the signal's emitter).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class RunController(QObject):
     """Turns `state` changes into requests to `worker` and its answers into state.
 
     `hold_prompt()`: True while a prompt set from elsewhere must not run yet (the window: while
-    the user's own keystrokes wait for their debounce; they run then, and win)."""
+    the user's own keystrokes wait for their debounce; they run then, and win). `follow`: run
+    on every change of the state's prompt, intervention and position (False: only on `run()`)."""
 
     traced = Signal(object)  # TraceResult: the views' run landed (the status bar shows its timings)
     preview = Signal(object, object)  # (NextToken, Intervention): the quick prediction of a toggle
@@ -37,16 +40,17 @@ class RunController(QObject):
     needs_prompt = Signal()  # a run was asked for with no prompt to run
 
     def __init__(self, state, worker, parent: QObject | None = None, top_k: int = TOP_K,
-                 hold_prompt: Callable[[], bool] = lambda: False):
+                 hold_prompt: Callable[[], bool] = lambda: False, follow: bool = True):
         super().__init__(parent)
         self.state = state
         self.worker = worker
         self.top_k = top_k
         self.hold_prompt = hold_prompt
         self._requested_position: int | None = None  # the position the newest trace was asked at
-        state.prompt_changed.connect(self._on_prompt)
-        state.mask_changed.connect(self._on_mask)
-        state.selection_changed.connect(self._on_selection)
+        if follow:
+            state.prompt_changed.connect(self._on_prompt)
+            state.mask_changed.connect(self._on_mask)
+            state.selection_changed.connect(self._on_selection)
 
     # -- what runs ------------------------------------------------------------------------
     def run(self) -> None:

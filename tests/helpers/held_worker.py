@@ -47,7 +47,8 @@ def state_with_trace(session, prompt: str):
     from transformer_viewer.viewer.state import ViewerState
 
     st = ViewerState()
-    RunController(st, InlineWorker(session), st)
+    controller = RunController(st, InlineWorker(session), st, follow=False)
     st.set_model(session.info())
     st.set_prompt(prompt)
+    controller.run()
     return st

@@ -7,8 +7,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.controller import RunController
 from transformer_viewer.viewer.state import ViewerState
 from transformer_viewer.viewer.worker.handlers import WorkerSession
@@ -95,3 +97,18 @@ def test_no_prompt_asks_for_one_and_a_failure_is_one_line(qapp, tiny_ckpt):
     controller.worker = Failing(cancelled=True)
     controller.run()
     assert cancelled == [True] and len(failed) == 1
+
+
+def test_a_controller_that_does_not_follow_runs_only_when_asked_and_raises(qapp, tiny_ckpt):
+    worker = Recording(WorkerSession(load_checkpoint(tiny_ckpt, device="cpu")))
+    st = ViewerState()
+    controller = RunController(st, worker, st, follow=False)
+    st.set_model(worker.session.info())
+    st.set_prompt(PROMPT)
+    assert worker.kinds == [] and st.trace is None
+    controller.run()
+    assert worker.kinds == ["trace", "logprobs"] and st.trace.token_logprobs is not None
+    st.set_prompt("x" * 10)
+    worker.session.memory_budget = 1  # no run fits: the inline worker's error reaches the caller
+    with pytest.raises(ModelError):
+        controller.run()

@@ -305,19 +305,20 @@ def _state(worker, intervention, args):
     from transformer_viewer.viewer.state import ViewerState
 
     st = ViewerState()
-    RunController(st, worker, st)  # owned by the state: answers arrive before submit returns
+    controller = RunController(st, worker, st, follow=False)  # answers arrive before run() returns
     st.set_model(worker.session.info())
     st.set_intervention(intervention)
     st.set_prompt(args.prompt)
+    controller.run()
     trace = st.trace
     refuse_non_finite("next-token probabilities", trace.next.top_probs,
                       [] if trace.token_logprobs is None else trace.token_logprobs[1:])  # NaN at t = 0 by design
     if args.query is not None and not 0 <= args.query < trace.n_tokens:
         raise ModelError(f"--query {args.query} is outside the prompt's {trace.n_tokens} tokens (0..{trace.n_tokens - 1})")
-    # The prediction follows the selected token, as in the window: the controller runs again
-    # when the query is not the last token.
     st.set_selection(layer=args.layer or 0, head=args.head or 0,
                      query=args.query if args.query is not None else trace.n_tokens - 1)
+    if st.query is not None:  # not the last token: the prediction follows it, as in the window
+        controller.run()
     return st
 
 
