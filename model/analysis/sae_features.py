@@ -89,8 +89,10 @@ def token_features(session, sae_index: int, top: int = 10, intervention: Interve
     if not 1 <= top <= sae.config.d_sae:
         raise ModelError(f"--top must be from 1 to the SAE's {sae.config.d_sae:,} features, got {top}")
     id_blocks, act_blocks = [], []
-    for _start, a, _stats, _x in _encoded_blocks(session, sae_index, intervention):
-        values, index = torch.topk(a, top, dim=-1)  # (n, top), highest first
+    x = session.sae_activation(sae_index, intervention)[0]  # (T, ...)
+    step = max(1, BLOCK_BYTES // (4 * sae.config.d_sae))
+    for start in range(0, x.shape[0], step):
+        values, index = sae.module.top_features(sae.input(x[start:start + step]), top)  # (n, top), highest first
         firing = values > 0
         id_blocks.append(torch.where(firing, index, -1).to(torch.int32).cpu().numpy())
         act_blocks.append(torch.where(firing, values, 0).float().cpu().numpy())

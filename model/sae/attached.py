@@ -21,7 +21,14 @@ class AttachedSae:
         self.spec: HookPointSpec = hook_point(loaded.config.hook, model.config)
         device = next(model.parameters()).device
         self.module = loaded.module.to(device)
+        self._model = model
         self.input = ActivationInput(loaded.config.processing, self.spec, model)
+
+    def follow(self, device: torch.device) -> None:
+        """Keep the module on the model's device (the model may move after attaching)."""
+        if self.module.W_dec.device != device:
+            self.module.to(device)
+            self.input = ActivationInput(self.config.processing, self.spec, self._model)
 
     def features(self, x: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         """(..., d_sae) features of the hooked activation x, and what decoding needs."""

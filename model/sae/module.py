@@ -107,6 +107,26 @@ class SparseAutoencoder(nn.Module):
         top = torch.topk(pre, self.config.k, dim=-1, sorted=False)
         return torch.zeros_like(pre).scatter_(-1, top.indices, top.values.relu()), stats
 
+    def top_features(self, x: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values, ids), (..., min(top, d_sae)) each, highest first: x's `top` most active
+        features (a value of 0 where fewer fire). A TopK SAE's are the largest of its k
+        pre-activations, taken without spelling out the (..., d_sae) activations."""
+        if self.config.architecture != "topk":
+            return torch.topk(self.encode(x), min(top, self.config.d_sae), dim=-1)
+        x, _stats = self.normalize(x.float())
+        if self.config.apply_b_dec_to_input:
+            x = x - self.b_dec
+        pre = x @ self.W_enc + self.b_enc  # (..., d_sae)
+        if self.config.rescale_acts_by_decoder_norm:
+            pre = pre * self.W_dec.norm(dim=-1)
+        values, ids = torch.topk(pre, min(top, self.config.k), dim=-1)
+        values = values.relu()
+        if top > self.config.k:  # only k can fire: the rest are padding
+            pad = (*values.shape[:-1], min(top, self.config.d_sae) - self.config.k)
+            values = torch.cat([values, values.new_zeros(pad)], -1)
+            ids = torch.cat([ids, ids.new_zeros(pad)], -1)
+        return values, ids
+
     def encode_features(self, x: torch.Tensor, features: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         """(..., len(features)) the activations of `features` alone (a clamp needs no others):
         from their encoder columns alone where a feature's activation depends on nothing else

@@ -114,6 +114,13 @@ def missing(ctx):
     return raised(lambda: load_sae("org/repo/layer_3", TINY))
 
 
+def budget_env(ctx):
+    from transformer_viewer.model.sae.loading import load_sae
+
+    ctx.mp.setenv("TV_SAE_MEMORY_MB", "lots")
+    return raised(lambda: load_sae("anything", TINY))
+
+
 def labels(text, name="labels.csv", d_sae=24):
     def trigger(ctx):
         from transformer_viewer.model.sae.labels import read_feature_labels
@@ -137,6 +144,7 @@ def cli(*argv):
 
 CASES = [Case(f"sae file: {name}", hostile(name), expect) for name, expect in corpus_saes.entries()] + [
     Case("sae: the normalisation factor given is no positive number", bad_factor, "must be a positive number"),
+    Case("sae: a memory budget that is no number", budget_env, "TV_SAE_MEMORY_MB='lots' is not a whole number"),
     Case("sae: neither a file nor a cached SAE", missing, "no such file or folder, and no such REPO_ID/SUBFOLDER"),
     Case("clamp: an SAE that is not open", clamp_run(3, 1, "set", 1.0), "names SAE 3, which is not open"),
     Case("clamp: a feature past the SAE's width", clamp_run(0, 24, "set", 1.0), "SAE 0 has features 0..23"),
