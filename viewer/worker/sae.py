@@ -128,7 +128,8 @@ class SaeOverviewRequest(Request):
 def handle_sae_load(session, request: SaeLoadRequest, progress, is_cancelled) -> AttachedSae:
     import os
 
-    from transformer_viewer.model.sae.loading import load_sae, parse_sae_spec
+    from transformer_viewer.model.sae.loading import load_sae
+    from transformer_viewer.model.sae.sources import parse_sae_spec
 
     path, _hook = parse_sae_spec(request.spec)
     progress(0, 0, f"loading the SAE {os.path.basename(os.path.normpath(path)) or path}…")
