@@ -54,6 +54,7 @@ class FeatureView(QtWidgets.QWidget):
         self.feature_box.setPrefix("feature ")
         self.feature_box.setToolTip("The feature shown (its id in the SAE)")
         self.feature_box.setKeyboardTracking(False)
+        self.feature_box.setSpecialValueText("feature \u2013")  # -1: none selected yet
         self.feature_label = QtWidgets.QLabel()
         self.info = QtWidgets.QLabel()
         self.info.setWordWrap(True)
@@ -114,7 +115,7 @@ class FeatureView(QtWidgets.QWidget):
         self.body = body
         self.cover = EmptyState(body)
         saes = state.saes
-        self.feature_box.valueChanged.connect(lambda v: saes.set_feature(v))
+        self.feature_box.valueChanged.connect(lambda v: saes.set_feature(v if v >= 0 else None))
         saes.saes_changed.connect(self.request)
         saes.feature_changed.connect(self.request)
         saes.labels_changed.connect(lambda _i: self._label_feature())
@@ -144,10 +145,9 @@ class FeatureView(QtWidgets.QWidget):
         saes = self.state.saes
         sae = saes.selected()
         self.feature_box.blockSignals(True)
-        self.feature_box.setRange(0, max(0, (sae.d_sae - 1) if sae else 0))
+        self.feature_box.setRange(-1, (sae.d_sae - 1) if sae else -1)
         self.feature_box.setEnabled(sae is not None)
-        if saes.feature is not None:
-            self.feature_box.setValue(saes.feature)
+        self.feature_box.setValue(-1 if saes.feature is None else saes.feature)
         self.feature_box.blockSignals(False)
         self._label_feature()
 

@@ -194,6 +194,12 @@ def test_the_feature_view_draws_the_selected_features_row_effect_and_overview(qt
         overview = sae_overview(ref, 0)
         np.testing.assert_array_equal(view.overview.l0, overview.l0)
         assert f"{float(overview.fvu):.3f}" in view.overview_text.text()
+        other = (feature + 1) % D_SAE
+        view.feature_box.setValue(other)  # a feature typed by its id
+        wait_idle(qtbot, w, lambda: view.result.feature == other)
+        assert st.saes.feature == other
+        assert_float32_close(view.result.row, feature_row(ref, 0, other), reduction=max(128, D_SAE),
+                             depth=TINY["n_layer"] + 1, what="the typed feature's row")
         w.show_view("attention")  # behind another tab: it colours the tokens no more
         assert st.token_overlay is None
     finally:
