@@ -6,7 +6,6 @@ on the command line attaches an SAE to the window's model."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -248,15 +247,39 @@ def test_a_new_model_lets_the_old_sessions_saes_and_clamps_go(qtbot, tmp_path, t
         w.close()
 
 
-def test_the_bundled_sae_offer(qtbot, tmp_path):
+def test_the_bundled_model_opens_with_its_sae_and_labels(qtbot, tmp_path):
+    """On first launch the feature views work: the bundled model comes with its SAE attached
+    and its labels read, and the panel lists the selected token's features."""
+    from transformer_viewer.model.analysis.sae_features import token_features
+    from transformer_viewer.model.capture.session import Session
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+    from transformer_viewer.model.sae.labels import read_feature_labels
+    from transformer_viewer.model.sae.loading import load_sae
     from transformer_viewer.viewer.window.sae_menu import bundled_sae
 
     found = bundled_sae()
     if found is None:
         pytest.skip("the bundled SAE is not installed")
-    assert os.path.isfile(os.path.join(found[0], "cfg.json"))
-    with open(os.path.join(found[0], "cfg.json")) as f:
-        assert json.load(f)
+    folder, labels = found
+    w = new_window(qtbot, tmp_path, None, prompt=PROMPT)
+    try:
+        w.load(None, device="cpu")
+        panel = w.views["token-features"]
+        wait_idle(qtbot, w, lambda: w.state.saes.attached and panel.result is not None)
+        (sae,) = w.state.saes.attached
+        assert os.path.samefile(sae.source, folder) and not panel.bundled_button.isVisible()
+        ref = Session(load_checkpoint(None, device="cpu"))
+        ref.set_prompt(PROMPT)
+        ref.attach_sae(load_sae(folder, ref.config))
+        want = token_features(ref, 0, top=FEATURES_TOP)
+        q = w.state.query_index
+        assert [f for f, _a in panel.rows()] == [int(i) for i, a in sorted(
+            zip(want.ids[q], want.acts[q], strict=True), key=lambda p: -p[1]) if a > 0]
+        if labels is not None:
+            read = read_feature_labels(labels, sae.d_sae)
+            assert read and all(w.state.saes.label(sae.index, f) == text for f, text in read.items())
+    finally:
+        w.close()
 
 
 def test_an_sae_before_a_model_and_labels_before_an_sae_are_one_line_each(qtbot, tmp_path):
