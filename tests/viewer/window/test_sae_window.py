@@ -439,3 +439,29 @@ def test_a_closed_features_panel_asks_when_shown_again(qtbot, tmp_path, tiny_ckp
         assert panel.result.ids.shape[0] == w.state.trace.n_tokens
     finally:
         w.close()
+
+
+def test_continue_generates_with_the_clamps(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    """Steering: Continue runs under the state's Intervention, clamps included."""
+    from transformer_viewer.model.analysis.generate import generate
+    from transformer_viewer.model.capture.interventions import Intervention
+
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        opened(qtbot, w, sae_folder)
+        panel, st, control = w.views["token-features"], w.state, w.views["continue"]
+        wait_idle(qtbot, w, lambda: panel.result is not None)
+        st.saes.set_feature(panel.rows()[0][0])
+        panel.clamp_controls.set_choice("set", 300.0)
+        clamp = panel.clamp_controls.clamp()
+        wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,))
+        control.n_spin.setValue(5)
+        control.start()
+        wait_idle(qtbot, w, lambda: not control.running and st.prompt != PROMPT)
+        ref = reference(tiny_ckpt, sae_folder)
+        steered = generate(ref, 5, intervention=Intervention.make(ref.config, None, "zero", clamps=(clamp,)))
+        assert st.prompt == PROMPT + steered.new_text
+        assert steered.new_text != generate(ref, 5).new_text  # the clamp steers the continuation
+        assert "with the clamps" in control.info.text()
+    finally:
+        w.close()
