@@ -465,3 +465,25 @@ def test_continue_generates_with_the_clamps(qtbot, tmp_path, tiny_ckpt, sae_fold
         assert "with the clamps" in control.info.text()
     finally:
         w.close()
+
+
+def test_a_clamp_at_the_selected_token_only(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    from transformer_viewer.model.capture.interventions import Intervention
+
+    w = new_window(qtbot, tmp_path, tiny_ckpt)
+    try:
+        opened(qtbot, w, sae_folder)
+        panel, st = w.views["token-features"], w.state
+        st.set_selection(query=2)
+        wait_idle(qtbot, w, lambda: panel.result is not None and st.query_index == 2)
+        st.saes.set_feature(panel.rows()[0][0])
+        panel.clamp_controls.set_choice("zero", here=True)
+        clamp = panel.clamp_controls.clamp()
+        assert (clamp.kind, clamp.value, clamp.position) == ("set", 0.0, 2)
+        wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,))
+        assert f"zeroed at 2 {st.trace.labels[2]!r}" in panel.clamp_list.list.item(0).text()
+        ref = reference(tiny_ckpt, sae_folder)
+        want = ref.predict(Intervention.make(ref.config, None, "zero", clamps=(clamp,)), None, 2, 10)
+        assert list(st.trace.next.top_ids) == list(want.top_ids)
+    finally:
+        w.close()
