@@ -30,8 +30,9 @@ def check_clamps(clamps: Sequence, saes: dict) -> None:
 
 
 def clamp_layers(clamps: Sequence, saes: dict) -> list[int]:
-    """The first layer each clamp's run must recompute."""
-    return [saes[c.sae].spec.rerun_layer for c in clamps if c.sae in saes]
+    """The first layer each clamp's run must recompute: 0 for a clamp of an SAE no longer held
+    (a cached run it shaped is not recomputed from anywhere later)."""
+    return [max(0, saes[c.sae].spec.rerun_layer) if c.sae in saes else 0 for c in clamps]
 
 
 def clamp_hooks(clamps: Sequence, saes: dict, start_layer: int = 0) -> list[tuple[str, object]]:
