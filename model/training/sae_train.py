@@ -208,7 +208,7 @@ def train_sae(chunks: Iterator[torch.Tensor], d_in: int, cfg: SaeTrainConfig, ev
     since_fired = torch.zeros(cfg.d_sae, dtype=torch.long)  # tokens since each feature last fired
     scaled_eval = [x * scale for x in eval_chunks]
     history: list[dict] = []
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for step in range(cfg.steps):
         x = first if step == 0 else batches.next() * scale
         for g in opt.param_groups:
@@ -242,5 +242,7 @@ def train_sae(chunks: Iterator[torch.Tensor], d_in: int, cfg: SaeTrainConfig, ev
     q = measure(lambda x: sae.encode(x * scale), lambda f: sae.decode(f) / scale, eval_chunks, cfg.d_sae)
     record = {"train_config": asdict(cfg), "activation_scale": scale, "history": history,
               "final_fvu": q.fvu, "final_l0": q.l0, "final_dead": q.dead, "eval_tokens": q.tokens,
-              "train_tokens": cfg.steps * cfg.batch_tokens, "wall_time_s": round(time.perf_counter() - t0, 1)}
+              "train_tokens": cfg.steps * cfg.batch_tokens, "wall_time_s": round(time.perf_counter() - t0, 1),
+              # CPU time of this process: on a shared machine the wall time counts others' work too
+              "cpu_time_s": round(time.process_time() - cpu0, 1)}
     return weights, record
