@@ -1,16 +1,18 @@
 """What a run changes, as one frozen value: `Intervention`.
 
-Today that is a head mask, applied as hooks on `blocks.{l}.attn.hook_z`: each masked head's
-output is removed (zero) or replaced by its mean over the prompt's positions (mean) before the
-output projection. `Intervention.make` is the one place a mask and an ablation from outside are
-checked; everything that runs the model (capture, prediction, the lens, scans, attributions,
+A head mask, applied as hooks on `blocks.{l}.attn.hook_z`: each masked head's output is removed
+(zero) or replaced by its mean over the prompt's positions (mean) before the output projection;
+and feature clamps (`FeatureClamp`: a feature of an SAE the session holds set to a value or
+scaled, at one position or all), which the session applies at the SAE's hook point
+(model/capture/feature_clamps.py). `Intervention.make` is the one place a mask, an ablation and
+clamps from outside are checked; everything that runs the model (capture, prediction, the lens, scans, attributions,
 generation, the worker, the command line, exports) takes the value it returns, and every cache
 of runs keys on it: two Interventions are equal when they change the run alike.
 
 Room for what comes next, compared like the mask: `patches` (activation patches, each naming
 where its value comes from: source run, hook point, layer, head, positions; never a tensor, so
-a key stays cheap and exact) and `clamps` (feature clamps). Both are reserved and empty: `make`
-takes neither until the runs apply them.
+a key stays cheap and exact), reserved and empty: `make` does not take them until the runs
+apply them.
 
 Torch loads on first use: the window makes Interventions on the GUI thread, which never imports
 torch.
@@ -18,6 +20,7 @@ torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +37,30 @@ ABLATIONS = tuple(ABLATION_HELP)
 
 _MADE = object()  # the token only `Intervention.make` passes
 
+# The clamp kinds: "set" replaces the feature's activation by the value (0: the feature zeroed),
+# "scale" multiplies it.
+CLAMP_KINDS = ("set", "scale")
+MAX_CLAMPS = 256  # clamps in one Intervention; each costs an encode at its hook point
+MAX_CLAMP_VALUE = 1e6  # an activation's magnitude past any an SAE produces
+
+
+@dataclass(frozen=True)
+class FeatureClamp:
+    """Feature `feature` of the session's SAE number `sae`, set to `value` ("set") or multiplied
+    by it ("scale"), at token `position` (None: at every position). A value, compared and
+    hashed as one: checked by `Intervention.make`, applied by the session that holds the SAE."""
+
+    sae: int
+    feature: int
+    kind: str = "set"
+    value: float = 0.0
+    position: int | None = None
+
+    def describe(self) -> str:
+        """"3:1234=5" / "3:1234x0.5", with "@7" for one position (the command line's spelling)."""
+        what = f"={self.value:g}" if self.kind == "set" else f"x{self.value:g}"
+        return f"{self.sae}:{self.feature}{what}" + ("" if self.position is None else f"@{self.position}")
+
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by value below
 class Intervention:
@@ -45,7 +72,7 @@ class Intervention:
     mask: np.ndarray  # (L, nh) bool, read-only
     ablation: str  # one of ABLATIONS
     patches: tuple = ()  # reserved: activation patches, each naming its source
-    clamps: tuple = ()  # reserved: feature clamps
+    clamps: tuple = ()  # FeatureClamps, applied in order
     _token: object = field(default=None, repr=False)
 
     def __post_init__(self):
@@ -54,9 +81,11 @@ class Intervention:
 
     # -- making: the one check ----------------------------------------------------------------
     @classmethod
-    def make(cls, config, mask=None, ablation: str = ABLATIONS[0], what: str = "head mask") -> Intervention:
+    def make(cls, config, mask=None, ablation: str = ABLATIONS[0], what: str = "head mask",
+             clamps=()) -> Intervention:
         """The intervention of `mask` (None: no head masked) under `ablation` for a model of
-        `config`'s shape (anything with n_layer and n_head), once both are known to fit.
+        `config`'s shape (anything with n_layer and n_head), with feature `clamps`, once all
+        are known to fit (whether each clamp's SAE and feature exist is the session's to say).
         `what` names the mask in the message."""
         if ablation not in ABLATIONS:
             raise ModelError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
@@ -66,7 +95,7 @@ class Intervention:
             mask = np.array(mask, dtype=bool)  # a copy: the caller's array may change later
             _check_shape(mask, config, what)
         mask.setflags(write=False)
-        return cls(mask, ablation, _token=_MADE)
+        return cls(mask, ablation, clamps=_checked_clamps(clamps, config), _token=_MADE)
 
     @classmethod
     def none(cls, config) -> Intervention:
@@ -80,6 +109,10 @@ class Intervention:
         mask[layer, head] = True
         mask.setflags(write=False)
         return Intervention(mask, self.ablation, self.patches, self.clamps, _token=_MADE)
+
+    def without_clamps(self) -> Intervention:
+        """This head mask alone."""
+        return Intervention(self.mask, self.ablation, self.patches, (), _token=_MADE)
 
     # -- equality: caches key on the value ------------------------------------------------------
     def _key(self) -> tuple:
@@ -106,11 +139,16 @@ class Intervention:
         return [(int(la), int(h)) for la, h in zip(*self.mask.nonzero(), strict=True)]
 
     def describe(self) -> str:
-        """One line for people: "heads 1.2, 3.0 (zero)", or "no intervention"."""
+        """One line for people: "heads 1.2, 3.0 (zero)", "clamps 0:12=0", or "no intervention"."""
         if self.is_empty:
             return "no intervention"
-        heads = ", ".join(f"{la}.{h}" for la, h in self.masked_heads())
-        return f"head{'s' if self.n_masked != 1 else ''} {heads} ({self.ablation})"
+        parts = []
+        if self.n_masked:
+            heads = ", ".join(f"{la}.{h}" for la, h in self.masked_heads())
+            parts.append(f"head{'s' if self.n_masked != 1 else ''} {heads} ({self.ablation})")
+        if self.clamps:
+            parts.append(f"clamp{'s' if len(self.clamps) != 1 else ''} " + ", ".join(c.describe() for c in self.clamps))
+        return "; ".join(parts)
 
     def first_changed_layer(self, other: Intervention) -> int:
         """The first layer whose computation differs between `other` and this (n_layer if none)."""
@@ -123,8 +161,12 @@ class Intervention:
         return L
 
     def hooks(self, start_layer: int = 0) -> list[tuple[str, object]]:
-        """(hook name, hook) pairs that apply this to layers >= start_layer, in every batch
-        element alike."""
+        """(hook name, hook) pairs that apply the head mask to layers >= start_layer, in every
+        batch element alike. Clamps need the SAEs, which the session holds: with clamps, ask
+        `Session.intervention_hooks` instead."""
+        if self.clamps:
+            raise ModelError("an Intervention with feature clamps is applied by the session that holds their SAEs "
+                             "(Session.intervention_hooks), not on its own")
         return head_mask_hooks(self.mask, self.ablation, start_layer)
 
 
@@ -132,6 +174,34 @@ def _check_shape(mask: np.ndarray, config, what: str) -> None:
     L, nh = config.n_layer, config.n_head
     if mask.shape != (L, nh):
         raise ModelError(f"{what} has shape {mask.shape}; this model needs ({L}, {nh})")
+
+
+def _checked_clamps(clamps, config) -> tuple:
+    clamps = tuple(clamps or ())
+    if len(clamps) > MAX_CLAMPS:
+        raise ModelError(f"{len(clamps)} feature clamps, more than the {MAX_CLAMPS} one run applies; clamp fewer")
+    block = getattr(config, "block_size", None)
+    for c in clamps:
+        if not isinstance(c, FeatureClamp):
+            raise ModelError(f"a feature clamp must be a FeatureClamp, got {type(c).__name__}")
+        if not all(_index(v) for v in (c.sae, c.feature)):
+            raise ModelError(f"clamp {c.sae!r}:{c.feature!r}: the SAE and the feature are numbers from 0")
+        if c.kind not in CLAMP_KINDS:
+            raise ModelError(f"a clamp's kind must be one of {', '.join(CLAMP_KINDS)}, got {str(c.kind)[:20]!r}")
+        if (isinstance(c.value, bool) or not isinstance(c.value, (int, float)) or not math.isfinite(c.value)
+                or abs(c.value) > MAX_CLAMP_VALUE):
+            raise ModelError(f"clamp {c.sae}:{c.feature}: its value must be a number within ±{MAX_CLAMP_VALUE:g}, "
+                             f"got {str(c.value)[:20]}")
+        if c.position is not None and not (_index(c.position) and (block is None or c.position < block)):
+            raise ModelError(f"clamp {c.sae}:{c.feature}: position {str(c.position)[:20]} is not a token position "
+                             f"of this model's context (0..{(block or 1) - 1})")
+    # Plain numbers, so that clamps made from NumPy values compare and hash as the same clamps.
+    return tuple(FeatureClamp(int(c.sae), int(c.feature), c.kind, float(c.value),
+                              None if c.position is None else int(c.position)) for c in clamps)
+
+
+def _index(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
 
 
 def head_mask_hooks(mask: np.ndarray, ablation: str, start_layer: int = 0) -> list[tuple[str, object]]:
