@@ -317,6 +317,16 @@ def _ours(hook: str) -> str:
     return our_name(hook.strip())
 
 
+# TransformerLens's names for models whose Hugging Face names differ.
+_MODEL_ALIASES = {"gpt2-small": "gpt2"}
+
+
 def _short(model_name: str) -> str:
-    return model_name.strip().lower().rsplit("/", 1)[-1]
+    """A model's name without its organisation, folder or file extension, as TransformerLens
+    and Hugging Face spell it alike: "openai-community/gpt2" and "gpt2-small" are "gpt2"."""
+    name = os.path.basename(model_name.strip().rstrip("/\\")).lower()
+    for ext in (".safetensors", ".pt", ".pth", ".bin", ".ckpt"):
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    return _MODEL_ALIASES.get(name, name)
 

@@ -202,13 +202,14 @@ def add_ablation_argument(parser: argparse.ArgumentParser,
     parser.add_argument("--ablation", default=ABLATIONS[0], choices=ABLATIONS, help=help_text)
 
 
-def intervention_from_args(args, config, what: str = "head mask"):
-    """`--mask` and `--ablation` as one Intervention for a model of `config`'s shape: the one
-    place the command line turns them into what a run changes."""
+def intervention_from_args(args, config, what: str = "head mask", clamps: tuple = ()):
+    """`--mask` and `--ablation` (and the feature `clamps` made from `--clamp`) as one
+    Intervention for a model of `config`'s shape: the one place the command line turns them
+    into what a run changes."""
     from transformer_viewer.model.capture.interventions import Intervention
 
     mask = parse_mask_spec(args.mask, config.n_layer, config.n_head)
-    return Intervention.make(config, mask, args.ablation, what)
+    return Intervention.make(config, mask, args.ablation, what, clamps=clamps)
 
 
 def add_token_pair_argument(parser: argparse.ArgumentParser, help_subject: str) -> None:
