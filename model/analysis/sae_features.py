@@ -74,6 +74,15 @@ def _encoded_blocks(session, sae_index: int, intervention):
         yield start, a, stats, inputs
 
 
+def _top_blocks(session, sae_index: int, intervention, top: int):
+    """(values, ids) (n, top), highest first, block by block over positions, never the dense features."""
+    sae = session.sae(sae_index)
+    x = session.sae_activation(sae_index, intervention)[0]  # (T, ...)
+    step = max(1, BLOCK_BYTES // (4 * sae.config.d_sae))
+    for start in range(0, x.shape[0], step):
+        yield sae.module.top_features(sae.input(x[start:start + step]), top)
+
+
 def _bos(session, skip_bos: bool) -> bool:
     tok = session.tokens
     return bool(skip_bos and tok is not None and tok.special and tok.special[0])
@@ -89,8 +98,7 @@ def token_features(session, sae_index: int, top: int = 10, intervention: Interve
     if not 1 <= top <= sae.config.d_sae:
         raise ModelError(f"--top must be from 1 to the SAE's {sae.config.d_sae:,} features, got {top}")
     id_blocks, act_blocks = [], []
-    for _start, a, _stats, _x in _encoded_blocks(session, sae_index, intervention):
-        values, index = torch.topk(a, top, dim=-1)  # (n, top), highest first
+    for values, index in _top_blocks(session, sae_index, intervention, top):  # (n, top) each, highest first
         firing = values > 0
         id_blocks.append(torch.where(firing, index, -1).to(torch.int32).cpu().numpy())
         act_blocks.append(torch.where(firing, values, 0).float().cpu().numpy())

@@ -97,15 +97,42 @@ class SparseAutoencoder(nn.Module):
             active = (x @ self.W_enc + self.b_gate) > 0
             magnitude = torch.relu(x @ (self.W_enc * self.r_mag.exp()) + self.b_mag)
             return magnitude * active, stats
-        pre = x @ self.W_enc + self.b_enc  # (..., d_sae)
+        pre = self._pre_activations(x)  # (..., d_sae)
         if arch == "standard":
-            return torch.relu(pre), stats
+            return pre.relu_(), stats
         if arch == "jumprelu":
             return torch.relu(pre) * (pre > self.threshold), stats
-        if self.config.rescale_acts_by_decoder_norm:
-            pre = pre * self.W_dec.norm(dim=-1)
         top = torch.topk(pre, self.config.k, dim=-1, sorted=False)
         return torch.zeros_like(pre).scatter_(-1, top.indices, top.values.relu()), stats
+
+    def _pre_activations(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ W_enc + b_enc (times the decoder norms under the topk rescaling), (..., d_sae): the
+        bias added inside the product (one pass over the widest array, not two)."""
+        flat = x.reshape(-1, x.shape[-1])  # (N, d_in)
+        pre = torch.addmm(self.b_enc, flat, self.W_enc).view(*x.shape[:-1], self.config.d_sae)
+        if self.config.architecture == "topk" and self.config.rescale_acts_by_decoder_norm:
+            pre = pre * self.W_dec.norm(dim=-1)
+        return pre
+
+    def top_features(self, x: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values, ids), each (..., top), highest first: the `top` largest of `encode(x)`, with
+        ids of zero activations arbitrary. Standard and TopK never make the dense (..., d_sae)
+        activations: ReLU keeps the order, so the top of the pre-activations, ReLU'd, is the top
+        of the features, and a TopK SAE's top k already holds every nonzero one."""
+        arch = self.config.architecture
+        if arch not in ("standard", "topk"):
+            return torch.topk(self.encode(x), top, dim=-1)
+        x, _stats = self.normalize(x.float())
+        if self.config.apply_b_dec_to_input:
+            x = x - self.b_dec
+        pre = self._pre_activations(x)
+        values, ids = torch.topk(pre, min(top, self.config.k) if arch == "topk" else top, dim=-1)
+        values = values.relu_()
+        if values.shape[-1] < top:  # a TopK SAE asked for more than its k: the rest are zeros
+            pad = top - values.shape[-1]
+            values = torch.cat([values, values.new_zeros(*values.shape[:-1], pad)], dim=-1)
+            ids = torch.cat([ids, ids.new_zeros(*ids.shape[:-1], pad)], dim=-1)
+        return values, ids
 
     # -- decode ---------------------------------------------------------------------------
     def _to_input_space(self, a: torch.Tensor) -> torch.Tensor:

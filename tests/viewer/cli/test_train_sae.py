@@ -1,5 +1,6 @@
 """`transformer-viewer train-sae` end to end on a tiny random model and a tiny text: the SAELens 6
-folder it writes, read back with SAELens's formulas; falling loss; labels; Ctrl-C and --out."""
+folder it writes, read back with SAELens's formulas and the viewer's own reader; falling loss;
+labels; Ctrl-C and --out."""
 
 import csv
 import os
@@ -11,8 +12,10 @@ from safetensors.torch import load_file
 from tests.helpers.cli import cli, error_line
 from tests.helpers.models import TINY, save_tiny, tiny_gpt
 from tests.helpers.sae_files import decode, encode, fvu, read_folder
+from tests.helpers.tolerances import assert_float32_close
 from tests.helpers.training import write_text
 from transformer_viewer.model.decoder.hooks import run_with_cache
+from transformer_viewer.model.sae.loading import load_sae
 from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
 from transformer_viewer.model.training.sae_labels import TopActivations, feature_labels, token_string
 
@@ -66,6 +69,14 @@ def test_writes_a_saelens_folder_that_reads_back(inputs, tmp_path, capsys):
     assert fvu(x, decode(w, f)) == pytest.approx(record["final_fvu"], rel=1e-4)
     assert float((f != 0).sum(-1).double().mean()) == pytest.approx(record["final_l0"], abs=1e-6)
     assert not any(name.endswith(".part") for name in os.listdir(tmp_path))
+    # The viewer's reader opens it for the model it was trained on, with no warning, and encodes
+    # as the formulas do (sums of d_in = 32 products).
+    loaded = load_sae(str(out), TINY, model_name="tiny.safetensors")
+    c = loaded.config
+    assert (c.architecture, c.d_in, c.d_sae, c.k, c.hook, c.context_size) == ("topk", 32, 64, 4, HOOK, 16)
+    assert loaded.warnings == ()
+    with torch.no_grad():
+        assert_float32_close(loaded.module.encode(x), f, reduction=32, what="features")
 
 
 def test_labels_are_the_top_activating_tokens(inputs, tmp_path, capsys):
