@@ -3,7 +3,7 @@ every token's activation at 1,024 tokens with a 16,384-feature SAE and keeping e
 features, against SAELens's own `encode` of the same activations; and a feature clamp in the
 last layer against one capture.
 
-    python bench/sae_bench.py [--threads 2] [--tokens 1024] [--reps 7] [--top 32] [--out FILE.json]
+    python bench/sae_bench.py [--threads 2] [--tokens 1024] [--reps 7] [--capture-reps 3] [--top 32] [--out FILE.json]
 
 Needs the `bench-sae` extra (sae-lens, which pins TransformerLens below 4, so it gets a venv of
 its own: see BENCHMARKS.md). Nothing is downloaded. The SAE is made and written by SAELens
@@ -61,7 +61,7 @@ def saelens_folder(folder: str, architecture: str) -> str:
     return path
 
 
-def measure(T: int, reps: int, top: int) -> dict:
+def measure(T: int, reps: int, top: int, capture_reps: int) -> dict:
     from sae_lens import SAE
 
     from transformer_viewer.model.analysis.sae_features import token_features
@@ -114,10 +114,10 @@ def measure(T: int, reps: int, top: int) -> dict:
             session.set_tokens(tokens)  # drops the cache: a full capture
             session.run()
 
-        c = interleaved({"capture": capture}, reps, warmup=1)
+        c = interleaved({"capture": capture}, capture_reps, warmup=1)
         session.set_tokens(tokens)
         session.run()
-        k = interleaved({"clamp": clamp}, reps, warmup=1)
+        k = interleaved({"clamp": clamp}, capture_reps, warmup=1)
     out["clamp"] = {"clamp": k["clamp"].to_dict(), "capture": c["capture"].to_dict(),
                     "ratio": k["clamp"].median / c["capture"].median}
     print(f"T={T}: clamp in the last layer {k['clamp'].median * 1e3:.1f} ms vs one capture "
@@ -129,7 +129,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=1024)
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=7, help="timed encodes per side (default: 7)")
+    ap.add_argument("--capture-reps", type=int, default=3, help="timed captures and clamps (default: 3)")
     ap.add_argument("--top", type=int, default=32, help="features kept per token on our side (default: 32)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -138,7 +139,7 @@ def main() -> int:
               "topk_k": TOPK_K, "hook": HOOK}
     m = result["machine"]
     print(f"{m['cpu']}, {m['cores']} cores, torch threads {args.threads}", flush=True)
-    result["rows"] = [measure(args.tokens, args.reps, args.top)]
+    result["rows"] = [measure(args.tokens, args.reps, args.top, args.capture_reps)]
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
