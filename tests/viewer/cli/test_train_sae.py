@@ -169,3 +169,13 @@ def test_existing_out_needs_overwrite_and_an_sae_folder(inputs, tmp_path, capsys
     assert "already exists" in error_line(*train(capsys, inputs, out))
     assert "not an SAE's (notes.txt)" in error_line(*train(capsys, inputs, out, "--overwrite"))
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_an_sae_on_the_heads_outputs(inputs, tmp_path, capsys):
+    """attn.hook_z (B, T, nh, hs) is read as nh * hs per token, as SAELens's hook_z reshaping does."""
+    out = tmp_path / "z"
+    hook = "blocks.0.attn.hook_z"
+    assert train(capsys, inputs, out, "--hook", hook)[0] == 0
+    cfg, w = read_folder(out)
+    assert cfg["reshape_activations"] == "hook_z" and cfg["d_in"] == TINY.n_embd and w["W_enc"].shape == (32, 64)
+    assert load_sae(str(out), TINY, model_name="tiny.safetensors").config.hook == hook
