@@ -12,7 +12,6 @@ opens with the SAE that ships with it attached (when it is installed), and `--sa
 from __future__ import annotations
 
 import os
-from importlib import resources
 
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
@@ -27,18 +26,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-BUNDLED_SAE_FOLDER = "bundled_sae"  # in transformer_viewer.assets: cfg.json, weights, labels.csv
 LABELS_FILTER = "Feature labels (*.csv *.json);;All files (*)"
+BUNDLED_LABELS = "labels.csv"  # beside the bundled SAE's weights (assets/SAE.md)
 
 
 def bundled_sae() -> tuple[str, str | None] | None:
     """(folder, labels file or None) of the SAE that ships with the bundled model, or None when
     it is not installed."""
-    folder = str(resources.files("transformer_viewer.assets").joinpath(BUNDLED_SAE_FOLDER))
+    from transformer_viewer.model.checkpoints.bundled import bundled_sae_path  # no torch
+
+    folder = bundled_sae_path()
     if not os.path.isfile(os.path.join(folder, "cfg.json")):
         return None
-    labels = sorted(f for f in os.listdir(folder) if f.endswith(".csv"))
-    return folder, (os.path.join(folder, labels[0]) if labels else None)
+    labels = os.path.join(folder, BUNDLED_LABELS)
+    return folder, (labels if os.path.isfile(labels) else None)
 
 
 class OpenSaeDialog(QDialog):
