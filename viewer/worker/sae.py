@@ -20,6 +20,7 @@ from transformer_viewer.model.errors import stop_if_cancelled
 from transformer_viewer.viewer.worker.requests import Request
 
 FEATURES_TOP = 16  # features kept per token: the panel's list; memory O(T k), never (T, d_sae)
+ROWS_KEPT = 8  # feature rows the worker keeps per prompt: another token selected reuses its row
 
 
 @dataclass(frozen=True)
@@ -181,9 +182,18 @@ def handle_feature(session, request: FeatureRequest, progress, is_cancelled) -> 
 
     session.prepare_analysis(request.text)
     report = progress_after_delay(progress, f"feature {request.feature}: {{stage}}…")
-    report(0, 3, stage="its activation at every token")
-    row = feature_row(session, request.sae_index, request.feature, intervention=request.intervention)
-    stop_if_cancelled(is_cancelled)
+    # The row is the costly part (every token through the encoder) and the same at every selected
+    # token: kept in the session's scratch, which a new prompt or device empties.
+    rows = session.scratch.setdefault("sae-feature-rows", {})
+    key = (request.sae_index, request.feature, request.intervention)
+    row = rows.get(key)
+    if row is None:
+        report(0, 3, stage="its activation at every token")
+        row = feature_row(session, request.sae_index, request.feature, intervention=request.intervention)
+        stop_if_cancelled(is_cancelled)
+        while len(rows) >= ROWS_KEPT:
+            rows.pop(next(iter(rows)))
+        rows[key] = row
     report(1, 3, stage="its effect on the logits")
     position = max(0, min(int(request.position), len(row) - 1))
     effect = feature_logit_effect(session, request.sae_index, request.feature, top=request.top, position=position,
