@@ -35,14 +35,15 @@ class TopActivations:
 def top_activations(model: GPT, site: HookSite, encode: Callable[[torch.Tensor], torch.Tensor], d_sae: int,
                     windows: np.ndarray, prefix: tuple[int, ...], top: int) -> TopActivations:
     """Each feature's `top` highest activations over `windows` (n, body) of token ids, one forward
-    of WINDOWS_PER_FORWARD windows at a time: memory is (top + chunk) x d_sae, not tokens x d_sae."""
+    of WINDOWS_PER_FORWARD windows at a time: memory is (top + chunk) x d_sae, not tokens x d_sae.
+    The model runs on its device; `encode` is given the activations on the CPU, where the SAE trains."""
     device = next(model.parameters()).device
     best = torch.zeros(top, d_sae)
     best_ids = torch.full((top, d_sae), -1, dtype=torch.long)
     for a in range(0, len(windows), WINDOWS_PER_FORWARD):
         body = torch.from_numpy(windows[a : a + WINDOWS_PER_FORWARD].astype(np.int64))  # (B, body)
         ids = torch.cat([torch.tensor(prefix, dtype=torch.long).expand(len(body), -1), body], dim=1) if prefix else body
-        f = encode(activations(model, site, ids.to(device), len(prefix))).float().cpu()  # (B * body, d_sae)
+        f = encode(activations(model, site, ids.to(device), len(prefix)).cpu()).float()  # (B * body, d_sae)
         values = torch.cat([best, f])  # (top + B * body, d_sae)
         token_of = torch.cat([best_ids, body.reshape(-1, 1).expand(-1, d_sae)])
         keep = values.topk(top, dim=0)  # ties resolved by torch's order, the same on every run

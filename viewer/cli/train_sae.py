@@ -3,7 +3,8 @@
 model's activations at one hook point over text, and write it as a SAELens 6 folder.
 
 Activations are computed as training goes, one forward of a few windows at a time, never all
-held. Ctrl-C stops with nothing written; the folder appears only once it is complete.
+held; the model runs on --device, the SAE trains on the CPU. Ctrl-C stops with nothing written;
+the folder appears only once it is complete.
 """
 
 from __future__ import annotations

@@ -179,3 +179,27 @@ def test_an_sae_on_the_heads_outputs(inputs, tmp_path, capsys):
     cfg, w = read_folder(out)
     assert cfg["reshape_activations"] == "hook_z" and cfg["d_in"] == TINY.n_embd and w["W_enc"].shape == (32, 64)
     assert load_sae(str(out), TINY, model_name="tiny.safetensors").config.hook == hook
+
+
+def test_a_model_with_its_own_tokenizer_and_bos(tmp_path, capsys):
+    """A folder whose tokenizer starts each text with <s>: the text is tokenized by it, every
+    window starts with the BOS, and the BOS positions are left out of the activations."""
+    from tests.helpers.tokenizers import own_tokenizer_folder
+
+    folder = own_tokenizer_folder(str(tmp_path / "model"))
+    text = write_text(tmp_path / "text.txt", n=200)
+    out = tmp_path / "sae"
+    rc, _, err = cli(capsys, "train-sae", folder, "--data", text, "--out", str(out), *SAE_FLAGS, "--labels", "2",
+                     "--label-top", "3")
+    assert rc == 0, err
+    cfg, _ = read_folder(out)
+    meta = cfg["metadata"]
+    assert meta["prepend_bos"] is True and meta["training"]["bos_positions_excluded"] is True
+    windows = load_file(os.path.join(out, "label_tokens.safetensors"))["tokens"]
+    assert windows.shape[1] == 15  # 16-token windows, one of them the BOS
+    from transformer_viewer.model.tokenizers.hf_tokenizer import HFTokenizer
+
+    tok = HFTokenizer(folder)
+    with open(text, encoding="utf-8") as f:
+        ids = set(tok.encode(f.read(), add_special_tokens=False))
+    assert set(windows.flatten().tolist()) <= ids and tok.bos_id not in set(windows.flatten().tolist())
