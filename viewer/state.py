@@ -208,9 +208,12 @@ class ViewerState(QObject):
         self.set_intervention(self._made(self.mask, self.ablation, tuple(clamps)))
 
     def _made(self, mask, ablation: str, clamps: tuple) -> Intervention:
-        if clamps:
-            return Intervention.make(self, mask, ablation, clamps=clamps)
-        return Intervention.make(self, mask, ablation)
+        """The Intervention of this mask, ablation and clamps, keeping any activation patches."""
+        kept = {"clamps": clamps} if clamps else {}
+        patches = getattr(self.intervention, "patches", ())
+        if patches:
+            kept["patches"] = patches
+        return Intervention.make(self, mask, ablation, **kept)
 
     def set_intervention(self, intervention: Intervention) -> None:
         """What the runs change, made (and checked) elsewhere for this model's shape."""

@@ -25,12 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head", metavar="LAYER.HEAD", default=None,
                         help="the head to show once the model has loaded, e.g. 0.3 (default: on the bundled model, the "
                         "head its first example names, whatever the prompt; otherwise 0.0)")
+    parser.add_argument("--screenshot", metavar="FILE.png", default=None,
+                        help="render the window offscreen once the prompt has run, save it as PNG, and exit")
     parser.add_argument("--sae", metavar="PATH[@HOOK]", action="append", default=[],
                         help="attach a sparse autoencoder once the model has loaded (repeatable, one per hook point): "
                         "an SAELens folder, a Gemma Scope params.npz with @HOOK (e.g. @blocks.12.hook_resid_post), "
                         "or REPO_ID/SUBFOLDER in the local Hugging Face cache")
-    parser.add_argument("--screenshot", metavar="FILE.png", default=None,
-                        help="render the window offscreen once the prompt has run, save it as PNG, and exit")
 
 
 def run(args) -> int:
@@ -74,8 +74,8 @@ def run(args) -> int:
         scratch = tempfile.mkdtemp(prefix="tv-shot-")
         settings = QSettings(os.path.join(scratch, "settings.ini"), QSettings.IniFormat)  # leave the user's alone
     window = MainWindow(settings=settings, worker=worker, pending=pending)
+    window.sae_menu.open_when_loaded(getattr(args, "sae", None) or ())  # --sae: once the model is there
     window.device_choice = args.device
-    window.sae_menu.open_when_loaded(getattr(args, "sae", None) or ())
     window.empty_states.set_loading(args.checkpoint)  # the load it submitted above
     window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     head_error: list[str] = []

@@ -82,7 +82,7 @@ def format_prob(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 or p == 0 else f"{p:.1e}"
 
 
-class BarDelegate(QStyledItemDelegate):
+class _BarDelegate(QStyledItemDelegate):
     """Draws the probability as a bar behind the number."""
 
     def paint(self, painter, option, index) -> None:
@@ -92,6 +92,9 @@ class BarDelegate(QStyledItemDelegate):
             r = QRectF(option.rect).adjusted(1, 2, -1, -2)
             painter.fillRect(QRectF(r.left(), r.top(), r.width() * max(0.0, min(1.0, float(value))), r.height()), color)
         super().paint(painter, option, index)
+
+
+BarDelegate = _BarDelegate  # other tables draw their values' bars alike (the SAE features panel)
 
 
 class LogitsPanel(QWidget):
@@ -110,7 +113,7 @@ class LogitsPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.NoSelection)
         self.table.setFocusPolicy(Qt.NoFocus)
-        self.table.setItemDelegate(BarDelegate(self.table))
+        self.table.setItemDelegate(_BarDelegate(self.table))
         hh = self.table.horizontalHeader()
         for col, mode in enumerate((QHeaderView.ResizeToContents, QHeaderView.Stretch, QHeaderView.ResizeToContents,
                                     QHeaderView.Stretch, QHeaderView.ResizeToContents)):
