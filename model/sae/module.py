@@ -147,8 +147,15 @@ class SparseAutoencoder(nn.Module):
 
     def decode_difference(self, a_new: torch.Tensor, a_old: torch.Tensor, stats: Stats = NO_STATS) -> torch.Tensor:
         """decode(a_new) - decode(a_old), computed as the decoder applied to a_new - a_old: exactly
-        zero in every row where the two agree, so an unclamped token is left bit for bit."""
-        return self.denormalize(self._to_input_space(a_new.float() - a_old.float()), stats, shift=False)
+        zero in every row where the two agree, so an unclamped token is left bit for bit. Only the
+        features that differ somewhere are multiplied (a clamp of one feature: (..., 1) @ (1, d_in),
+        not the whole decoder)."""
+        diff = a_new.float() - a_old.float()  # (..., d_sae)
+        changed = diff.reshape(-1, diff.shape[-1]).ne(0).any(dim=0).nonzero().flatten()  # (n,) feature ids
+        part = diff[..., changed]  # (..., n)
+        if self.config.rescale_acts_by_decoder_norm:
+            part = part / self.W_dec[changed].norm(dim=-1)
+        return self.denormalize(part @ self.W_dec[changed], stats, shift=False)  # (..., d_in)
 
     def decoder_norms(self) -> torch.Tensor:
         """(d_sae,) each feature's decoder row norm, in the SAE's units."""
