@@ -30,8 +30,9 @@ def check_clamps(clamps: Sequence, saes: dict) -> None:
 
 
 def clamp_layers(clamps: Sequence, saes: dict) -> list[int]:
-    """The first layer each clamp's run must recompute."""
-    return [saes[c.sae].spec.rerun_layer for c in clamps if c.sae in saes]
+    """The first layer each clamp's run must recompute: 0 for a clamp of an SAE no longer held
+    (a cached run it shaped is not recomputed from anywhere later)."""
+    return [max(0, saes[c.sae].spec.rerun_layer) if c.sae in saes else 0 for c in clamps]
 
 
 def clamp_hooks(clamps: Sequence, saes: dict, start_layer: int = 0) -> list[tuple[str, object]]:
@@ -47,34 +48,37 @@ def clamp_hooks(clamps: Sequence, saes: dict, start_layer: int = 0) -> list[tupl
 def _clamp_hook(sae, clamps: list):
     every = any(c.position is None for c in clamps)
     positions = sorted({c.position for c in clamps if c.position is not None})
+    features = sorted({c.feature for c in clamps})
+    column = {f: i for i, f in enumerate(features)}  # feature -> its column among `features`
 
     def hook(_module, _inputs, x: torch.Tensor) -> torch.Tensor:
         T = x.shape[1]
         if every:
-            rows, part = None, x  # (B, T, ...)
+            rows, part, row = None, x, None  # (B, T, ...)
         else:
             kept = [p for p in positions if p < T]  # a position past the rows run cannot reach them
             if not kept:
                 return x
             rows = torch.tensor(kept, device=x.device)
             part = x[:, rows]  # (B, P, ...)
-        a, stats = sae.features(part)  # (B, T or P, d_sae)
+            row = {p: i for i, p in enumerate(kept)}
+        cols = torch.tensor(features, device=x.device)
+        a, stats = sae.module.encode_features(sae.input(part), cols)  # (B, T or P, n_features)
         clamped = a.clone()
-        index = {p: i for i, p in enumerate(kept)} if rows is not None else None
         for c in clamps:
             if c.position is None:
-                target = clamped[..., c.feature]
-            elif index is not None and c.position in index:
-                target = clamped[:, index[c.position], c.feature]
-            elif index is None and c.position < T:
-                target = clamped[:, c.position, c.feature]
+                target = clamped[..., column[c.feature]]
+            elif row is None:
+                target = clamped[:, c.position, column[c.feature]] if c.position < T else None
             else:
+                target = clamped[:, row[c.position], column[c.feature]] if c.position in row else None
+            if target is None:
                 continue
             if c.kind == "set":
                 target.fill_(c.value)
             else:
                 target.mul_(c.value)
-        delta = sae.input.back(sae.module.decode_difference(clamped, a, stats), part)
+        delta = sae.input.back(sae.module.decode_difference(clamped, a, stats, cols), part)
         if rows is None:
             return x + delta
         out = x.clone()  # a new tensor, never an edit of x: other hooks may hold it

@@ -151,7 +151,8 @@ class Intervention:
         return "; ".join(parts)
 
     def first_changed_layer(self, other: Intervention) -> int:
-        """The first layer whose computation differs between `other` and this (n_layer if none)."""
+        """The first layer whose head mask computation differs between `other` and this (n_layer
+        if none); where clamps differ too, the session says from which layer (it holds their SAEs)."""
         L = self.mask.shape[0]
         for layer in range(L):
             if not np.array_equal(other.mask[layer], self.mask[layer]):

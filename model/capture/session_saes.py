@@ -47,6 +47,7 @@ class SaeAttachments:
         if sae is None:
             held = ", ".join(str(i) for i in sorted(self.saes)) or "none"
             raise ModelError(f"SAE {index} is not open (open: {held}); open an SAE first")
+        sae.follow(self.device)
         return sae
 
     def intervention_hooks(self, change: Intervention, start_layer: int = 0) -> list[tuple[str, object]]:
@@ -58,6 +59,8 @@ class SaeAttachments:
         if not change.clamps:
             return []
         check_clamps(change.clamps, self.saes)
+        for index in {c.sae for c in change.clamps}:
+            self.saes[index].follow(self.device)
         return clamp_hooks(change.clamps, self.saes, start_layer)
 
     def _clamps_start(self, change: Intervention, other: Intervention) -> int:

@@ -11,7 +11,7 @@ _ENTRY_POINTS = {
     "SparseAutoencoder": "transformer_viewer.model.sae.module",
     "LoadedSae": "transformer_viewer.model.sae.loading",
     "load_sae": "transformer_viewer.model.sae.loading",
-    "parse_sae_spec": "transformer_viewer.model.sae.loading",
+    "parse_sae_spec": "transformer_viewer.model.sae.sources",
     "read_feature_labels": "transformer_viewer.model.sae.labels",
 }
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from transformer_viewer.model.sae.hook_points import HookPointSpec, hook_point
+from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.sae.hook_points import HookPointSpec, hook_point, width
 from transformer_viewer.model.sae.loading import LoadedSae
 from transformer_viewer.model.sae.module import Stats
 from transformer_viewer.model.sae.processing import ActivationInput
@@ -19,9 +20,20 @@ class AttachedSae:
         self.config = loaded.config
         self.name = loaded.name
         self.spec: HookPointSpec = hook_point(loaded.config.hook, model.config)
+        need = width(self.spec, model.config)
+        if loaded.config.d_in != need:  # loaded for another model
+            raise ModelError(f"the SAE {loaded.name} reads {loaded.config.d_in:,}-wide activations, and {self.spec.name} "
+                             f"of this model is {need:,} wide; open it again for this model")
         device = next(model.parameters()).device
         self.module = loaded.module.to(device)
+        self._model = model
         self.input = ActivationInput(loaded.config.processing, self.spec, model)
+
+    def follow(self, device: torch.device) -> None:
+        """Keep the module on the model's device (the model may move after attaching)."""
+        if self.module.W_dec.device != device:
+            self.module.to(device)
+            self.input = ActivationInput(self.config.processing, self.spec, self._model)
 
     def features(self, x: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         """(..., d_sae) features of the hooked activation x, and what decoding needs."""

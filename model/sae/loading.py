@@ -4,7 +4,7 @@ against the model it will read before a weight is allocated.
 `spec` is an SAELens folder (`cfg.json` + `sae_weights.safetensors`, model/sae/saelens_config.py
 reads both layouts), its `cfg.json`, a Gemma Scope `params.npz` (weights only: the hook point is
 the user's, `PATH@blocks.12.hook_resid_post`), a folder holding one, or `REPO_ID/SUBFOLDER`
-found in the local Hugging Face cache (never downloaded). Every file is untrusted: cfg.json is
+found in the local Hugging Face cache, never downloaded (model/sae/sources.py finds it). Every file is untrusted: cfg.json is
 bounded JSON, the safetensors header and the npz member headers are checked against the config
 (names, shapes, dtypes) and the config against the model (hook point, width) and the memory
 budget, whose size is said before anything is read; the weights must be finite.
@@ -13,12 +13,11 @@ budget, whose size is said before anything is read; the weights must be finite.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 import torch
 
-from transformer_viewer.model.checkpoints.formats import hf_cache, safetensors_file
+from transformer_viewer.model.checkpoints.formats import safetensors_file
 from transformer_viewer.model.errors import ModelError, stop_if_cancelled
 from transformer_viewer.model.files import folder_files, regular_file, untrusted_json
 from transformer_viewer.model.files.file_errors import read_errors
@@ -26,13 +25,11 @@ from transformer_viewer.model.sae import npz_weights, processing, saelens_config
 from transformer_viewer.model.sae.config import SaeConfig, size_text
 from transformer_viewer.model.sae.hook_points import hook_point, our_name, width
 from transformer_viewer.model.sae.module import SparseAutoencoder
+from transformer_viewer.model.sae.sources import CFG, WEIGHTS, locate, parse_sae_spec
 
-CFG = "cfg.json"
-WEIGHTS = "sae_weights.safetensors"
-NPZ = "params.npz"
 MAX_CFG_BYTES = 1 << 20  # a cfg.json is a few KB
 DEFAULT_SAE_BUDGET = 8 << 30  # bytes of float32 weights one SAE may take
-_HOOK_SUFFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$")
+SAE_BUDGET_ENV = "TV_SAE_MEMORY_MB"  # MiB, to allow a wider SAE than the default
 
 
 @dataclass(frozen=True)
@@ -47,15 +44,6 @@ class LoadedSae:
     warnings: tuple[str, ...] = ()
 
 
-def parse_sae_spec(text: str) -> tuple[str, str | None]:
-    """`PATH@HOOK` -> (PATH, HOOK); a text without a hook part -> (text, None). The hook is what
-    follows the last `@` when that reads as a hook name (a path may hold `@` elsewhere)."""
-    path, at, hook = text.rpartition("@")
-    if at and path and _HOOK_SUFFIX.match(hook) and "." in hook:
-        return path, hook
-    return text, None
-
-
 def past_context(config: SaeConfig, n_tokens: int) -> str | None:
     """A warning when a prompt is longer than the contexts the SAE was trained on."""
     if config.context_size is not None and n_tokens > config.context_size:
@@ -64,17 +52,30 @@ def past_context(config: SaeConfig, n_tokens: int) -> str | None:
     return None
 
 
-def load_sae(spec: str, model_config, hook: str | None = None, memory_budget: int = DEFAULT_SAE_BUDGET,
+def sae_memory_budget() -> int:
+    """Bytes of float32 weights one SAE may take: $TV_SAE_MEMORY_MB, else DEFAULT_SAE_BUDGET."""
+    raw = os.environ.get(SAE_BUDGET_ENV, "").strip()
+    if not raw:
+        return DEFAULT_SAE_BUDGET
+    if not (raw.isascii() and raw.isdigit() and 0 < int(raw) < 1 << 40):
+        raise ModelError(f"{SAE_BUDGET_ENV}={raw[:20]!r} is not a whole number of MiB; set it to one (e.g. 16384) or "
+                         "unset it")
+    return int(raw) << 20
+
+
+def load_sae(spec: str, model_config, hook: str | None = None, memory_budget: int | None = None,
              model_name: str | None = None, norm_scaling_factor: float | None = None, progress=None,
              is_cancelled=None) -> LoadedSae:
     """The SAE `spec` names (`PATH[@HOOK]`, see the module's docstring), for a model of
     `model_config` (called `model_name`, for the warning when the SAE names another). `hook`
-    overrides the spec's; `norm_scaling_factor` is the constant of an expected_average_only_in
+    overrides the spec's; `memory_budget` bounds its float32 weights (None: `sae_memory_budget()`);
+    `norm_scaling_factor` is the constant of an expected_average_only_in
     SAE, which its cfg.json does not hold. `progress(done, total, text)` hears the size before
     the weights are read and each tensor read; once `is_cancelled()` is true the load stops at
     the next tensor with `Cancelled`."""
     path, spec_hook = parse_sae_spec(spec)
     hook = hook or spec_hook
+    memory_budget = sae_memory_budget() if memory_budget is None else memory_budget
     where, kind, root = locate(path)
     watch = _Watch(path, progress, is_cancelled)
     if kind == "npz":
@@ -100,56 +101,6 @@ class _Watch:
         stop_if_cancelled(self.is_cancelled)
         if self.progress is not None:
             self.progress(done, self.total, f"reading the SAE {self.name}…")
-
-
-def locate(path: str, root: str | None = None) -> tuple[str, str, str]:
-    """(file or folder, "saelens"|"npz", the folder its files must lie in) for a path or a
-    cached repository's subfolder (whose files may link into that repository's blobs/)."""
-    if os.path.lexists(path):
-        if os.path.isdir(path):
-            if os.path.lexists(os.path.join(path, CFG)):
-                return path, "saelens", root or path
-            if os.path.lexists(os.path.join(path, NPZ)):
-                return folder_files.check_inside(root or path, os.path.join(path, NPZ)), "npz", root or path
-            raise ModelError(f"{path}: neither an SAELens folder ({CFG} and {WEIGHTS}) nor one holding {NPZ}; "
-                             "give the SAE's folder")
-        base = os.path.basename(path)
-        if base.endswith(".npz"):
-            return path, "npz", root or os.path.dirname(path) or "."
-        if base in (CFG, WEIGHTS):
-            folder = os.path.dirname(path) or "."
-            return folder, "saelens", root or folder
-        raise ModelError(f"{path}: not an SAE file: give an SAELens folder, its {CFG}, or a {NPZ}")
-    cached = find_cached(path)
-    if cached is None:
-        raise ModelError(f"{path}: no such file or folder, and no such REPO_ID/SUBFOLDER in the Hugging Face cache "
-                         f"({' or '.join(hf_cache.hub_dirs()[:2])}); transformer-viewer never downloads: fetch it once "
-                         "(e.g. `hf download REPO_ID --include 'SUBFOLDER/*'`) or give a path")
-    return locate(*cached)
-
-
-def find_cached(spec: str) -> tuple[str, str] | None:
-    """(the cached subfolder or file, its snapshot) of `org/repo/sub/folder`, or None (never a
-    download)."""
-    parts = spec.strip("/").split("/")
-    if len(parts) < 3 or any(p in ("", ".", "..") for p in parts) or not hf_cache.looks_like_name("/".join(parts[:2])):
-        return None
-    repo, sub = "--".join(parts[:2]), os.path.join(*parts[2:])
-    for hub in hf_cache.hub_dirs():
-        snapshots = os.path.join(hub, "models--" + repo, "snapshots")
-        ref = untrusted_json.read_small_text(os.path.join(hub, "models--" + repo, "refs", "main"))
-        try:
-            revisions = sorted(os.listdir(snapshots), key=lambda r: (r != ref, r))
-        except OSError:
-            continue
-        for rev in revisions:
-            if os.sep in rev or rev in (".", ".."):
-                continue
-            snapshot = os.path.join(snapshots, rev)
-            candidate = os.path.join(snapshot, sub)
-            if os.path.isdir(candidate) or os.path.isfile(candidate):
-                return folder_files.check_inside(snapshot, candidate), snapshot
-    return None
 
 
 # -- SAELens folders ----------------------------------------------------------------------------
@@ -283,7 +234,7 @@ def _check_fit(config: SaeConfig, point, model_config, where: str, budget: int) 
     if config.n_bytes > budget:
         raise ModelError(f"{where}: {config.d_sae:,} features on a {config.d_in:,}-wide layer need "
                          f"{size_text(config.n_bytes)} in float32, more than the {size_text(budget)} allowed; "
-                         "raise the memory budget or use a narrower SAE")
+                         f"use a narrower SAE, or raise {SAE_BUDGET_ENV}")
 
 
 def _module(config: SaeConfig, tensors: dict[str, torch.Tensor], path: str) -> SparseAutoencoder:

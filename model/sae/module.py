@@ -135,29 +135,45 @@ class SparseAutoencoder(nn.Module):
         return values, ids
 
     # -- decode ---------------------------------------------------------------------------
-    def _to_input_space(self, a: torch.Tensor) -> torch.Tensor:
+    def _to_input_space(self, a: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        w = self.W_dec if features is None else self.W_dec[features]  # (d_sae or n, d_in)
         if self.config.rescale_acts_by_decoder_norm:
-            a = a / self.W_dec.norm(dim=-1)
-        return a @ self.W_dec  # (..., d_in)
+            a = a / w.norm(dim=-1)
+        return a @ w  # (..., d_in)
 
     def decode(self, a: torch.Tensor, stats: Stats = NO_STATS) -> torch.Tensor:
         """(..., d_sae) -> (..., d_in): the reconstruction, in the input's units when `stats` are
         those `encode_with_stats` returned (without them, in the SAE's normalised units)."""
         return self.denormalize(self._to_input_space(a.float()) + self.b_dec, stats)
 
-    def decode_difference(self, a_new: torch.Tensor, a_old: torch.Tensor, stats: Stats = NO_STATS) -> torch.Tensor:
+    def decode_difference(self, a_new: torch.Tensor, a_old: torch.Tensor, stats: Stats = NO_STATS,
+                          features: torch.Tensor | None = None) -> torch.Tensor:
         """decode(a_new) - decode(a_old), computed as the decoder applied to a_new - a_old: exactly
-        zero in every row where the two agree, so an unclamped token is left bit for bit. Only the
-        features that differ somewhere are multiplied (a clamp of one feature: (..., 1) @ (1, d_in),
-        not the whole decoder)."""
-        diff = a_new.float() - a_old.float()  # (..., d_sae)
-        changed = diff.reshape(-1, diff.shape[-1]).ne(0).any(dim=0).nonzero().flatten()  # (n,) feature ids
-        part = diff[..., changed]  # (..., n)
-        if self.config.rescale_acts_by_decoder_norm:
-            part = part / self.W_dec[changed].norm(dim=-1)
-        return self.denormalize(part @ self.W_dec[changed], stats, shift=False)  # (..., d_in)
+        zero in every row where the two agree, so an unclamped token is left bit for bit. With
+        `features`, the activations are of those features alone (the others agree)."""
+        return self.denormalize(self._to_input_space(a_new.float() - a_old.float(), features), stats, shift=False)
 
     def decoder_norms(self) -> torch.Tensor:
         """(d_sae,) each feature's decoder row norm, in the SAE's units."""
         norms = self.W_dec.norm(dim=-1)
         return torch.ones_like(norms) if self.config.rescale_acts_by_decoder_norm else norms
+
+    # -- a few features ---------------------------------------------------------------------
+    def encode_features(self, x: torch.Tensor, features: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+        """(..., len(features)) the activations of `features` alone (a clamp needs no others):
+        from their encoder columns alone where a feature's activation depends on nothing else
+        (standard, jumprelu, gated); a TopK SAE ranks every feature first."""
+        if self.config.architecture == "topk":
+            a, stats = self.encode_with_stats(x)
+            return a[..., features], stats
+        x, stats = self.normalize(x.float())
+        if self.config.apply_b_dec_to_input:
+            x = x - self.b_dec
+        w = self.W_enc[:, features]  # (d_in, n)
+        if self.config.architecture == "gated":
+            active = (x @ w + self.b_gate[features]) > 0
+            return torch.relu(x @ (w * self.r_mag[features].exp()) + self.b_mag[features]) * active, stats
+        pre = x @ w + self.b_enc[features]
+        if self.config.architecture == "jumprelu":
+            return torch.relu(pre) * (pre > self.threshold[features]), stats
+        return torch.relu(pre), stats

@@ -100,7 +100,8 @@ def read(raw: dict, where: str) -> SaeLensConfig:
         raise ModelError(f"{where}: an SAE of one head's activations (hook_head_index {str(head)[:10]}) is not "
                          "supported; use an SAE of the whole hook point")
     if get("reshape_activations", "none") not in ("none", "hook_z", None):
-        raise ModelError(f"{where}: reshape_activations {str(get('reshape_activations'))[:20]!r} is not supported")
+        raise ModelError(f"{where}: reshape_activations {str(get('reshape_activations'))[:20]!r} is not supported (none "
+                         f"or hook_z); {FIX}")
     hook_name = get("hook_name")
     if hook_name is not None and not (isinstance(hook_name, str) and 0 < len(hook_name) <= 200):
         raise ModelError(f"{where}: hook_name is not a hook point's name; {FIX}")

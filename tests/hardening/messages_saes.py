@@ -98,6 +98,16 @@ def logit_effect_after_a_norm(ctx):
     return raised(lambda: feature_logit_effect(s, index, 0))
 
 
+def attached_to_another_model(ctx):
+    from tests.helpers.models import TINY as WIDER
+    from transformer_viewer.model.sae.loading import load_sae
+
+    folder = write_saelens(ctx.tmp / "wide", saelens_cfg("standard", 32, 24, "blocks.1.hook_resid_post"),
+                           random_weights("standard", 32, 24))
+    s = ctx.session()
+    return raised(lambda: s.attach_sae(load_sae(folder, WIDER)))
+
+
 def bad_factor(ctx):
     from transformer_viewer.model.sae.loading import load_sae
 
@@ -112,6 +122,13 @@ def missing(ctx):
 
     ctx.mp.setenv("HF_HUB_CACHE", str(ctx.tmp / "hub"))
     return raised(lambda: load_sae("org/repo/layer_3", TINY))
+
+
+def budget_env(ctx):
+    from transformer_viewer.model.sae.loading import load_sae
+
+    ctx.mp.setenv("TV_SAE_MEMORY_MB", "lots")
+    return raised(lambda: load_sae("anything", TINY))
 
 
 def labels(text, name="labels.csv", d_sae=24):
@@ -137,6 +154,9 @@ def cli(*argv):
 
 CASES = [Case(f"sae file: {name}", hostile(name), expect) for name, expect in corpus_saes.entries()] + [
     Case("sae: the normalisation factor given is no positive number", bad_factor, "must be a positive number"),
+    Case("sae: attached to a model it was not opened for", attached_to_another_model,
+         "reads 32-wide activations, and blocks.1.hook_resid_post of this model is 16 wide"),
+    Case("sae: a memory budget that is no number", budget_env, "TV_SAE_MEMORY_MB='lots' is not a whole number"),
     Case("sae: neither a file nor a cached SAE", missing, "no such file or folder, and no such REPO_ID/SUBFOLDER"),
     Case("clamp: an SAE that is not open", clamp_run(3, 1, "set", 1.0), "names SAE 3, which is not open"),
     Case("clamp: a feature past the SAE's width", clamp_run(0, 24, "set", 1.0), "SAE 0 has features 0..23"),

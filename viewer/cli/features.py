@@ -65,8 +65,6 @@ def run(args) -> int:
         top = min(args.top, sae.config.d_sae)
         found = token_features(session, index, top=top, intervention=intervention, skip_bos=not args.bos)
         refuse_non_finite(f"SAE {index}'s feature activations", found.acts.ravel().tolist())
-        if found.warning:
-            print(f"note: SAE {index} ({sae.name}): {found.warning}", file=sys.stderr)
         results.append(found)
     if args.out is not None:
         write_features(args.out, results, session.tokens.labels)

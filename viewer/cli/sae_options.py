@@ -61,16 +61,17 @@ def check_sae_syntax(args) -> None:
 
 
 def attach_saes(args, session) -> list:
-    """Load each --sae for the session's model and attach it (index = its order); the notes
-    each SAE brings are printed to stderr."""
-    from transformer_viewer.model.sae.loading import load_sae
+    """Load each --sae for the session's model (holding the prompt) and attach it (index = its
+    order); the notes each SAE brings, and a prompt past its training context, go to stderr."""
+    from transformer_viewer.model.sae.loading import load_sae, past_context
 
     loaded = []
     for spec in args.sae:
         sae = load_sae(spec, session.config, model_name=session.loaded.name)
         index = session.attach_sae(sae)
         assert index == len(loaded)  # a fresh session numbers its SAEs from 0
-        for note in sae.warnings:
+        context = past_context(sae.config, len(session.tokens.ids))
+        for note in (*sae.warnings, *([context] if context else [])):
             print(f"note: SAE {index} ({sae.name}): {note}", file=sys.stderr)
         loaded.append(sae)
     return loaded

@@ -9,11 +9,11 @@ import torch
 
 from tests.helpers.models import TINY, scaled_init_loaded
 from tests.helpers.saes import random_weights, saelens_cfg, write_saelens
-from tests.helpers.tolerances import assert_probs_close, largest_logit, model_reduction
+from tests.helpers.tolerances import assert_float32_close, assert_probs_close, largest_logit, model_reduction
 from transformer_viewer.model.analysis.generate import generate
 from transformer_viewer.model.capture.interventions import FeatureClamp, Intervention, head_mask_hooks
 from transformer_viewer.model.capture.session import Session
-from transformer_viewer.model.decoder.hooks import hooks
+from transformer_viewer.model.decoder.hooks import hooks, run_with_cache
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.sae.loading import load_sae
 
@@ -143,3 +143,36 @@ def test_clamps_are_checked_once_and_against_the_open_saes(tmp_path):
         s.predict(Intervention.make(TINY, clamps=(FeatureClamp(index, 1, "set", 1.0),)))
     assert Intervention.make(TINY, clamps=(FeatureClamp(np.int64(0), 1, "set", 1),)) == \
         Intervention.make(TINY, clamps=(FeatureClamp(0, 1, "set", 1.0),))
+
+
+def test_recomputed_mlp_activations_and_residuals_keep_the_clamp(tmp_path):
+    from transformer_viewer.model.capture.on_demand import mlp_activations
+
+    s = _session()
+    loaded, w = _sae(tmp_path, "blocks.0.hook_resid_post")
+    index = s.attach_sae(loaded)
+    clamps = (FeatureClamp(index, 2, "set", 6.0),)
+    trace = s.run(Intervention.make(TINY, clamps=clamps))
+    with hooks(s.model, [("blocks.0.hook_resid_post", _hand_hook(w, clamps))]), torch.no_grad():
+        _, cache = run_with_cache(
+            s.model, torch.tensor([s.tokens.ids]), ["blocks.1.mlp.hook_post", "blocks.1.hook_resid_pre"])
+    scale = float(cache["blocks.1.mlp.hook_post"].abs().max())
+    assert_float32_close(mlp_activations(s, trace, 1), cache["blocks.1.mlp.hook_post"][0], reduction=model_reduction(TINY),
+                         depth=2, scale=scale, what="layer 1's MLP under the clamp")
+    s.run(None)
+    s._runs.clear()  # the clamped run evicted: its residual stream is recomputed under the clamp
+    assert_float32_close(s.resid_pre(trace, 1)[0], cache["blocks.1.hook_resid_pre"][0],
+                         reduction=model_reduction(TINY), depth=2, what="resid_pre of layer 1 recomputed")
+
+
+def test_a_run_after_detaching_a_clamped_sae_starts_over(tmp_path):
+    s, fresh = _session(), _session()
+    for session in (s, fresh):
+        session.attach_sae(_sae(tmp_path, "blocks.0.hook_resid_post")[0])
+        session.attach_sae(_sae(tmp_path, "blocks.1.hook_resid_post", seed=1)[0])
+        session.run(None)
+    s.run(Intervention.make(TINY, clamps=(FeatureClamp(0, 4, "set", 9.0),)))  # shapes every later layer
+    s.detach_sae(0)
+    fresh.detach_sae(0)
+    late = Intervention.make(TINY, clamps=(FeatureClamp(1, 2, "set", 3.0),))
+    assert np.array_equal(s.run(late).next.probs, fresh.run(late).next.probs)

@@ -99,3 +99,21 @@ def test_labels_from_csv_and_a_neuronpedia_export(tmp_path):
     json_path = tmp_path / "explanations.json"
     json_path.write_text(json.dumps(export))
     assert read_feature_labels(str(json_path), 16) == {5: "numbers", 9: "code"}
+
+
+def test_an_sae_of_a_hugging_face_model_names_its_layer_and_needs_no_processing(tmp_path):
+    cfg = saelens_cfg("standard", 32, 16, "model.layers.1", model_class_name="AutoModelForCausalLM",
+                      model_from_pretrained_kwargs={"torch_dtype": "float32"})
+    cfg["metadata"]["model_class_name"] = cfg.pop("model_class_name")
+    loaded = load_sae(write_saelens(tmp_path / "hf", cfg, random_weights("standard", 32, 16)), TINY)
+    assert loaded.config.hook == "blocks.1.hook_resid_post" and loaded.config.processing == ()
+    assert not loaded.warnings
+
+
+def test_hook_z_and_mlp_neuron_saes_read_their_widths(tmp_path):
+    z = load_sae(write_saelens(tmp_path / "z", saelens_cfg("standard", 32, 16, "blocks.0.attn.hook_z"),
+                               random_weights("standard", 32, 16)), TINY)
+    assert z.config.processing == ()  # nothing asked of TransformerLens: hook_z as computed
+    with pytest.raises(ModelError, match=r"mlp.hook_post of this model is 128 wide"):
+        load_sae(write_saelens(tmp_path / "n", saelens_cfg("standard", 32, 16, "blocks.0.mlp.hook_post"),
+                               random_weights("standard", 32, 16)), TINY)

@@ -126,3 +126,26 @@ def test_decode_difference_is_exactly_zero_where_nothing_changed(tmp_path):
     assert torch.count_nonzero(delta[torch.arange(len(a)) != 3]) == 0
     want = loaded.module.decode(changed, stats) - loaded.module.decode(a, stats)
     np.testing.assert_allclose(delta.numpy(), want.numpy(), atol=TOL, rtol=TOL)
+
+
+@pytest.mark.parametrize("arch", ["standard", "jumprelu", "topk", "gated"])
+def test_a_few_features_alone_equal_their_columns_of_the_whole_encode(tmp_path, arch):
+    w = random_weights(arch, D_IN, D_SAE, seed=9)
+    loaded = load_sae(write_saelens(tmp_path / "sae", saelens_cfg(arch, D_IN, D_SAE, HOOK, k=K), w), TINY)
+    x = torch.from_numpy(_x())
+    features = torch.tensor([0, 17, 40, 95])
+    some, _ = loaded.module.encode_features(x, features)
+    whole = loaded.module.encode(x)[:, features]
+    np.testing.assert_allclose(some.numpy(), whole.numpy(), atol=TOL, rtol=TOL)
+
+
+@pytest.mark.parametrize("arch, top", [("standard", 5), ("topk", 3), ("topk", 10), ("gated", 4)])
+def test_top_features_are_the_largest_activations(tmp_path, arch, top):
+    w = random_weights(arch, D_IN, D_SAE, seed=10)
+    loaded = load_sae(write_saelens(tmp_path / "sae", saelens_cfg(arch, D_IN, D_SAE, HOOK, k=K), w), TINY)
+    a, _ = reference(w, arch, _x(), k=K)
+    values, ids = loaded.module.top_features(torch.from_numpy(_x()), top)
+    want = -np.sort(-a, axis=-1)[:, :top]
+    np.testing.assert_allclose(values.numpy(), want, atol=TOL, rtol=TOL)
+    firing = values.numpy() > 0
+    np.testing.assert_allclose(np.take_along_axis(a, ids.numpy(), -1)[firing], want[firing], atol=TOL, rtol=TOL)
