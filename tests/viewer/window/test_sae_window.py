@@ -1,8 +1,9 @@
-"""Sparse autoencoders in the window: File > Open SAE attaches one (its info line shown), the
-features panel lists the selected token's top features as model/sae computes them, a clamp
-changes the next-token panel's prediction as the model does under it and removing it restores
-the prediction exactly, a hostile SAE file is one line with the window unchanged, and `--sae`
-on the command line attaches an SAE to the window's model."""
+"""Sparse autoencoders in the window: File > Open SAE attaches one (its info line shown; a
+params.npz at the hook point asked for; several at once, each on its hook), the features panel
+lists the selected token's top features as model/sae computes them, a hostile SAE file is one
+line with the window unchanged, a cancelled load attaches nothing, `--sae` on the command line
+attaches an SAE to the window's model, a new model lets the old SAEs and clamps go, and the
+bundled model opens with its own SAE."""
 
 from __future__ import annotations
 
@@ -11,48 +12,11 @@ import os
 import numpy as np
 import pytest
 
+from tests.helpers.sae_window import D_SAE, HOOK, close, opened, reference
 from tests.helpers.saes import random_weights, saelens_cfg, write_saelens
-from tests.helpers.tolerances import assert_float32_close, assert_probs_close, largest_logit, model_reduction
+from tests.helpers.tolerances import assert_probs_close, largest_logit, model_reduction
 from tests.helpers.window import PROMPT, TINY, new_window, reference_session, wait_idle
 from transformer_viewer.viewer.worker.sae import FEATURES_TOP
-
-HOOK = "blocks.0.hook_resid_post"
-D_SAE = 64
-
-
-@pytest.fixture(scope="module")
-def sae_folder(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("sae") / "tiny_sae"
-    weights = random_weights("standard", TINY["n_embd"], D_SAE, seed=3)
-    weights["W_enc"] *= 4.0  # most tokens fire several features
-    return write_saelens(folder, saelens_cfg("standard", TINY["n_embd"], D_SAE, HOOK), weights)
-
-
-def opened(qtbot, window, folder: str):
-    """Open `folder` as an SAE through the window and wait for it to be attached."""
-    n = len(window.state.saes.attached)
-    assert window.sae_menu.open(folder) is not None
-    wait_idle(qtbot, window, lambda: len(window.state.saes.attached) == n + 1 or window.last_error)
-    assert window.last_error is None
-    return window.state.saes.attached[-1]
-
-
-def reference(ckpt: str, folder: str):
-    """A plain session on the prompt with the same SAE attached (index 0)."""
-    from transformer_viewer.model.sae.loading import load_sae
-
-    session = reference_session(ckpt)
-    assert session.attach_sae(load_sae(folder, session.config)) == 0
-    return session
-
-
-def close(actual, expected, what: str) -> None:
-    """The window's worker (its weights packed for oneDNN's GEMM) against a plain session: the
-    float32 rule through the tiny model's layers and the SAE."""
-    from transformer_viewer.model.decoder.config import GPTConfig
-
-    assert_float32_close(actual, expected, reduction=max(model_reduction(GPTConfig(**TINY)), D_SAE),
-                         depth=TINY["n_layer"] + 1, what=what)
 
 
 def test_an_opened_sae_shows_its_info_line_and_the_tokens_top_features(qtbot, tmp_path, tiny_ckpt, sae_folder):
@@ -83,50 +47,6 @@ def test_an_opened_sae_shows_its_info_line_and_the_tokens_top_features(qtbot, tm
         w.close()
 
 
-def test_a_clamp_changes_the_prediction_and_removing_it_restores_it(qtbot, tmp_path, tiny_ckpt, sae_folder):
-    from transformer_viewer.model.capture.interventions import Intervention
-
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        opened(qtbot, w, sae_folder)
-        panel, st = w.views["token-features"], w.state
-        wait_idle(qtbot, w, lambda: panel.result is not None)
-        before = w.logits.rows()
-        before_probs = st.trace.next.probs.copy()
-        feature = panel.rows()[0][0]
-        panel.table.selectRow(0)  # a click on the panel's first feature selects it
-        assert st.saes.feature == feature
-        panel.clamp_controls.set_choice("set", 40.0)
-        clamp = panel.clamp_controls.clamp()
-        wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,))
-        assert panel.clamp_list.list.count() == 1 and f"#{feature}" in panel.clamp_list.list.item(0).text()
-        assert "1 feature clamped" in w.logits.summary.text()
-        from transformer_viewer.viewer.figure import view_title
-
-        assert view_title(st, "Attention").endswith(f"\u2014 clamp 0:{feature}=40")  # exported figures say so
-        after = st.trace.next.probs
-        assert not np.array_equal(after, before_probs)
-        # What the panel shows is the model's own prediction under that clamp.
-        ref = reference(tiny_ckpt, sae_folder)
-        expected = ref.predict(Intervention.make(ref.config, None, "zero", clamps=(clamp,)), None, None, 10)
-        assert_probs_close(after, expected.probs, logit_scale=largest_logit(ref.model, ref.tokens.ids),
-                           reduction=max(model_reduction(ref.config), D_SAE), depth=TINY["n_layer"] + 1,
-                           what="the clamped prediction")
-        # A head mask joins the clamp; removing the clamp keeps the mask.
-        st.toggle_head(1, 2)
-        wait_idle(qtbot, w, lambda: st.trace.intervention.n_masked == 1)
-        assert st.trace.intervention.clamps == (clamp,)
-        panel.clamp_list.remove_selected()
-        wait_idle(qtbot, w, lambda: not st.trace.intervention.clamps)
-        assert st.trace.intervention.n_masked == 1
-        st.toggle_head(1, 2)
-        wait_idle(qtbot, w, lambda: st.trace.intervention.is_empty)
-        assert w.logits.rows() == before
-        np.testing.assert_array_equal(st.trace.next.probs, before_probs)
-    finally:
-        w.close()
-
-
 def test_a_hostile_sae_file_is_one_line_and_the_window_unchanged(qtbot, tmp_path, tiny_ckpt, sae_folder):
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     try:
@@ -145,61 +65,6 @@ def test_a_hostile_sae_file_is_one_line_and_the_window_unchanged(qtbot, tmp_path
             assert len(w.last_error.splitlines()) == 1 and "Traceback" not in w.last_error
             assert w.state.saes.attached == (kept,) and w.state.saes.sae == kept.index
             assert w.state.trace is trace and w.state.intervention == intervention
-    finally:
-        w.close()
-
-
-def test_feature_labels_name_the_listed_features(qtbot, tmp_path, tiny_ckpt, sae_folder):
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        opened(qtbot, w, sae_folder)
-        panel = w.views["token-features"]
-        wait_idle(qtbot, w, lambda: panel.result is not None)
-        rows = panel.rows()
-        labels = tmp_path / "labels.csv"
-        labels.write_text("id,label\n" + "".join(f"{f},feature-{f}-says\n" for f, _a in rows))
-        w.sae_menu.open_labels(str(labels))
-        wait_idle(qtbot, w, lambda: w.state.saes.has_labels(0))
-        assert [panel.table.item(r, 2).text() for r in range(len(rows))] == [f"feature-{f}-says" for f, _a in rows]
-    finally:
-        w.close()
-
-
-def test_the_feature_view_draws_the_selected_features_row_effect_and_overview(qtbot, tmp_path, tiny_ckpt,
-                                                                               sae_folder):
-    from transformer_viewer.model.analysis.sae_features import feature_logit_effect, feature_row, sae_overview
-
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        opened(qtbot, w, sae_folder)
-        panel, st = w.views["token-features"], w.state
-        wait_idle(qtbot, w, lambda: panel.result is not None)
-        feature = panel.rows()[0][0]
-        st.saes.set_feature(feature)
-        view = w.views["features"]
-        w.show_view("features")
-        wait_idle(qtbot, w, lambda: view.result is not None and view.overview is not None)
-        ref = reference(tiny_ckpt, sae_folder)
-        row = feature_row(ref, 0, feature)
-        close(view.result.row, row, "the feature's row")
-        np.testing.assert_array_equal(st.token_overlay[0], np.maximum(view.shown_row(), 0))
-        assert f"feature {feature}" in st.token_overlay[1]
-        effect = feature_logit_effect(ref, 0, feature, top=10)
-        promoted, suppressed = view.effect_rows()
-        tok = st.tokenizer()
-        assert promoted == [tok.label(int(i)) for i in effect.promoted_ids]
-        assert suppressed == [tok.label(int(i)) for i in effect.suppressed_ids]
-        assert "frozen" in view.effect_note.text() and "approximation" in view.effect_note.text()
-        overview = sae_overview(ref, 0)
-        np.testing.assert_array_equal(view.overview.l0, overview.l0)
-        assert f"{float(overview.fvu):.3f}" in view.overview_text.text()
-        other = (feature + 1) % D_SAE
-        view.feature_box.setValue(other)  # a feature typed by its id
-        wait_idle(qtbot, w, lambda: view.result.feature == other)
-        assert st.saes.feature == other
-        close(view.result.row, feature_row(ref, 0, other), "the typed feature's row")
-        w.show_view("attention")  # behind another tab: it colours the tokens no more
-        assert st.token_overlay is None
     finally:
         w.close()
 
@@ -323,28 +188,6 @@ def test_attached_saes_and_clamps_move_to_the_gpu_with_the_model(qtbot, tmp_path
         w.close()
 
 
-def test_the_bos_token_is_left_out_until_asked_for(qtbot, tmp_path, tiny_ckpt, sae_folder):
-    from transformer_viewer.model.analysis.sae_features import token_features
-
-    prompt = "<|endoftext|>" + PROMPT  # GPT-2's special token first: the BOS position
-    w = new_window(qtbot, tmp_path, tiny_ckpt, prompt=prompt)
-    try:
-        opened(qtbot, w, sae_folder)
-        panel, st = w.views["token-features"], w.state
-        st.set_selection(query=0)
-        wait_idle(qtbot, w, lambda: panel.result is not None and st.query_index == 0)
-        assert st.trace.special[0] and panel.rows() == [] and "BOS token, left out" in panel.header.text()
-        panel.bos_box.setChecked(True)
-        wait_idle(qtbot, w, lambda: panel.result is not None and not panel.result.bos_left_out)
-        ref = reference(tiny_ckpt, sae_folder)
-        ref.set_prompt(prompt)
-        want = token_features(ref, 0, top=FEATURES_TOP, skip_bos=False)
-        assert [f for f, _a in panel.rows()] == [int(i) for i, a in zip(want.ids[0], want.acts[0], strict=True) if a > 0]
-        assert panel.rows()
-    finally:
-        w.close()
-
-
 def test_a_cancelled_sae_load_attaches_nothing(qtbot, tmp_path, tiny_ckpt, sae_folder):
     w = new_window(qtbot, tmp_path, tiny_ckpt)
     try:
@@ -420,70 +263,5 @@ def test_two_saes_at_once_each_on_its_hook(qtbot, tmp_path, tiny_ckpt, sae_folde
                 zip(want.ids[q], want.acts[q], strict=True), key=lambda p: -p[1]) if a > 0]
         assert w.state.saes.attached[-1].architecture == "topk"
         assert 0 < len(panel.rows()) <= 6  # the TopK SAE, shown last, fires at most k features
-    finally:
-        w.close()
-
-
-def test_a_closed_features_panel_asks_when_shown_again(qtbot, tmp_path, tiny_ckpt, sae_folder):
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        opened(qtbot, w, sae_folder)
-        panel, dock = w.views["token-features"], w.docks["token-features"]
-        wait_idle(qtbot, w, lambda: panel.result is not None)
-        dock.hide()
-        w.state.set_prompt(PROMPT + " sat")
-        wait_idle(qtbot, w, lambda: w.state.trace.text == PROMPT + " sat")
-        assert panel.key() != panel._key and panel._pending is None  # nothing asked while closed
-        dock.show()
-        wait_idle(qtbot, w, lambda: panel.key() == panel._key)
-        assert panel.result.ids.shape[0] == w.state.trace.n_tokens
-    finally:
-        w.close()
-
-
-def test_continue_generates_with_the_clamps(qtbot, tmp_path, tiny_ckpt, sae_folder):
-    """Steering: Continue runs under the state's Intervention, clamps included."""
-    from transformer_viewer.model.analysis.generate import generate
-    from transformer_viewer.model.capture.interventions import Intervention
-
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        opened(qtbot, w, sae_folder)
-        panel, st, control = w.views["token-features"], w.state, w.views["continue"]
-        wait_idle(qtbot, w, lambda: panel.result is not None)
-        st.saes.set_feature(panel.rows()[0][0])
-        panel.clamp_controls.set_choice("set", 300.0)
-        clamp = panel.clamp_controls.clamp()
-        wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,))
-        control.n_spin.setValue(5)
-        control.start()
-        wait_idle(qtbot, w, lambda: not control.running and st.prompt != PROMPT)
-        ref = reference(tiny_ckpt, sae_folder)
-        steered = generate(ref, 5, intervention=Intervention.make(ref.config, None, "zero", clamps=(clamp,)))
-        assert st.prompt == PROMPT + steered.new_text
-        assert steered.new_text != generate(ref, 5).new_text  # the clamp steers the continuation
-        assert "with the clamps" in control.info.text()
-    finally:
-        w.close()
-
-
-def test_a_clamp_at_the_selected_token_only(qtbot, tmp_path, tiny_ckpt, sae_folder):
-    from transformer_viewer.model.capture.interventions import Intervention
-
-    w = new_window(qtbot, tmp_path, tiny_ckpt)
-    try:
-        opened(qtbot, w, sae_folder)
-        panel, st = w.views["token-features"], w.state
-        st.set_selection(query=2)
-        wait_idle(qtbot, w, lambda: panel.result is not None and st.query_index == 2)
-        st.saes.set_feature(panel.rows()[0][0])
-        panel.clamp_controls.set_choice("zero", here=True)
-        clamp = panel.clamp_controls.clamp()
-        assert (clamp.kind, clamp.value, clamp.position) == ("set", 0.0, 2)
-        wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,))
-        assert f"zeroed at 2 {st.trace.labels[2]!r}" in panel.clamp_list.list.item(0).text()
-        ref = reference(tiny_ckpt, sae_folder)
-        want = ref.predict(Intervention.make(ref.config, None, "zero", clamps=(clamp,)), None, 2, 10)
-        assert list(st.trace.next.top_ids) == list(want.top_ids)
     finally:
         w.close()
