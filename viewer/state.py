@@ -21,6 +21,10 @@ Signals (each emitted only when the value really changed):
 - `patching_changed()`: `patching` (the corrupted prompt, the metric, the direction, what is
   patched: viewer/patch_setup.py) or `corrupted_tokens` changed.
 
+`saes` (viewer/sae_state.py) holds the attached sparse autoencoders and the selected feature; a
+feature clamp is part of `intervention` like the head mask (`set_clamps`), and emits
+`mask_changed` as a head toggle does: every run under it is asked for the same way.
+
 `query` is None for "the last token"; `query_index` resolves it against the current trace.
 """
 
@@ -31,6 +35,7 @@ from PySide6.QtCore import QObject, Signal
 
 from transformer_viewer.model.capture.interventions import Intervention
 from transformer_viewer.viewer.patch_setup import PatchSetup, differing
+from transformer_viewer.viewer.sae_state import SaeState
 from transformer_viewer.viewer.worker.requests import ModelInfo
 
 __all__ = ["ModelInfo", "ViewerState"]
@@ -65,6 +70,7 @@ class ViewerState(QObject):
         self.token_overlay: tuple[np.ndarray, str, object] | None = None
         self.patching = PatchSetup()  # the activation-patching experiment the patching view runs
         self.corrupted_tokens = None  # Tokenized of the corrupted prompt, for the strips and their diff
+        self.saes = SaeState(self)  # the attached SAEs, the selected feature, their labels
 
     # -- derived --------------------------------------------------------------------------
     @property
@@ -75,6 +81,11 @@ class ViewerState(QObject):
     @property
     def ablation(self) -> str:
         return self.intervention.ablation
+
+    @property
+    def clamps(self) -> tuple:
+        """The feature clamps (FeatureClamp values) the runs apply, read-only: see set_clamps."""
+        return self.intervention.clamps
 
     @property
     def n_layer(self) -> int:
@@ -190,8 +201,9 @@ class ViewerState(QObject):
         self.selection_changed.emit()
 
     def set_mask(self, mask) -> None:
-        """Mask these heads (L, nh); a mask of another shape is refused (ModelError)."""
-        self.set_intervention(Intervention.make(self, mask, self.ablation))
+        """Mask these heads (L, nh); a mask of another shape is refused (ModelError). The
+        feature clamps stay."""
+        self.set_intervention(self._made(mask, self.ablation, self.clamps))
 
     def toggle_head(self, layer: int, head: int) -> None:
         mask = self.mask.copy()
@@ -200,7 +212,19 @@ class ViewerState(QObject):
 
     def set_ablation(self, ablation: str) -> None:
         """Ablate masked heads this way (one of interventions.ABLATIONS; others: ModelError)."""
-        self.set_intervention(Intervention.make(self, self.mask, ablation))
+        self.set_intervention(self._made(self.mask, ablation, self.clamps))
+
+    def set_clamps(self, clamps) -> None:
+        """Clamp these SAE features (FeatureClamp values, model/sae/); the head mask stays."""
+        self.set_intervention(self._made(self.mask, self.ablation, tuple(clamps)))
+
+    def _made(self, mask, ablation: str, clamps: tuple) -> Intervention:
+        """The Intervention of this mask, ablation and clamps, keeping any activation patches."""
+        kept = {"clamps": clamps} if clamps else {}
+        patches = getattr(self.intervention, "patches", ())
+        if patches:
+            kept["patches"] = patches
+        return Intervention.make(self, mask, ablation, **kept)
 
     def set_intervention(self, intervention: Intervention) -> None:
         """What the runs change, made (and checked) elsewhere for this model's shape."""

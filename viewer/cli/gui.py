@@ -1,4 +1,5 @@
-"""`transformer-viewer [CHECKPOINT] [--prompt TEXT] [--head L.H] [--device ...] [--screenshot FILE.png]`: the window.
+"""`transformer-viewer [CHECKPOINT] [--prompt TEXT] [--head L.H] [--sae PATH[@HOOK]]... [--device ...]
+[--screenshot FILE.png]`: the window.
 
 Qt is imported only inside `run`, torch only on the worker thread, so the window shows while
 torch is still loading. `--screenshot` renders the whole window offscreen once the prompt has
@@ -28,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="open a saved session: its checkpoint, prompt, masks, selection and views")
     parser.add_argument("--screenshot", metavar="FILE.png", default=None,
                         help="render the window offscreen once the prompt has run, save it as PNG, and exit")
+    parser.add_argument("--sae", metavar="PATH[@HOOK]", action="append", default=[],
+                        help="attach a sparse autoencoder once the model has loaded (repeatable, one per hook point): "
+                        "an SAELens folder, a Gemma Scope params.npz with @HOOK (e.g. @blocks.12.hook_resid_post), "
+                        "or REPO_ID/SUBFOLDER in the local Hugging Face cache")
 
 
 def run(args) -> int:
@@ -76,6 +81,7 @@ def run(args) -> int:
         scratch = tempfile.mkdtemp(prefix="tv-shot-")
         settings = QSettings(os.path.join(scratch, "settings.ini"), QSettings.IniFormat)  # leave the user's alone
     window = MainWindow(settings=settings, worker=worker, pending=pending)
+    window.sae_menu.open_when_loaded(getattr(args, "sae", None) or ())  # --sae: once the model is there
     window.device_choice = args.device
     window.empty_states.set_loading(args.checkpoint)  # the load it submitted above
     head_error: list[str] = []
@@ -208,6 +214,7 @@ class Screenshot:
             error = self.window.last_error or (
                 "the prompt is empty; pass some text with --prompt" if not (st.prompt or "").strip()
                 else "no trace was drawn")
+        error = error or self.window.sae_menu.first_failure  # an --sae that did not open: no screenshot
         try:
             if error is None:  # a failed screenshot writes no file: a picture of an error is no screenshot
                 image = self.window.grab().toImage()

@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "rollout": ("transformer_viewer.viewer.cli.rollout", "attention rollout through a range of layers"),
     "patch": ("transformer_viewer.viewer.cli.patch", "activation patching between a clean and a corrupted prompt"),
     "features": ("transformer_viewer.viewer.cli.features", "each token's most active features of sparse autoencoders"),
+    "train-sae": ("transformer_viewer.viewer.cli.train_sae", "train a sparse autoencoder on a hook's activations"),
 }
 GUI_MODULE = "transformer_viewer.viewer.cli.gui"
 # Options holding text for the tokenizer (not paths: a file name that is not UTF-8 is still its name).

@@ -69,6 +69,17 @@ def _is_special(tokenizer, token_id: int) -> bool:
         return False
 
 
+def changed(intervention) -> str:
+    """What an intervention changes, for the summary: "2 heads masked (zero), 1 feature clamped"."""
+    parts = []
+    n, k = intervention.n_masked, len(intervention.clamps)
+    if n:
+        parts.append(f"{n} head{'s' if n != 1 else ''} masked ({intervention.ablation})")
+    if k:
+        parts.append(f"{k} feature{'s' if k != 1 else ''} clamped")
+    return ", ".join(parts) or "nothing changed"
+
+
 def format_prob(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 or p == 0 else f"{p:.1e}"
 
@@ -83,6 +94,9 @@ class _BarDelegate(QStyledItemDelegate):
             r = QRectF(option.rect).adjusted(1, 2, -1, -2)
             painter.fillRect(QRectF(r.left(), r.top(), r.width() * max(0.0, min(1.0, float(value))), r.height()), color)
         super().paint(painter, option, index)
+
+
+BarDelegate = _BarDelegate  # other tables draw their values' bars alike (the SAE features panel)
 
 
 class LogitsPanel(QWidget):
@@ -132,7 +146,7 @@ class LogitsPanel(QWidget):
             self.summary.setText("")
             self.comparison = None
             return
-        self._show(trace, clean.next, trace.next, int(trace.mask.sum()), trace.ablation)
+        self._show(trace, clean.next, trace.next, trace.intervention)
 
     def show_preview(self, masked, intervention) -> None:
         """The distribution under an intervention the views have not caught up with yet (a head
@@ -140,24 +154,24 @@ class LogitsPanel(QWidget):
         trace, clean = self.state.trace, self.state.clean_trace
         if trace is None or clean is None or masked.position >= trace.n_tokens:
             return
-        self._show(trace, clean.next, masked, intervention.n_masked, intervention.ablation,
+        self._show(trace, clean.next, masked, intervention,
                    note=" Updating the other views\u2026")
         self.preview = True
 
-    def _show(self, trace, base, masked, n: int, ablation: str, note: str = "") -> None:
+    def _show(self, trace, base, masked, intervention, note: str = "") -> None:
         pos = masked.position
         label = trace.labels[pos] if pos < trace.n_tokens else "?"
         where = "the last token" if pos == trace.n_tokens - 1 else "the selected token"
         self.header.setText(f"Next token after position {pos} {label!r} ({where})")
         self._fill(base, masked)
         self.comparison = c = self._compare(base, masked)
-        if n == 0:
+        if intervention.is_empty:
             self.summary.setText(f"No heads masked: the masked column equals the baseline. "
                                  f"Top token {token_label(c.top_id, self.state.tokenizer())!r} at p = {format_prob(c.p_baseline)}.")
             return
         sign = "+" if c.delta >= 0 else "\u2212"
         self.summary.setText(
-            f"{n} head{'s' if n != 1 else ''} masked ({ablation}). Baseline top {token_label(c.top_id, self.state.tokenizer())!r}: "
+            f"{changed(intervention)}. Baseline top {token_label(c.top_id, self.state.tokenizer())!r}: "
             f"p {format_prob(c.p_baseline)} \u2192 {format_prob(c.p_masked)} ({sign}{format_prob(abs(c.delta))}), "
             f"rank 1 \u2192 {c.new_rank}. "
             f"KL(baseline \u2016 masked) = {c.kl:.4f} nats.{note}")

@@ -19,7 +19,9 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QSplitter,
+    QTabBar,
     QTabWidget,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -31,6 +33,7 @@ from transformer_viewer.viewer.views.export_options import FigureOptions
 from transformer_viewer.viewer.views.prompt_editor import PromptEditor
 from transformer_viewer.viewer.views.registry import VIEWS
 from transformer_viewer.viewer.window import actions as window_actions
+from transformer_viewer.viewer.window import sae_menu
 from transformer_viewer.viewer.window.empty_states import EmptyStates
 from transformer_viewer.viewer.window.session_actions import SessionActions
 from transformer_viewer.viewer.window.settings import NOTE_MS, SettingsReader
@@ -79,6 +82,7 @@ class MainWindow(QMainWindow):
         self.exported_figures: list = []  # FigureRecords of what was exported from this window
         self.sessions = SessionActions(self)  # before the menus: File lists its actions
         self.actions_ = window_actions.install(self)
+        self.sae_menu = sae_menu.install(self)  # File > Open SAE…; the SAEs a load lets go
         self.setAcceptDrops(True)
         self.resize(*DEFAULT_SIZE)
         self._connect()
@@ -142,9 +146,25 @@ class MainWindow(QMainWindow):
             above = next(d for d in self.docks.values() if self.dockWidgetArea(d) == Qt.RightDockWidgetArea)
             dock = self.add_view_dock(entry.id, entry.title, view, Qt.RightDockWidgetArea)
             self.splitDockWidget(above, dock, Qt.Vertical)
-            QTimer.singleShot(0, lambda: self.resizeDocks([dock], [dock.minimumSizeHint().height()], Qt.Vertical))
+            # At the height it asks for (Continue: its controls alone; the features panel: a list).
+            QTimer.singleShot(0, lambda: self.resizeDocks([dock], [max(dock.minimumSizeHint().height(),
+                                                                      view.sizeHint().height())], Qt.Vertical))
+        elif entry.place == "tab-on-demand":
+            self._add_on_demand_tab(view, entry.title)
         else:
             raise ValueError(f"view {entry.id!r}: unknown place {entry.place!r}")
+
+    def _add_on_demand_tab(self, view: QWidget, title: str) -> None:
+        """A middle tab kept out of the tab bar until `show_view` asks for it (every tab's title
+        shows at the default size only without it); its own close button takes it out again."""
+        index = self.tabs.addTab(view, title)
+        self.tabs.setTabVisible(index, False)
+        close = QToolButton()
+        close.setAutoRaise(True)
+        close.setText("\u00d7")
+        close.setToolTip(f"Close the {title} tab (View > {title} brings it back)")
+        close.clicked.connect(lambda: self.tabs.setTabVisible(self.tabs.indexOf(view), False))
+        self.tabs.tabBar().setTabButton(index, QTabBar.RightSide, close)
 
     def show_view(self, view_id: str) -> None:
         """Bring the view `view_id` (its registry id) to the front (its tab, or its dock)."""
@@ -152,6 +172,7 @@ class MainWindow(QMainWindow):
         page = next((self.tabs.widget(i) for i in range(self.tabs.count())
                      if self.tabs.widget(i) is view or self.tabs.widget(i).isAncestorOf(view)), None)
         if page is not None:  # a tab: the view itself, or the page around the attention panel
+            self.tabs.setTabVisible(self.tabs.indexOf(page), True)
             self.tabs.setCurrentWidget(page)
         elif view_id in self.docks:
             self.docks[view_id].show()
@@ -256,6 +277,7 @@ class MainWindow(QMainWindow):
         """A load or a device move finished: the worker holds this model now."""
         request, info = answer.request, answer.value.info
         self.state.set_model(info)
+        self.sae_menu.model_loaded(new_session=isinstance(request, LoadRequest))
         collect_after_load()  # what the replaced model left in cycles
         self.status.clearMessage()
         self.status.show_model(info)

@@ -20,6 +20,7 @@ from transformer_viewer.model.decoder.families import family_name
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.kernels.packing import pack_for_inference, unpack_all
+from transformer_viewer.model.sae.attached import AttachedSae
 from transformer_viewer.viewer.gc_guard import freeze_startup_objects
 from transformer_viewer.viewer.worker.requests import (
     Cancelled,
@@ -158,6 +159,8 @@ def handle_device(session: WorkerSession, request: DeviceRequest, progress, _is_
     progress(0, 0, f"moving the model to {device}…")
     session.model.to(device)
     pack_for_inference(session.model)  # back on the CPU: packed again; elsewhere: nothing kept
+    for index, sae in list(session.saes.items()):  # an attached SAE computes beside the model: it moves too
+        session.saes[index] = AttachedSae(sae.loaded, session.model)
     if session.tokens is not None:
         session.set_tokens(session.tokens)  # the ids and cached activations follow the model
     # Traces are numpy and still describe this prompt; only device-side caches are gone.
