@@ -96,6 +96,10 @@ class CorruptedPrompt(QtWidgets.QWidget):
         self._tokenized_for = key
         st.set_corrupted_tokens(tok)
 
+    def reveal(self) -> None:
+        """Show the box (the window's show_view): comparing with a corrupted prompt starts."""
+        self.state.set_patching(comparing=True)
+
     def refresh(self) -> None:
         st = self.state
         p = st.patching

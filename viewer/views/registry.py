@@ -60,7 +60,7 @@ VIEWS: tuple[ViewEntry, ...] = (
     ViewEntry("next-token", "Next token", f"{_V}.logits_panel:LogitsPanel", "right"),
     ViewEntry("residual", "Residual stream", f"{_V}.residual_view:ResidualView", "tab", export=True,
               export_size=(1400, 480), needs_trace=True),
-    ViewEntry("mlp", "MLP neurons", f"{_V}.mlp_view:MLPView", "tab", uses_worker=True, export=True,
+    ViewEntry("mlp", "MLP", f"{_V}.mlp_view:MLPView", "tab", uses_worker=True, export=True,
               export_size=(1100, 760), needs_trace=True),
     ViewEntry("logit-lens", "Logit lens", f"{_V}.lens_view:LensView", "tab", uses_worker=True, export=True,
               export_size=(1300, 520), needs_trace=True),

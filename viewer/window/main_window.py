@@ -104,7 +104,7 @@ class MainWindow(QMainWindow):
         self.tabs.setTabBarAutoHide(True)
         # Tabs a little narrower than the style's own, so that every tab's title shows at the
         # default size beside the side columns.
-        self.tabs.tabBar().setStyleSheet("QTabBar::tab { padding: 4px 8px; }")
+        self.tabs.tabBar().setStyleSheet("QTabBar::tab { padding: 4px 7px; }")
         self.setCentralWidget(self.tabs)
         top = QSplitter(Qt.Vertical)
         top.setChildrenCollapsible(False)
@@ -167,7 +167,8 @@ class MainWindow(QMainWindow):
         self.tabs.tabBar().setTabButton(index, QTabBar.RightSide, close)
 
     def show_view(self, view_id: str) -> None:
-        """Bring the view `view_id` (its registry id) to the front (its tab, or its dock)."""
+        """Bring the view `view_id` (its registry id) to the front (its tab, or its dock, or the
+        prompt's dock for a view placed there)."""
         view = self.views[view_id]
         page = next((self.tabs.widget(i) for i in range(self.tabs.count())
                      if self.tabs.widget(i) is view or self.tabs.widget(i).isAncestorOf(view)), None)
@@ -177,6 +178,11 @@ class MainWindow(QMainWindow):
         elif view_id in self.docks:
             self.docks[view_id].show()
             self.docks[view_id].raise_()
+        else:  # a view in the prompt's dock; one hidden until asked for knows how to show itself
+            if hasattr(view, "reveal"):
+                view.reveal()
+            self.docks["prompt"].show()
+            self.docks["prompt"].raise_()
 
     def add_view_dock(self, key: str, title: str, widget: QWidget, area=Qt.BottomDockWidgetArea,
                       tabify_with: str | None = None) -> QDockWidget:

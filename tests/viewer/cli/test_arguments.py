@@ -13,10 +13,11 @@ from transformer_viewer.model.checkpoints import checkpoint as checkpoint_module
 from transformer_viewer.viewer.cli.main import SUBCOMMANDS, build_parser, gui_parser, main
 
 COMMANDS_WITH_CHECKPOINT = ["info", "predict", "heads", "scan", "export", "attribute", "routes", "rollout", "patch",
-                            "features"]
+                            "features", "train-sae"]
 REQUIRED = {"patch": ["--clean", "x", "--corrupted", "y"], "predict": ["--prompt", "x"],
             "features": ["--sae", "x", "--prompt", "x"], "scan": ["--prompt", "x"], "export": ["--prompt", "x", "--out", "x.png"],
-            "attribute": ["--prompt", "x"], "routes": ["--prompt", "x"], "rollout": ["--prompt", "x"]}
+            "attribute": ["--prompt", "x"], "routes": ["--prompt", "x"], "rollout": ["--prompt", "x"],
+            "train-sae": ["--hook", "blocks.0.hook_resid_post", "--data", "x.txt", "--d-sae", "8", "--out", "sae"]}
 
 
 def one_error(capsys) -> str:

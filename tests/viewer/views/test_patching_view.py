@@ -124,7 +124,7 @@ def test_a_late_answer_is_dropped_and_a_stop_says_so(qtbot, tiny_ckpt):
 
 
 def test_a_patching_job_stops_within_one_batch(monkeypatch, tiny_ckpt):
-    from transformer_viewer.model.capture.memory_budget import patch_batch_size
+    from transformer_viewer.model.capture.memory_budget import patch_batch_size, patch_sources_bytes
     from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
     from transformer_viewer.viewer.worker import handlers
     from transformer_viewer.viewer.worker.handlers import WorkerSession
@@ -133,7 +133,8 @@ def test_a_patching_job_stops_within_one_batch(monkeypatch, tiny_ckpt):
     monkeypatch.setattr(handlers, "PROGRESS_AFTER_S", 0.0)
     session = WorkerSession(load_checkpoint(tiny_ckpt, device="cpu"))
     T = len(session.tokenizer.encode(CLEAN))
-    session.memory_budget = session.estimate_bytes(T)  # room for the runs, a few patched runs a batch
+    # Room for the runs and both prompts' head outputs, and a few patched runs a batch.
+    session.memory_budget = session.estimate_bytes(T) + 2 * patch_sources_bytes(session.config, T, {"z"})
     batch = patch_batch_size(session.config, T, session.memory_budget)
     total = session.config.n_layer * session.config.n_head
     assert batch < total

@@ -151,8 +151,9 @@ def test_a_load_reports_its_tensors(tiny_ckpt, monkeypatch):
                                   lambda: False)
     n = len(list(answer.session.model.parameters()))
     assert seen[0] == (0, 0, "loading tiny.safetensors…")
-    assert seen[1:] == [(i, n, f"loading tiny.safetensors: checking the weights ({i + 1} of {n} tensors)…")
-                        for i in range(n)]
+    assert seen[1:n + 1] == [(i, n, f"loading tiny.safetensors: checking the weights ({i + 1} of {n} tensors)…")
+                             for i in range(n)]
+    assert seen[n + 1:] == [(0, 0, "fingerprinting tiny.safetensors…")]  # for saved sessions, once per load
 
 
 def test_a_loaded_model_runs_from_packed_weights_and_packs_again_after_a_move(tiny_ckpt):
