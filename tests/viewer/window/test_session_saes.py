@@ -1,14 +1,19 @@
 """Sessions with sparse autoencoders: an SAE with a clamp, its labels file, the selected feature
 and the features panel's settings saved, the window closed, and the session reopened in a new
 window opens the SAE again, restores every field and gives the same prediction; a missing SAE
-is one line that keeps the rest of the session and names the clamps it drops."""
+is one line that keeps the rest of the session and names the clamps it drops, as is a changed
+SAE (still opened) and a path that is no SAE."""
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
-from tests.helpers.sae_window import opened
-from tests.helpers.window import PROMPT, mask_of, new_window, wait_idle
+import pytest
+
+from tests.helpers.sae_window import D_SAE, HOOK, opened
+from tests.helpers.saes import random_weights, saelens_cfg, write_saelens
+from tests.helpers.window import PROMPT, TINY, mask_of, new_window, wait_idle
 from transformer_viewer.viewer.window.session_binding import capture
 
 
@@ -82,4 +87,37 @@ def test_reopened_on_the_model_already_open_the_same_sae_is_used_again(qtbot, tm
     wait_idle(qtbot, w2, lambda: not w2.sessions.saes.busy
               and w2.state.trace.intervention.clamps == saved["intervention"].clamps)
     assert len(w2.state.saes.attached) == 1 and w2.last_error is None
+    w2.close()
+
+
+@pytest.mark.parametrize("how", ["changed", "not-an-sae"])
+def test_a_changed_sae_or_a_path_that_is_no_sae_is_one_line_without_its_clamps(qtbot, tmp_path, tiny_ckpt, sae_folder,
+                                                                               how):
+    from transformer_viewer.model.sessions import registry
+
+    folder = shutil.copytree(sae_folder, tmp_path / "sae_copy")
+    path, _saved, _trace = _clamped_session(qtbot, tmp_path, tiny_ckpt, str(folder))
+    if how == "changed":  # the same place and shape, other weights
+        weights = random_weights("standard", TINY["n_embd"], D_SAE, seed=8)
+        write_saelens(folder, saelens_cfg("standard", TINY["n_embd"], D_SAE, HOOK), weights)
+    else:
+        notes = tmp_path / "notes.txt"
+        notes.write_text("not an SAE")
+        records, _arrays, _notes = registry.load(path)
+        sae = replace(records["saes"].saes[0], spec=str(notes))
+        path = registry.save(path, {**records, "saes": replace(records["saes"], saes=(sae,))})
+
+    w2 = new_window(qtbot, tmp_path / "b", None, prompt=None)
+    st = w2.state
+    assert w2.sessions.open(path)
+    wait_idle(qtbot, w2, lambda: not w2.sessions.saes.busy and st.trace is not None and w2.sessions.after_trace is None)
+    line = w2.last_error
+    assert line.startswith("SAE 0 of the session (") and "\n" not in line
+    assert line.endswith("without its clamps (SAE 0 #5 \u00d7 3 at every token)")
+    if how == "changed":
+        assert "its files differ from the session's (its fingerprint changed); it is open" in line
+        assert len(st.saes.attached) == 1 and st.saes.feature == 5
+    else:
+        assert "not an SAE file" in line and st.saes.attached == ()
+    assert st.clamps == () and st.mask[1, 0] and st.prompt == PROMPT
     w2.close()
