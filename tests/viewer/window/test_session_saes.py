@@ -121,3 +121,32 @@ def test_a_changed_sae_or_a_path_that_is_no_sae_is_one_line_without_its_clamps(q
         assert "not an SAE file" in line and st.saes.attached == ()
     assert st.clamps == () and st.mask[1, 0] and st.prompt == PROMPT
     w2.close()
+
+
+def test_the_bundled_sae_is_saved_portably_and_reopened_once(qtbot, tmp_path):
+    """The bundled SAE is saved as itself (no path of this install), and a session reopened on the
+    bundled model opens it once, with its labels and its clamp, not a second time by default."""
+    from transformer_viewer.viewer.window.sae_menu import bundled_sae
+
+    if bundled_sae() is None:
+        pytest.skip("the bundled SAE is not installed")
+    w = new_window(qtbot, tmp_path / "a", None)
+    st = w.state
+    w.load(None, device="cpu")
+    wait_idle(qtbot, w, lambda: len(st.saes.attached) == 1 and st.trace is not None)
+    st.saes.set_feature(3)
+    clamp = w.views["token-features"].clamp_controls.clamp()
+    wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,))
+    saved, probs, labelled = capture(w), st.trace.next.probs, st.saes.has_labels(0)
+    assert saved["saes"].saes[0].spec is None and saved["saes"].saes[0].labels is None
+    path = w.sessions.save(str(tmp_path / "s.tvsession"))
+    w.close()
+
+    w2 = new_window(qtbot, tmp_path / "b", None, prompt=None)
+    assert w2.sessions.open(path)
+    wait_idle(qtbot, w2, lambda: not w2.sessions.saes.busy and w2.state.trace is not None
+              and w2.state.trace.intervention.clamps == (clamp,))
+    assert capture(w2)["saes"] == saved["saes"] and len(w2.state.saes.attached) == 1
+    assert w2.state.saes.has_labels(0) == labelled and w2.last_error is None
+    assert w2.state.trace.next.probs.tobytes() == probs.tobytes()
+    w2.close()
