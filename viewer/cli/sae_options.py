@@ -102,8 +102,13 @@ def fill_from_session(args, records: dict, origin: str, own_prompt: bool) -> Non
     """The session's SAEs (when no --sae is given) and its clamps (when no --clamp is given
     either), its BOS and top-k for `features`. An SAE the session opened that is not on this
     machine is one line; one whose files changed is a note, and its clamps are dropped."""
-    saes = records.get("saes")
-    if saes is None or not hasattr(args, "sae") or args.sae:
+    saes, i = records.get("saes"), records.get("intervention")
+    if not hasattr(args, "sae"):
+        if i is not None and i.clamps:
+            print(f"note: {origin} clamps {len(i.clamps)} SAE features; this command runs without SAEs, so without "
+                  "them (predict and features apply them)", file=sys.stderr)
+        return
+    if saes is None or args.sae:
         return  # typed SAEs win, and the session's clamps name the session's SAEs
     from transformer_viewer.model.checkpoints.bundled import bundled_sae_path
 
@@ -122,7 +127,6 @@ def fill_from_session(args, records: dict, origin: str, own_prompt: bool) -> Non
         args.bos = True
     if hasattr(args, "top") and args.top is None:
         args.top = saes.top
-    i = records.get("intervention")
     if i is None or not hasattr(args, "clamp") or args.clamp:
         return
     args.session_clamps = {}

@@ -44,6 +44,7 @@ class SaeRestore:
         self.w = window
         self.waiting: set[int] = set()  # saved indices whose load has not answered yet
         self.record: SaesRecord | None = None
+        self._generation = 0  # answers of an earlier session's loads are let go
 
     @property
     def busy(self) -> bool:
@@ -53,8 +54,8 @@ class SaeRestore:
         """Open `record`'s SAEs (`fresh_model`: on a model just loaded, whose SAEs are none yet);
         `clamps` (FeatureClamps naming saved indices) follow once all have answered."""
         from transformer_viewer.viewer.window.sae_menu import bundled_sae
-        from transformer_viewer.viewer.worker.sae import SaeLoadRequest
 
+        self._generation += 1
         self.record, self.clamps, self.notes = record, tuple(clamps), notes
         self.mapping: dict[int, int] = {}
         self.dropped: dict[int, str] = {}  # saved index -> why its clamps were dropped
@@ -83,9 +84,16 @@ class SaeRestore:
                              "unlabelled (File > Open feature labels)")
                 labels = None
             self.waiting.add(s.index)
-            self.w.worker.submit(SaeLoadRequest(spec=spec, hook=s.hook, labels=labels),
-                                 on_result=lambda a, r=s: self._loaded(r, a), on_failure=lambda f, r=s: self._failed(r, f))
+            self._submit(s, spec, labels)
         self._finish_if_done()
+
+    def _submit(self, s: SaeRecord, spec: str, labels: str | None) -> None:
+        from transformer_viewer.viewer.worker.sae import SaeLoadRequest
+
+        g = self._generation
+        self.w.worker.submit(SaeLoadRequest(spec=spec, hook=s.hook, labels=labels),
+                             on_result=lambda a: g == self._generation and self._loaded(s, a),
+                             on_failure=lambda f: g == self._generation and self._failed(s, f))
 
     def _where(self, s: SaeRecord) -> str:
         return f"SAE {s.index} of the session ({'the bundled SAE' if s.spec is None else s.spec})"
@@ -125,6 +133,13 @@ class SaeRestore:
 
     def _failed(self, s: SaeRecord, failure) -> None:
         if self.record is None or s.index not in self.waiting:
+            return
+        request = failure.request
+        if request.labels is not None and not failure.cancelled:
+            # The labels file may be what failed: say so, and open the SAE without it.
+            self.notes.append(f"SAE {s.index}'s labels file {request.labels} was not read ({failure.message}); "
+                              "its features are unlabelled")
+            self._submit(s, request.spec, None)
             return
         self.waiting.discard(s.index)
         why = "opening it was cancelled" if failure.cancelled else failure.message.rstrip(".")

@@ -91,3 +91,11 @@ def test_a_missing_sae_is_one_line_and_a_changed_one_drops_its_clamps(ckpt, tmp_
     assert "differs from the SAE the session" in err and "its clamps 0:5x3.0 0:9=2.5@4 were dropped" in err
     b, _ = _json(capsys, "predict", ckpt, *TYPED, folder, "--position", "5", "--json")
     assert a == b and a["clamps"] == []
+
+
+def test_a_command_without_saes_says_it_runs_without_the_sessions_clamps(ckpt, tmp_path, capsys):
+    session = _session(tmp_path / "s.tvsession", ckpt, _sae(tmp_path / "sae"))
+    a, err = _json(capsys, "attribute", "--session", session, "--json")
+    assert "clamps 2 SAE features; this command runs without SAEs, so without them" in err
+    b, _ = _json(capsys, "attribute", ckpt, *TYPED[:-1], "--position", "5", "--json")
+    assert a == b

@@ -150,3 +150,17 @@ def test_the_bundled_sae_is_saved_portably_and_reopened_once(qtbot, tmp_path):
     assert w2.state.saes.has_labels(0) == labelled and w2.last_error is None
     assert w2.state.trace.next.probs.tobytes() == probs.tobytes()
     w2.close()
+
+
+def test_a_labels_file_gone_bad_leaves_the_sae_open_with_its_clamp_and_a_note(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    path, saved, _trace = _clamped_session(qtbot, tmp_path, tiny_ckpt, sae_folder)
+    (tmp_path / "labels.csv").write_text("id,label\nfive,5\n")  # no longer a feature id in the first column
+
+    w2 = new_window(qtbot, tmp_path / "b", None, prompt=None)
+    st = w2.state
+    assert w2.sessions.open(path)
+    wait_idle(qtbot, w2, lambda: not w2.sessions.saes.busy and st.trace is not None
+              and st.trace.intervention.clamps == saved["intervention"].clamps)
+    assert len(st.saes.attached) == 1 and not st.saes.has_labels(0) and w2.last_error is None
+    assert any("labels file" in n and "not a feature id" in n and "unlabelled" in n for n in w2.sessions.notes)
+    w2.close()
