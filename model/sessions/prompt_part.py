@@ -19,7 +19,8 @@ from transformer_viewer.model.sessions.parts import Part
 
 MAX_PROMPT_CHARS = 1 << 20  # the tokenizer bounds what a text may cost; this bounds the file
 MAX_MASKED = 1 << 16
-MAX_SAES = 64  # SAEs one session holds open
+MAX_SAES = 256  # SAEs one session holds open (each is megabytes to gigabytes of weights)
+MAX_SAE_INDEX = 1 << 16  # indices grow as a model's session opens SAEs, and are never reused
 MAX_FEATURES = 1 << 24  # an SAE's width: far past any published one (Gemma Scope's widest is 1M)
 MAX_TOKENS = 1 << 24
 
@@ -54,7 +55,7 @@ def _intervention_from_json(f: Fields) -> InterventionRecord:
     clamps = []
     for i, item in enumerate(f.items("clamps", MAX_CLAMPS)):
         c = Fields(item, f"{f.where}.clamps[{i}]", f.notes)
-        clamps.append(FeatureClamp(sae=c.integer("sae", 0, MAX_SAES - 1, required=True),
+        clamps.append(FeatureClamp(sae=c.integer("sae", 0, MAX_SAE_INDEX, required=True),
                                    feature=c.integer("feature", 0, MAX_FEATURES - 1, required=True),
                                    kind=c.choice("kind", CLAMP_KINDS, "set"),
                                    value=c.number("value", -MAX_CLAMP_VALUE, MAX_CLAMP_VALUE, required=True),

@@ -17,7 +17,7 @@ from transformer_viewer.model.sessions.checkpoint_part import MAX_COUNT
 from transformer_viewer.model.sessions.fields import Fields, bad_field
 from transformer_viewer.model.sessions.fingerprint import HF_CACHE, SAMPLED, Fingerprint
 from transformer_viewer.model.sessions.parts import Part
-from transformer_viewer.model.sessions.prompt_part import MAX_FEATURES, MAX_SAES
+from transformer_viewer.model.sessions.prompt_part import MAX_FEATURES, MAX_SAE_INDEX, MAX_SAES
 
 MAX_HOOK_CHARS = 200  # the longest hook name an SAE spec may carry (model/sae/sources.py)
 MAX_TOP = 256  # features listed per token in the panel
@@ -55,7 +55,7 @@ def _to_json(r: SaesRecord) -> dict:
 def _sae_from_json(f: Fields) -> SaeRecord:
     fp = f.nested("fingerprint", required=True)
     record = SaeRecord(
-        index=f.integer("index", 0, MAX_SAES - 1, required=True), spec=f.text("spec"),
+        index=f.integer("index", 0, MAX_SAE_INDEX, required=True), spec=f.text("spec"),
         hook=f.text("hook", required=True, max_chars=MAX_HOOK_CHARS), d_in=f.integer("d_in", 1, MAX_COUNT, required=True),
         d_sae=f.integer("d_sae", 1, MAX_FEATURES, required=True),
         fingerprint=Fingerprint(fp.choice("method", (HF_CACHE, SAMPLED), required=True),
@@ -76,7 +76,7 @@ def _from_json(f: Fields) -> SaesRecord:
         saes.append(sae)
     selected, feature = None, None
     if (g := f.nested("selected")) is not None:
-        selected = g.integer("sae", 0, MAX_SAES - 1)
+        selected = g.integer("sae", 0, MAX_SAE_INDEX)
         feature = g.integer("feature", 0, MAX_FEATURES - 1)
         g.finish()
         chosen = next((s for s in saes if s.index == selected), None)
