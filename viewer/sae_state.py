@@ -1,6 +1,6 @@
 """What the window knows about sparse autoencoders: the SAEs attached to the worker's session,
 which SAE and feature are selected, each SAE's feature labels, and whether the BOS token is
-left out of the feature lists. `ViewerState.saes` holds one; views read it and change it
+left out of the feature lists, and how many features per token the lists keep. `ViewerState.saes` holds one; views read it and change it
 through its setters. The clamps themselves are part of the state's Intervention
 (`ViewerState.set_clamps`), so every run under them is asked for as a head mask's is.
 
@@ -9,11 +9,16 @@ Signals (each emitted only when the value really changed):
 - `feature_changed()`: the selected SAE or feature changed.
 - `labels_changed(int)`: the labels of that SAE changed.
 - `bos_changed(bool)`: the BOS token is shown in the lists (True) or left out.
+- `top_changed(int)`: the features kept per token in the lists.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
+
+from transformer_viewer.viewer.worker.sae import FEATURES_TOP as TOP_DEFAULT  # the lists' default
+
+TOP_MAX = 256
 
 
 class SaeState(QObject):
@@ -21,6 +26,7 @@ class SaeState(QObject):
     feature_changed = Signal()
     labels_changed = Signal(int)
     bos_changed = Signal(bool)
+    top_changed = Signal(int)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -28,7 +34,9 @@ class SaeState(QObject):
         self.sae: int | None = None  # the selected SAE's index
         self.feature: int | None = None  # the selected feature of that SAE
         self.show_bos = False
+        self.top = TOP_DEFAULT
         self._labels: dict[int, dict[int, str]] = {}
+        self._label_files: dict[int, str] = {}  # the file each SAE's labels came from
 
     # -- reading --------------------------------------------------------------------------
     def selected(self):
@@ -45,12 +53,18 @@ class SaeState(QObject):
     def has_labels(self, sae: int) -> bool:
         return bool(self._labels.get(sae))
 
+    def labels_file(self, sae: int) -> str | None:
+        """The file the labels of SAE `sae` were read from (None: no labels)."""
+        return self._label_files.get(sae)
+
     # -- setters --------------------------------------------------------------------------
     def add(self, sae) -> None:
         """An SAE the worker attached; it becomes the selected one."""
         self.attached = tuple(s for s in self.attached if s.index != sae.index) + (sae,)
         if sae.labels:
             self._labels[sae.index] = dict(sae.labels)
+            if sae.labels_path:
+                self._label_files[sae.index] = sae.labels_path
         self.saes_changed.emit()
         self.select(sae.index, None)
 
@@ -59,7 +73,7 @@ class SaeState(QObject):
         if not self.attached and self.sae is None:
             return
         self.attached = ()
-        self._labels = {}
+        self._labels, self._label_files = {}, {}
         self.saes_changed.emit()
         self.select(None, None)
 
@@ -77,11 +91,20 @@ class SaeState(QObject):
     def set_feature(self, feature: int | None) -> None:
         self.select(self.sae, feature)
 
-    def set_labels(self, sae: int, labels: dict) -> None:
+    def set_labels(self, sae: int, labels: dict, path: str | None = None) -> None:
         self._labels[sae] = {int(k): str(v) for k, v in labels.items()}
+        if path is not None:
+            self._label_files[sae] = path
         self.labels_changed.emit(int(sae))
 
     def set_show_bos(self, show: bool) -> None:
         if bool(show) != self.show_bos:
             self.show_bos = bool(show)
             self.bos_changed.emit(self.show_bos)
+
+    def set_top(self, top: int) -> None:
+        """Keep the `top` most active features per token in the lists (1..TOP_MAX)."""
+        top = max(1, min(int(top), TOP_MAX))
+        if top != self.top:
+            self.top = top
+            self.top_changed.emit(top)

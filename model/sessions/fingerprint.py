@@ -9,6 +9,10 @@ whether it still has the same weights.
   seconds; the modification time is left out, as copying a checkpoint to another machine
   changes it and nothing else.
 
+An SAE's fingerprint (`sae_fingerprint`) is taken the same two ways over its own files (an
+SAELens folder's cfg.json and sae_weights.safetensors, or the params.npz): by blob names when
+they link into a Hugging Face cache's `blobs/`, else by size and sampled sha256.
+
 The tokenizer's fingerprint is the sha256 of its tokenizer.json and tokenizer_config.json
 (`builtin:gpt2` for GPT-2's, which ships with the app).
 """
@@ -47,6 +51,25 @@ def checkpoint_fingerprint(source: str) -> Fingerprint:
         if snapshot is not None:
             return _cache_fingerprint(snapshot)
     files = _weight_files(source) if os.path.isdir(source) else [source]
+    h = hashlib.sha256()
+    for path in files:
+        h.update(os.path.basename(path).encode("utf-8", "surrogateescape") + b"\0")
+        h.update(_sampled(path))
+    return Fingerprint(SAMPLED, h.hexdigest(), len(files))
+
+
+def sae_fingerprint(where: str) -> Fingerprint:
+    """The fingerprint of the SAE read from `where`: an SAELens folder or a params.npz file."""
+    from transformer_viewer.model.sae.sources import CFG, WEIGHTS
+
+    names = (CFG, WEIGHTS) if os.path.isdir(where) else ()
+    files = [os.path.join(where, n) for n in names if os.path.isfile(os.path.join(where, n))] or [where]
+    if all(os.path.islink(p) and os.path.basename(os.path.dirname(os.path.realpath(p))) == "blobs" for p in files):
+        h = hashlib.sha256()
+        for path in files:
+            h.update(f"{os.path.basename(path)}={os.path.basename(os.path.realpath(path))}\n"
+                     .encode("utf-8", "surrogateescape"))
+        return Fingerprint(HF_CACHE, h.hexdigest(), len(files))
     h = hashlib.sha256()
     for path in files:
         h.update(os.path.basename(path).encode("utf-8", "surrogateescape") + b"\0")

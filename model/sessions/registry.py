@@ -14,6 +14,7 @@ from transformer_viewer.model.sessions import (
     figures_part,
     patching_part,
     prompt_part,
+    saes_part,
     view_parts,
 )
 from transformer_viewer.model.sessions.container import (
@@ -35,6 +36,7 @@ PARTS: dict[str, Part] = {p.name: p for p in (
     environment_part.PART,
     figures_part.PART,
     patching_part.PART,
+    saes_part.PART,
 )}
 
 

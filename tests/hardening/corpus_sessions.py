@@ -1,6 +1,7 @@
 """Hostile session files (`--session`) and figure manifests (`export --from-manifest`): zip slip,
 symlinked, duplicated and too many members, zip bombs, object-dtype arrays, wrong types, huge
-numbers, deep JSON, newer versions, unknown views, a checkpoint path that is no checkpoint. Each is
+numbers, deep JSON, newer versions, unknown views, a checkpoint path that is no checkpoint, clamps
+and SAEs out of bounds, an SAE path that is gone or is no SAE. Each is
 refused in one line before anything is read or written beyond it, and the output the user
 already had is left as it was; a valid session and manifest succeed."""
 
@@ -25,12 +26,33 @@ def _manifest(root: str, name: str, doc) -> str:
     return path
 
 
+def not_a_checkpoint_file(root: str) -> str:
+    path = os.path.join(root, "notes.txt")
+    with open(path, "w") as f:
+        f.write("not weights")
+    return path
+
+
+def _sae_record(root: str):
+    """The record of a small SAE for the tiny model, written under `root`."""
+    from tests.helpers.hardening import TINY
+    from tests.helpers.saes import random_weights, saelens_cfg, write_saelens
+    from transformer_viewer.model.sessions.fingerprint import sae_fingerprint
+    from transformer_viewer.model.sessions.saes_part import SaeRecord
+
+    hook = "blocks.0.hook_resid_post"
+    folder = write_saelens(os.path.join(root, "sae"), saelens_cfg("standard", TINY.n_embd, 16, hook),
+                           random_weights("standard", TINY.n_embd, 16, seed=1))
+    return SaeRecord(0, folder, hook, TINY.n_embd, 16, sae_fingerprint(folder))
+
+
 def build(root: str) -> list[CliCase]:
     from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
     from transformer_viewer.model.sessions import registry
     from transformer_viewer.model.sessions.checkpoint_part import record_of
     from transformer_viewer.model.sessions.figure_manifest import ExportRecord, manifest_text
     from transformer_viewer.model.sessions.prompt_part import PromptRecord
+    from transformer_viewer.model.sessions.saes_part import SaesRecord
 
     os.makedirs(root, exist_ok=True)
     ckpt = save_tiny(os.path.join(root, "tiny.safetensors"))
@@ -53,6 +75,16 @@ def build(root: str) -> list[CliCase]:
     cases.append(CliCase("session_missing_checkpoint", "sessions", ("attribute", "--session", moved),
                          "is not on this machine"))
 
+    sae = _sae_record(root)
+    for name, spec, expect in (("gone", os.path.join(root, "gone_sae"), "is not on this machine"),
+                               ("not_an_sae", not_a_checkpoint_file(root), "not an sae file"),
+                               ("system_file", "/etc/passwd", "not an sae file")):
+        path = registry.save(os.path.join(root, f"sae_{name}.tvsession"),
+                             {**records, "saes": SaesRecord((replace(sae, spec=spec),))})
+        cases.append(CliCase(f"session_sae_{name}", "sessions", ("predict", "--session", path), expect))
+    ok = registry.save(os.path.join(root, "sae_ok.tvsession"), {**records, "saes": SaesRecord((sae,))})
+    cases.append(CliCase("session_sae_valid", "sessions", ("features", "--session", ok, "--json"), None))
+
     valid = json.loads(manifest_text({**records, "export": ExportRecord("attention", ".png")}))
 
     def variant(name: str, change) -> str:
@@ -66,9 +98,7 @@ def build(root: str) -> list[CliCase]:
     def set_export(key, value):
         return lambda d: d["parts"]["export"].__setitem__(key, value)
 
-    not_a_checkpoint = os.path.join(root, "notes.txt")
-    with open(not_a_checkpoint, "w") as f:
-        f.write("not weights")
+    not_a_checkpoint = not_a_checkpoint_file(root)
     manifests = [
         ("newer", variant("newer", lambda d: d.__setitem__("version", "3.0")), "written by a newer transformer-viewer"),
         ("other_format", variant("other", lambda d: d.__setitem__("format", "x")), "not a figure manifest"),

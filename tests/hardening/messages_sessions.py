@@ -50,6 +50,23 @@ def _session_of(ctx, **change):
     return registry.save(str(ctx.tmp / "c.tvsession"), {"checkpoint": ckpt, "prompt": PromptRecord("The cat sat")})
 
 
+def _session_with_sae(ctx, spec: str):
+    """`features --session` on a session of the tiny model that opened one SAE from `spec`."""
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+    from transformer_viewer.model.sessions import registry
+    from transformer_viewer.model.sessions.checkpoint_part import record_of
+    from transformer_viewer.model.sessions.fingerprint import SAMPLED, Fingerprint
+    from transformer_viewer.model.sessions.prompt_part import PromptRecord
+    from transformer_viewer.model.sessions.saes_part import SaeRecord, SaesRecord
+
+    loaded = load_checkpoint(ctx.ckpt)
+    sae = SaeRecord(0, spec, "blocks.0.hook_resid_post", loaded.config.n_embd, 16, Fingerprint(SAMPLED, "", 0))
+    path = registry.save(str(ctx.tmp / "sae.tvsession"), {"checkpoint": record_of(loaded),
+                                                         "prompt": PromptRecord("The cat sat"),
+                                                         "saes": SaesRecord((sae,))})
+    return ctx.cli("features", "--session", path)
+
+
 def _manifest(ctx, change):
     from transformer_viewer.model.sessions.figure_manifest import ExportRecord, manifest_text
     from transformer_viewer.model.sessions.prompt_part import PromptRecord
@@ -137,6 +154,23 @@ CASES = [
     Case("session: a patching metric this version lacks", lambda c: _parts(c, {"patching": {"metric": "vibes"}}),
          "patching.metric: is 'vibes', not one of"),
     Case("session: a mask outside the model", lambda c: _load(c, "mask-out-of-model"), "names head 5.0"),
+    Case("session: a clamp's value out of range", lambda c: _load(c, "clamp-value-huge"),
+         "clamps[0].value: is 1e+300, outside"),
+    Case("session: a clamp of a kind this version lacks", lambda c: _load(c, "clamp-kind"),
+         "clamps[0].kind: is 'melt', not one of set, scale"),
+    Case("session: more clamps than a run applies", lambda c: _load(c, "clamp-too-many"),
+         "has 257 entries, more than 256"),
+    Case("session: two SAEs of one index", lambda c: _load(c, "sae-index-twice"),
+         "which another SAE of the session has"),
+    Case("session: an SAE wider than any", lambda c: _load(c, "sae-width-huge"), "saes.saes[0].d_sae: is"),
+    Case("session: a selected SAE it does not open", lambda c: _load(c, "sae-selected-unknown"),
+         "which no SAE of the session has"),
+    Case("session: a selected feature past the SAE's width", lambda c: _load(c, "sae-feature-past-width"),
+         "not a feature of the selected SAE"),
+    Case("--session whose SAE is gone", lambda c: _session_with_sae(c, str(c.tmp / "gone_sae")),
+         "SAE 0 of the session"),
+    Case("features without an SAE or a session that opened one",
+         lambda c: c.cli("features", c.ckpt, "--prompt", "The cat"), "give an SAE with --sae PATH[@HOOK]"),
     Case("--session without a prompt or a session", lambda c: c.cli("attribute", c.ckpt), "give the text to run"),
     Case("--session whose checkpoint is gone",
          lambda c: c.cli("attribute", "--session", _session_of(c, source=str(c.tmp / "gone.safetensors"))),

@@ -11,13 +11,15 @@ import zipfile
 
 import numpy as np
 
+from transformer_viewer.model.capture.interventions import FeatureClamp
 from transformer_viewer.model.sessions.checkpoint_part import CheckpointRecord
 from transformer_viewer.model.sessions.container import FORMAT
 from transformer_viewer.model.sessions.environment_part import Environment
 from transformer_viewer.model.sessions.figures_part import FigureRecord
-from transformer_viewer.model.sessions.fingerprint import SAMPLED, Fingerprint
+from transformer_viewer.model.sessions.fingerprint import HF_CACHE, SAMPLED, Fingerprint
 from transformer_viewer.model.sessions.patching_part import PatchingRecord
 from transformer_viewer.model.sessions.prompt_part import InterventionRecord, PromptRecord
+from transformer_viewer.model.sessions.saes_part import SaeRecord, SaesRecord
 from transformer_viewer.model.sessions.view_parts import (
     AttentionSettings,
     FigureSettings,
@@ -35,7 +37,8 @@ def full_records(source: str = "/models/tiny.safetensors") -> dict[str, object]:
         "checkpoint": CheckpointRecord(source, "tiny", "native", "Llama", 2, 4, 32, 64, 50257,
                                        Fingerprint(SAMPLED, "ab" * 32, 1), "/models/tok", "cd" * 32),
         "prompt": PromptRecord("The cat sat on the mat. \u00e9\u4e2d"),
-        "intervention": InterventionRecord(2, 4, ((0, 1), (1, 3)), "mean"),
+        "intervention": InterventionRecord(2, 4, ((0, 1), (1, 3)), "mean",
+                                           (FeatureClamp(1, 7, "scale", 0.5, 3), FeatureClamp(0, 12, "set", -4.25))),
         "selection": SelectionRecord(1, 2, 3, 17, {"attention": ((1, 5), (0, 4)), "diff": ((2, 6), (2, 6))}),
         "views": ViewsRecord("routes", ("grid", "next-token"), (262, 11), RoutesSettings(4, 0.125, True),
                              RolloutSettings((1, 2), ((0, 1), (1, 2)), False), FigureSettings("dark", 150.0, (800, 600)),
@@ -47,7 +50,15 @@ def full_records(source: str = "/models/tiny.safetensors") -> dict[str, object]:
                     FigureRecord("/figs/b.npy", "residual", None)),
         "patching": PatchingRecord(True, "The dog sat on the mat.", "logprob", (262,), 4, "noise", "heads-by-pos", 1,
                                    (1, 2), "k", False, (("a b", "a c"), ("d e", "d f")), "pairs.json"),
+        "saes": SaesRecord((SaeRecord(0, "/saes/tiny@blocks.0.hook_resid_post", "blocks.0.hook_resid_post", 32, 64,
+                                      Fingerprint(SAMPLED, "ef" * 32, 2), "/saes/labels.csv"),
+                            SaeRecord(1, None, "blocks.1.hook_mlp_out", 32, 128, Fingerprint(HF_CACHE, "01" * 32, 1))),
+                           1, 100, True, 24),
     }
+
+
+_SAE = {"index": 0, "spec": "/saes/tiny", "hook": "blocks.0.hook_resid_post", "d_in": 32, "d_sae": 64,
+        "fingerprint": {"method": SAMPLED, "sha256": "ab" * 32}}  # one SAE of a `saes` part, as written
 
 
 def manifest_doc(parts: dict, version: str = "1.0") -> bytes:
@@ -108,6 +119,24 @@ def hostile_sessions() -> dict[str, tuple[bytes, str]]:
                        "session part selection.layer: is text, not a whole number"),
         "mask-out-of-model": (zip_of([("manifest.json", manifest_doc(
             {"intervention": {"n_layer": 2, "n_head": 2, "masked": [[5, 0]]}}))]), "names head 5.0 of a 2 x 2 model"),
+        "clamp-value-huge": (zip_of([("manifest.json", manifest_doc({"intervention": {
+            "n_layer": 1, "n_head": 1, "clamps": [{"sae": 0, "feature": 3, "value": 1e300}]}}))]),
+            "intervention.clamps[0].value: is 1e+300, outside"),
+        "clamp-kind": (zip_of([("manifest.json", manifest_doc({"intervention": {
+            "n_layer": 1, "n_head": 1, "clamps": [{"sae": 0, "feature": 3, "kind": "melt", "value": 1}]}}))]),
+            "intervention.clamps[0].kind: is 'melt', not one of set, scale"),
+        "clamp-too-many": (zip_of([("manifest.json", manifest_doc({"intervention": {
+            "n_layer": 1, "n_head": 1, "clamps": [{"sae": 0, "feature": 1, "value": 1}] * 257}}))]),
+            "intervention.clamps: has 257 entries, more than 256"),
+        "sae-index-twice": (zip_of([("manifest.json", manifest_doc({"saes": {"saes": [_SAE, _SAE]}}))]),
+                            "saes.saes[1].index: is 0, which another SAE of the session has"),
+        "sae-width-huge": (zip_of([("manifest.json", manifest_doc({"saes": {"saes": [{**_SAE, "d_sae": 1 << 40}]}}))]),
+                           "saes.saes[0].d_sae: is 1099511627776, outside"),
+        "sae-selected-unknown": (zip_of([("manifest.json", manifest_doc({"saes": {"saes": [_SAE],
+                                                                                  "selected": {"sae": 5}}}))]),
+                                 "selected.sae: is 5, which no SAE of the session has"),
+        "sae-feature-past-width": (zip_of([("manifest.json", manifest_doc({"saes": {
+            "saes": [_SAE], "selected": {"sae": 0, "feature": 64}}}))]), "is 64, not a feature of the selected SAE"),
         "bad-window-base64": (zip_of([("manifest.json", manifest_doc({"window": {"state": "not base64!"}}))]),
                               "is not base64 text"),
     }

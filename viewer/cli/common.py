@@ -278,14 +278,14 @@ def add_session_argument(parser: argparse.ArgumentParser) -> None:
     """`--session FILE`: the model, prompt and intervention of a saved `.tvsession` (options
     given beside it win)."""
     parser.add_argument("--session", default=None, metavar="FILE.tvsession",
-                        help="take the checkpoint, prompt, head mask and selected position from a saved session "
-                             "(File > Save session); options given here win")
+                        help="take the checkpoint, prompt, head mask, selected position, SAEs and feature clamps "
+                             "from a saved session (File > Save session); options given here win")
 
 
 def session_arguments(args) -> None:
     """The one place a command takes `--session`: fills what the user did not give (checkpoint,
-    prompt, mask and ablation, and the layer, head and position a command has) from the
-    session, then requires a prompt. `load_from_args` checks the session's fingerprint."""
+    prompt, mask and ablation, the layer, head and position a command has, the SAEs and clamps)
+    from the session, then requires a prompt. `load_from_args` checks the session's fingerprint."""
     path = getattr(args, "session", None)
     if path:
         from transformer_viewer.model.sessions.registry import load
@@ -336,6 +336,9 @@ def fill_from_records(args, records: dict, origin: str) -> None:
     env = records.get("environment")
     if env is not None:
         args.expected_environment = env
+    from transformer_viewer.viewer.cli.sae_options import fill_from_session
+
+    fill_from_session(args, records, origin, own_prompt)
 
 
 def check_expected_checkpoint(args, loaded) -> None:

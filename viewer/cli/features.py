@@ -1,6 +1,7 @@
 """`transformer-viewer features [CHECKPOINT] --sae PATH[@HOOK] (repeatable) --prompt TEXT
-[--top N] [--bos] [--clamp ...] [--json | --out FILE.csv|.npy]`: each token's most active
-features of each SAE.
+[--top N] [--bos] [--clamp ...] [--session FILE] [--json | --out FILE.csv|.npy]`: each token's
+most active features of each SAE. `--session` takes the model, prompt, mask, SAEs, clamps, BOS
+choice and top-k a saved session holds, for the options not given.
 
 `--json` prints one object: {"tokens": [{"id", "text"}...], "features": one list per token of its
 top N {"id": int, "activation": float}, highest first (the first --sae's), "saes": [{"index",
@@ -19,17 +20,24 @@ import sys
 import numpy as np
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.viewer.cli.common import add_ablation_argument, add_checkpoint_arguments
+from transformer_viewer.viewer.cli.common import (
+    add_ablation_argument,
+    add_checkpoint_arguments,
+    add_session_argument,
+)
 from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
 
+DEFAULT_TOP = 10
 RECORD = np.dtype([("id", "<i4"), ("activation", "<f4")])
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(p)
-    add_sae_argument(p, required=True)
-    p.add_argument("--prompt", required=True, help="the text to run")
-    p.add_argument("--top", type=int, default=10, help="features listed per token (default: 10)")
+    add_sae_argument(p, required=False)
+    p.add_argument("--prompt", default=None, help="the text to run (or the one a --session ran)")
+    add_session_argument(p)
+    p.add_argument("--top", type=int, default=None,
+                   help=f"features listed per token (default: a --session's, else {DEFAULT_TOP})")
     p.add_argument("--bos", action="store_true", help="list the BOS token's features too (left out by default)")
     add_clamp_argument(p)
     p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H", help="ablate these heads in the run")
@@ -43,10 +51,16 @@ def run(args) -> int:
     from transformer_viewer.viewer.cli.common import (
         check_mask_syntax,
         intervention_from_args,
+        session_arguments,
         session_for_prompt,
     )
     from transformer_viewer.viewer.cli.sae_options import attach_saes, check_sae_syntax, clamps_from_args
 
+    session_arguments(args)  # --session: the checkpoint, prompt, mask, SAEs and clamps it saved
+    if not args.sae:
+        raise ModelError("give an SAE with --sae PATH[@HOOK], or a saved session that opened one with --session FILE")
+    if args.top is None:
+        args.top = DEFAULT_TOP
     if args.top < 1:
         raise ModelError(f"--top must be at least 1, got {args.top}")
     if args.out is not None and not args.out.lower().endswith((".csv", ".npy")):

@@ -1,7 +1,9 @@
 """`transformer-viewer predict --checkpoint CKPT --prompt TEXT [--position P] [--top-k K]
 [--mask L.H ...] [--ablation zero|mean] [--sae PATH[@HOOK] ... --clamp [SAE:]FEATURE=VALUE|xSCALE[@POSITION] ...]
-[--device auto|cpu|cuda] [--json]`: the prompt's tokens and the top-k next tokens at one
-position, optionally with attention heads ablated and SAE features clamped.
+[--session FILE] [--device auto|cpu|cuda] [--json]`: the prompt's tokens and the top-k next tokens at one
+position, optionally with attention heads ablated and SAE features clamped. `--session` takes
+the model, prompt, position, mask, SAEs and clamps a saved session holds, for the options not
+given.
 
 `--json` prints one object: {"tokens": [{"id", "text"}...], "position": P, "mask": ["L.H"...],
 "ablation": "zero"|"mean"|null (null when no head is masked), "clamps": ["SAE:FEATURE=VALUE"...],
@@ -14,13 +16,19 @@ import argparse
 import json
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.viewer.cli.common import add_ablation_argument, add_checkpoint_arguments
+from transformer_viewer.viewer.cli.common import (
+    add_ablation_argument,
+    add_checkpoint_arguments,
+    add_session_argument,
+)
 from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(p)
-    p.add_argument("--prompt", required=True, help="the text to run (<|endoftext|> is the special token)")
+    p.add_argument("--prompt", default=None,
+                   help="the text to run (<|endoftext|> is the special token), or the one a --session ran")
+    add_session_argument(p)
     p.add_argument("--position", type=int, default=None,
                    help="token position whose next token is predicted, 0-based; negative counts from the end "
                         "(default: the last token)")
@@ -66,8 +74,10 @@ def run(args) -> int:
         load_from_args,
         note_truncated,
         refuse_non_finite,
+        session_arguments,
     )
 
+    session_arguments(args)  # --session: the checkpoint, prompt, position, mask, SAEs and clamps it saved
     if args.top_k < 1:
         raise ModelError(f"--top-k must be at least 1, got {args.top_k}")
     check_mask_syntax(args.mask)

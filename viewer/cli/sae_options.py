@@ -1,7 +1,8 @@
 """`--sae PATH[@HOOK]` (repeatable) and `--clamp [SAE:]FEATURE=VALUE|xSCALE[@POSITION]`, shared
 by the commands that open SAEs: their syntax checked before the model loads, the SAEs attached
 to the session in the order given (SAE i is the i-th `--sae`), the clamps made into the
-Intervention's FeatureClamps against the prompt's tokens."""
+Intervention's FeatureClamps against the prompt's tokens. With `--session`, the session's SAEs
+and clamps fill in for options not given (`fill_from_session`)."""
 
 from __future__ import annotations
 
@@ -66,10 +67,13 @@ def attach_saes(args, session) -> list:
     from transformer_viewer.model.sae.loading import load_sae, past_context
 
     loaded = []
+    expected = getattr(args, "expected_saes", {})
     for spec in args.sae:
         sae = load_sae(spec, session.config, model_name=session.loaded.name)
         index = session.attach_sae(sae)
         assert index == len(loaded)  # a fresh session numbers its SAEs from 0
+        if index in expected:
+            _check_expected(args, index, sae, *expected[index])
         context = past_context(sae.config, len(session.tokens.ids))
         for note in (*sae.warnings, *([context] if context else [])):
             print(f"note: SAE {index} ({sae.name}): {note}", file=sys.stderr)
@@ -91,3 +95,83 @@ def clamps_from_args(args, n_tokens: int) -> tuple:
             position = p
         clamps.append(FeatureClamp(sae, feature, kind, value, position))
     return tuple(clamps)
+
+
+# -- from a saved session -----------------------------------------------------------------
+def fill_from_session(args, records: dict, origin: str, own_prompt: bool) -> None:
+    """The session's SAEs (when no --sae is given) and its clamps (when no --clamp is given
+    either), its BOS and top-k for `features`. An SAE the session opened that is not on this
+    machine is one line; one whose files changed is a note, and its clamps are dropped."""
+    saes, i = records.get("saes"), records.get("intervention")
+    if not hasattr(args, "sae"):
+        if i is not None and i.clamps:
+            print(f"note: {origin} clamps {len(i.clamps)} SAE features; this command runs without SAEs, so without "
+                  "them (predict and features apply them)", file=sys.stderr)
+        return
+    if saes is None or args.sae:
+        return  # typed SAEs win, and the session's clamps name the session's SAEs
+    from transformer_viewer.model.checkpoints.bundled import bundled_sae_path
+
+    order = {}  # the session's index -> the --sae it becomes
+    args.expected_saes = {}
+    for s in sorted(saes.saes, key=lambda s: s.index):
+        path = bundled_sae_path() if s.spec is None else s.spec
+        if not _sae_available(path):
+            where = "the bundled SAE" if s.spec is None else s.spec
+            raise ModelError(f"{where}: SAE {s.index} of {origin} is not on this machine; give it with --sae "
+                             "PATH[@HOOK]")
+        order[s.index] = len(args.sae)
+        args.expected_saes[len(args.sae)] = (s, origin)
+        args.sae.append(f"{path}@{s.hook}")
+    if hasattr(args, "bos") and saes.show_bos:
+        args.bos = True
+    if hasattr(args, "top") and args.top is None:
+        args.top = saes.top
+    if i is None or not hasattr(args, "clamp") or args.clamp:
+        return
+    args.session_clamps = {}
+    for c in i.clamps:
+        if c.sae not in order:
+            print(f"note: {origin}: a clamp names SAE {c.sae}, which the session does not open; dropped",
+                  file=sys.stderr)
+            continue
+        if c.position is not None and not own_prompt:
+            print(f"note: {origin}: the clamp {c.describe()} is at a position of the session's prompt, not of "
+                  "--prompt; dropped", file=sys.stderr)
+            continue
+        text = (f"{order[c.sae]}:{c.feature}{'=' if c.kind == 'set' else 'x'}{float(c.value)!r}"
+                + ("" if c.position is None else f"@{c.position}"))
+        args.clamp.append(text)
+        args.session_clamps.setdefault(order[c.sae], []).append(text)
+
+
+def _sae_available(path: str) -> bool:
+    """Whether the SAE `path` (a path or REPO_ID/SUBFOLDER) is on this machine; what it holds is
+    checked by the load, as for any --sae typed."""
+    import os
+
+    from transformer_viewer.model.sae.sources import find_cached
+
+    return os.path.exists(path) or find_cached(path) is not None
+
+
+def _check_expected(args, index: int, sae, saved, origin: str) -> None:
+    """After loading --sae `index` for a session: a note when it is not the SAE the session
+    opened (another fingerprint, width or hook point), and the session's clamps of it dropped."""
+    from transformer_viewer.model.sessions.fingerprint import sae_fingerprint
+
+    c = sae.config
+    try:
+        fp = sae_fingerprint(c.source)
+    except OSError:
+        fp = None
+    changed = (c.d_sae, c.hook) != (saved.d_sae, saved.hook) or (
+        fp is not None and saved.fingerprint.digest and fp.method == saved.fingerprint.method
+        and fp != saved.fingerprint)
+    if not changed:
+        return
+    dropped = getattr(args, "session_clamps", {}).pop(index, [])
+    args.clamp = [t for t in args.clamp if t not in dropped]
+    gone = f"; its clamps {' '.join(dropped)} were dropped" if dropped else ""
+    print(f"note: SAE {index} ({sae.name}) differs from the SAE {origin} was saved with (its fingerprint, width or "
+          f"hook point changed){gone}", file=sys.stderr)

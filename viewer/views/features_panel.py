@@ -33,7 +33,7 @@ class FeaturesPanel(QtWidgets.QWidget):
         super().__init__(parent)
         self.state, self.worker = state, worker
         self.result = None  # TokenFeatures of `_key`
-        self._key = None  # (run_id, SAE index, BOS shown) the result is for
+        self._key = None  # (run_id, SAE index, BOS shown, top) the result is for
         self._pending = None
         self._offer_bundled = False
         self.sae_box = QtWidgets.QComboBox()
@@ -45,6 +45,13 @@ class FeaturesPanel(QtWidgets.QWidget):
         self.view_button.setToolTip("Show the selected feature across the prompt, its effect on the logits and the "
                                     "layer's overview (the SAE feature view; a double-click on a feature does too)")
         self.view_button.clicked.connect(lambda: self.feature_activated.emit(self.state.saes.feature or 0))
+        from transformer_viewer.viewer.sae_state import TOP_MAX
+
+        self.top_box = QtWidgets.QSpinBox()
+        self.top_box.setRange(1, TOP_MAX)
+        self.top_box.setValue(state.saes.top)
+        self.top_box.setPrefix("top ")
+        self.top_box.setToolTip("How many of each token's most active features are kept and listed")
         self.bos_box = QtWidgets.QCheckBox("BOS")
         self.bos_box.setToolTip("List the BOS token's features too (left out by default: they dwarf the rest)")
         self.warnings = QtWidgets.QLabel()  # the selected SAE's warnings, from its loading
@@ -67,6 +74,7 @@ class FeaturesPanel(QtWidgets.QWidget):
         self.clamp_list = ClampList(state)
         top = QtWidgets.QHBoxLayout()
         top.addWidget(self.sae_box, 1)
+        top.addWidget(self.top_box)
         top.addWidget(self.bos_box)
         top.addWidget(self.view_button)
         lay = QtWidgets.QVBoxLayout(self)
@@ -82,6 +90,8 @@ class FeaturesPanel(QtWidgets.QWidget):
         saes = state.saes
         self.sae_box.currentIndexChanged.connect(self._on_sae_chosen)
         self.bos_box.toggled.connect(saes.set_show_bos)
+        self.top_box.valueChanged.connect(saes.set_top)
+        saes.top_changed.connect(self._on_top)
         self.bundled_button.clicked.connect(self.open_bundled.emit)
         self.table.itemSelectionChanged.connect(self._on_row_selected)
         self.table.cellDoubleClicked.connect(lambda row, _c: self._activate(row))
@@ -145,12 +155,17 @@ class FeaturesPanel(QtWidgets.QWidget):
             self.bos_box.setChecked(show)
         self.request()
 
+    def _on_top(self, top: int) -> None:
+        if self.top_box.value() != top:
+            self.top_box.setValue(top)
+        self.request()
+
     # -- the worker -----------------------------------------------------------------------
     def key(self):
         st = self.state
         if st.trace is None or st.saes.sae is None:
             return None
-        return st.trace.run_id, st.saes.sae, st.saes.show_bos
+        return st.trace.run_id, st.saes.sae, st.saes.show_bos, st.saes.top
 
     def request(self) -> None:
         """Ask for every token's top features of the run drawn, unless they are here already."""
@@ -167,8 +182,9 @@ class FeaturesPanel(QtWidgets.QWidget):
             return
         if not self.isVisible():
             return  # a closed dock asks nothing: it asks when shown
+        sae = st.saes.by_index(key[1])
         request = TokenFeaturesRequest(text=st.prompt, sae_index=key[1], intervention=st.trace.intervention,
-                                       skip_bos=not key[2])
+                                       skip_bos=not key[2], top=min(key[3], sae.d_sae if sae is not None else key[3]))
         if same_request(request, self._pending):
             return
         self._pending = request

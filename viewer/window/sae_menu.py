@@ -98,6 +98,7 @@ class SaeMenu:
         self._when_loaded: list[str] = []  # --sae specs waiting for the model
         self._last_dir = ""
         self.first_failure: str | None = None  # the first SAE that failed to open (--screenshot reports it)
+        self.skip_bundled_once = False  # the next load restores a session, which says which SAEs to open
         menu = window.actions_.file_menu
         anchor = window.actions_.recent_menu.menuAction()
         self.open_action = self._action(menu, anchor, "Open &SAE\u2026", self.open_dialog,
@@ -148,7 +149,7 @@ class SaeMenu:
         if os.path.exists(spec):
             self._last_dir = os.path.dirname(os.path.abspath(spec))
         return self.w.worker.submit(SaeLoadRequest(spec=spec, hook=hook, labels=labels),
-                                    on_result=self._on_attached, on_failure=self._on_failed)
+                                    on_result=self.on_attached, on_failure=self._on_failed)
 
     def open_bundled(self):
         found = bundled_sae()
@@ -168,6 +169,7 @@ class SaeMenu:
         st = self.w.state
         if not new_session:
             return
+        skip_bundled, self.skip_bundled_once = self.skip_bundled_once, False
         st.saes.clear()
         if st.clamps:
             st.set_clamps(())
@@ -176,10 +178,11 @@ class SaeMenu:
         specs, self._when_loaded = self._when_loaded, []
         for spec in specs:
             self.open(spec)
-        if bundled and not specs:
+        if bundled and not specs and not skip_bundled:
             self.open_bundled()
 
-    def _on_attached(self, answer) -> None:
+    def on_attached(self, answer) -> None:
+        """An SAE the worker attached: into the state, its info line in the status bar."""
         sae = answer.value
         self.w.state.saes.add(sae)
         line = sae.info + ("; " + "; ".join(sae.warnings) if sae.warnings else "")
@@ -215,7 +218,7 @@ class SaeMenu:
         value = answer.value
         if self.w.state.saes.by_index(value.sae_index) is None:
             return  # its SAE went with a model since
-        self.w.state.saes.set_labels(value.sae_index, value.labels)
+        self.w.state.saes.set_labels(value.sae_index, value.labels, os.path.abspath(value.path))
         self.w.status.showMessage(f"{len(value.labels):,} feature labels from {os.path.basename(value.path)}", 8000)
 
 

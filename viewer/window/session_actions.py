@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.window import session_binding
+from transformer_viewer.viewer.window.session_saes import SaeRestore
 
 SESSION_FILTER = "transformer-viewer sessions (*.tvsession);;All files (*)"
 SUFFIX = ".tvsession"
@@ -51,6 +52,7 @@ class SessionActions:
         self.after_trace: dict | None = None  # records waiting for the restored prompt's trace
         self.notes: list[str] = []  # what the last open noted (tests read it)
         self.path: str | None = None  # the session last saved or opened
+        self.saes = SaeRestore(window)  # the session's SAEs, opened again on the worker
         window.state.model_changed.connect(self._on_model)
         window.state.trace_changed.connect(self._on_trace)
 
@@ -155,7 +157,7 @@ class SessionActions:
             self.pending = records  # on the checkpoint given, or a session saved before any model: the bundled one
             self.w.load(checkpoint)
         elif ckpt is None or (info is not None and _same_checkpoint(info, ckpt)):
-            self._apply(records)
+            self._apply(records, fresh_model=False)
         elif surely_missing(ckpt.source):
             self.pending = records
             self._missing(ckpt)
@@ -171,7 +173,7 @@ class SessionActions:
             return
         ckpt = records.get("checkpoint")
         if ckpt is None:
-            self._apply(records)
+            self._apply(records, fresh_model=True)
             return
         if (info.n_layer, info.n_head) != (ckpt.n_layer, ckpt.n_head):
             self.w.show_error(f"{info.name} has {info.n_layer} layers of {info.n_head} heads, the session's model "
@@ -183,9 +185,10 @@ class SessionActions:
             self.w.show_error(f"{info.source}: this checkpoint differs from the session's (its fingerprint changed); "
                               "the session is restored on it, but its numbers may differ: open the original with "
                               "File > Open checkpoint")
-        self._apply(records)
+        self._apply(records, fresh_model=True)
 
-    def _apply(self, records: dict) -> None:
+    def _apply(self, records: dict, fresh_model: bool) -> None:
+        """Restore `records` on the model open (`fresh_model`: just loaded for them, its SAEs none yet)."""
         from transformer_viewer.model.sessions.environment_part import note_for
 
         info = self.w.state.model_info
@@ -195,7 +198,7 @@ class SessionActions:
             if note:
                 self.notes.append(note)
         self.after_trace = records
-        session_binding.restore(self.w, records, self.notes)
+        session_binding.restore(self.w, records, self.notes, fresh_model)
         if self.w.state.trace is not None and self.w.state.trace.text == self.w.state.prompt:
             self._on_trace(self.w.state.trace)
         self._say_notes()

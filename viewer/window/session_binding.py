@@ -29,6 +29,7 @@ from transformer_viewer.model.sessions.view_parts import (
     WindowRecord,
 )
 from transformer_viewer.viewer.views.zoom_heatmap import ZoomHeatmap
+from transformer_viewer.viewer.window import session_saes
 
 STATE_VERSION = 1  # passed to saveState/restoreState: a layout of another version is refused by Qt
 QT_STATE_MARKER = b"\x00\x00\x00\xff"  # the first four bytes of every QMainWindow.saveState()
@@ -45,7 +46,8 @@ def capture(window) -> dict[str, object]:
     if info is not None:
         records["checkpoint"] = checkpoint_record(info)
         masked = tuple((int(a), int(b)) for a, b in zip(*np.nonzero(st.mask), strict=True))
-        records["intervention"] = InterventionRecord(info.n_layer, info.n_head, masked, st.ablation)
+        records["intervention"] = InterventionRecord(info.n_layer, info.n_head, masked, st.ablation, tuple(st.clamps))
+        records["saes"] = session_saes.capture(window)
         if info.environment is not None:
             records["environment"] = info.environment
     return records
@@ -104,8 +106,10 @@ def _window(window) -> WindowRecord:
 
 
 # -- restore ------------------------------------------------------------------------------
-def restore(window, records: dict[str, object], notes: list[str]) -> None:
-    """Put back what needs no trace, on the model now loaded (its shape already checked)."""
+def restore(window, records: dict[str, object], notes: list[str], fresh_model: bool = False) -> None:
+    """Put back what needs no trace, on the model now loaded (its shape already checked;
+    `fresh_model`: loaded for this session). The SAEs open on the worker, and the clamps follow
+    once they have (session_saes.py)."""
     from transformer_viewer.model.capture.interventions import Intervention
     st = window.state
     if (w := records.get("window")) is not None:
@@ -114,7 +118,12 @@ def restore(window, records: dict[str, object], notes: list[str]) -> None:
         mask = np.zeros((i.n_layer, i.n_head), dtype=bool)
         for layer, head in i.masked:
             mask[layer, head] = True
-        st.set_intervention(Intervention.make(st, mask, i.ablation))
+        st.set_intervention(Intervention.make(st, mask, i.ablation))  # the clamps once their SAEs are open
+    clamps = i.clamps if i is not None else ()
+    if (saes := records.get("saes")) is not None and st.model_info is not None:
+        window.sessions.saes.start(saes, clamps, notes, fresh_model)
+    elif clamps:
+        notes.append(f"the session's {len(clamps)} feature clamps name SAEs it does not open; they were dropped")
     if (s := records.get("selection")) is not None:
         st.set_selection(layer=s.layer, head=s.head, query=s.query, clear_query=s.query is None)
         st.set_neuron(s.neuron)

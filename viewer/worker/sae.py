@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from transformer_viewer.model.errors import stop_if_cancelled
+from transformer_viewer.model.errors import ModelError, stop_if_cancelled
 from transformer_viewer.viewer.worker.requests import Request
 
 FEATURES_TOP = 16  # features kept per token: the panel's list; memory O(T k), never (T, d_sae)
@@ -53,6 +53,10 @@ class AttachedSae:
     warnings: tuple[str, ...] = ()
     source: str = ""
     labels: dict | None = None  # feature id -> label, when a labels file came with it
+    spec: str = ""  # where it was opened from, as given (a path made absolute), without its @hook
+    fingerprint: Any = None  # its weight files' Fingerprint (model/sessions/fingerprint.py), taken at load
+    labels_path: str | None = None  # the labels file that came with it
+    bundled: bool = False  # the SAE that ships with the bundled model
 
     @property
     def title(self) -> str:
@@ -129,8 +133,10 @@ class SaeOverviewRequest(Request):
 def handle_sae_load(session, request: SaeLoadRequest, progress, is_cancelled) -> AttachedSae:
     import os
 
+    from transformer_viewer.model.checkpoints.bundled import bundled_sae_path
     from transformer_viewer.model.sae.loading import load_sae
     from transformer_viewer.model.sae.sources import parse_sae_spec
+    from transformer_viewer.model.sessions.fingerprint import sae_fingerprint
 
     path, _hook = parse_sae_spec(request.spec)
     progress(0, 0, f"loading the SAE {os.path.basename(os.path.normpath(path)) or path}…")
@@ -139,11 +145,19 @@ def handle_sae_load(session, request: SaeLoadRequest, progress, is_cancelled) ->
                       progress=progress, is_cancelled=is_cancelled)
     stop_if_cancelled(is_cancelled)
     labels = _read_labels(request.labels, loaded.config.d_sae) if request.labels else None
-    index = session.attach_sae(loaded)
     c = loaded.config
+    try:
+        fingerprint = sae_fingerprint(c.source)  # once, at load: what a saved session compares with
+    except (OSError, ModelError):
+        fingerprint = None  # its files went between reading and hashing: a session cannot tell it changed
+    stop_if_cancelled(is_cancelled)
+    index = session.attach_sae(loaded)
+    where = os.path.abspath(path) if os.path.exists(path) else path
     return AttachedSae(index=int(index), name=loaded.name, hook=c.hook, layer=_layer_of(c.hook), d_in=int(c.d_in),
                        d_sae=int(c.d_sae), architecture=c.architecture, info=loaded.info,
-                       warnings=tuple(loaded.warnings), source=str(c.source), labels=labels)
+                       warnings=tuple(loaded.warnings), source=str(c.source), labels=labels, spec=where,
+                       fingerprint=fingerprint, labels_path=request.labels if labels is not None else None,
+                       bundled=where == os.path.abspath(bundled_sae_path()))
 
 
 def _layer_of(hook: str) -> int:

@@ -72,3 +72,34 @@ def test_the_tokenizer_fingerprint_follows_its_files(tmp_path):
     first = fp.tokenizer_fingerprint(str(tmp_path))
     (tmp_path / "tokenizer_config.json").write_text('{"add_bos_token": true}')
     assert fp.tokenizer_fingerprint(str(tmp_path)) != first
+
+
+def test_an_saes_fingerprint_covers_its_config_and_weights_and_a_cached_ones_blob_names(tmp_path, monkeypatch):
+    folder = tmp_path / "sae"
+    folder.mkdir()
+    (folder / "cfg.json").write_text('{"d_in": 16}')
+    _file(folder / "sae_weights.safetensors", 2000)
+    (folder / "labels.csv").write_text("id,label\n")
+    first = fp.sae_fingerprint(str(folder))
+    assert first.method == fp.SAMPLED and first.files == 2
+    (folder / "labels.csv").write_text("id,label\n1,one\n")  # not the SAE's own files
+    assert fp.sae_fingerprint(str(folder)) == first
+    (folder / "cfg.json").write_text('{"d_in": 17}')
+    assert fp.sae_fingerprint(str(folder)).digest != first.digest
+    npz = _file(tmp_path / "params.npz", 1000)
+    assert fp.sae_fingerprint(npz).files == 1
+
+    blobs = tmp_path / "models--org--saes" / "blobs"
+    sub = tmp_path / "models--org--saes" / "snapshots" / "abc" / "layer_0"
+    blobs.mkdir(parents=True)
+    sub.mkdir(parents=True)
+    for name, blob in (("cfg.json", "1" * 40), ("sae_weights.safetensors", "2" * 64)):
+        (blobs / blob).write_bytes(b"x")
+        os.symlink(blobs / blob, sub / name)
+    monkeypatch.setattr(fp, "_sampled", None)  # a cached SAE's fingerprint reads no file
+    cached = fp.sae_fingerprint(str(sub))
+    assert cached.method == fp.HF_CACHE and cached.files == 2
+    os.remove(sub / "cfg.json")
+    (blobs / ("3" * 40)).write_bytes(b"y")
+    os.symlink(blobs / ("3" * 40), sub / "cfg.json")  # a new revision of the config
+    assert fp.sae_fingerprint(str(sub)).digest != cached.digest

@@ -123,7 +123,8 @@ def test_a_missing_checkpoint_keeps_the_session_for_the_one_picked(qtbot, tmp_pa
 
 
 @pytest.mark.parametrize("name", ["zip-slip", "symlink", "duplicate", "zip-bomb", "object-npy", "newer-version",
-                                  "wrong-type", "huge-number", "mask-out-of-model", "bad-window-base64"])
+                                  "wrong-type", "huge-number", "mask-out-of-model", "bad-window-base64",
+                                  "clamp-value-huge", "sae-index-twice", "sae-feature-past-width"])
 def test_a_hostile_session_is_one_line_and_changes_nothing(qtbot, tmp_path, tiny_ckpt, name):
     data, expect = hostile_sessions()[name]
     bad = tmp_path / f"{name}.tvsession"
