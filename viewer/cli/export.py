@@ -181,7 +181,7 @@ def _write(widget, entry, state, session, args) -> str:
             return _exact_attention(widget, state, session, args)
         path = export_view(widget, args.out)
         if args.pooled:
-            _pooling_sidecar(widget, state, args, path)
+            _pooling_sidecar(widget, state, session, args, path)
         return path
     style = FigureStyle(theme=args.theme, title=view_title(state, entry.title, widget))
     size, scale = figure_geometry(args, (widget.width(), widget.height()))
@@ -221,7 +221,7 @@ def _exact_attention(widget, state, session, args) -> str:
     return export_matrix(total / np.float32(len(heads)), path, trace.labels, trace.labels)
 
 
-def _pooling_sidecar(widget, state, args, path: str) -> None:
+def _pooling_sidecar(widget, state, session, args, path: str) -> None:
     """`path`.json: what a --pooled data export holds, so a script reading it knows."""
     import json
 
@@ -229,7 +229,7 @@ def _pooling_sidecar(widget, state, args, path: str) -> None:
 
     matrix = widget.matrix()
     described = {"file": os.path.basename(path), "view": args.view, "shape": list(matrix.shape),
-                 "dtype": str(matrix.dtype), "n_tokens": state.trace.n_tokens}
+                 "dtype": str(matrix.dtype), "n_tokens": state.trace.n_tokens, "kernel_path": session.kernel_path}
     heatmap = getattr(widget, "heatmap", None)
     if args.view == "attention" and heatmap is not None:
         cell = heatmap.cell()
