@@ -27,8 +27,10 @@ PACK_SHARE_OF_MEMORY = 16
 def pack_for_inference(model: nn.Module, max_bytes: int | None = None) -> int:
     """Pack the decoder blocks' linear layers, and the head by blocks of the vocabulary, as far
     as their copies fit `max_bytes` (default: PACK_MAX_BYTES and 1/16 of this machine's memory).
-    Returns the bytes packed. For a model that inference alone will use: a training step
-    changes every weight, and each layer would pack itself again."""
+    Returns the bytes packed; nothing where the layers are the decoder's own `nn.Linear` (the
+    install of oneDNN's GEMM, `inference.install_inference`, makes them `Linear`s and calls
+    this). For a model that inference alone will use: a training step changes every weight,
+    and each layer would pack itself again."""
     unpack_all(model)
     layers = [m for m in model.blocks.modules() if isinstance(m, Linear)] if hasattr(model, "blocks") else []
     head = getattr(model, "lm_head", None)
