@@ -56,7 +56,7 @@ from transformer_viewer.model.kernels.attention_kernels import (
 )
 from transformer_viewer.model.kernels.linear import Linear
 from transformer_viewer.model.kernels.mlp_kernels import activated_product, gated_product
-from transformer_viewer.model.kernels.packing import pack_for_inference, unpack_all
+from transformer_viewer.model.kernels.packing import pack_for_inference, packing_plan, unpack_all
 from transformer_viewer.model.kernels.vocab_blocks import VOCAB_BLOCK
 
 GEMMS = ("onednn", "torch")
@@ -64,22 +64,25 @@ GEMMS = ("onednn", "torch")
 
 @dataclass(frozen=True)
 class InferenceStrategy:
-    """What an installed model runs. `gemm`: "onednn" (oneDNN's kernel from packed weights, the
-    MLP's activation inside its product) or "torch" (`F.linear`, the step-by-step MLP); `isa`:
-    the instruction set torch's CPU kernels dispatch to (`torch.backends.cpu.get_cpu_capability`),
-    or the device type off the CPU; `chosen_by`: "cpu" or the environment variable that decided."""
+    """What an installed model runs. `gemm`: "onednn" (oneDNN's kernel, the MLP's activation
+    inside its product) or "torch" (`F.linear`, the step-by-step MLP); `isa`: the instruction
+    set torch's CPU kernels dispatch to (`torch.backends.cpu.get_cpu_capability`), or the device
+    type off the CPU; `chosen_by`: "cpu" or the environment variable that decided; `packed`:
+    which weights oneDNN reads from copies in its own layout (`packing.packing_plan`)."""
 
     gemm: str
     isa: str
     chosen_by: str = "cpu"
+    packed: str = "none"  # the weights kept in oneDNN's layout: "blocks+head", "blocks" or "none"
     query_block: int = QUERY_BLOCK
     vocab_block: int = VOCAB_BLOCK
 
     @property
     def kernel_path(self) -> str:
-        """One line naming the kernels, e.g. "gemm=onednn isa=AVX512 attention=blocks:128
-        vocab=blocks:2048 chosen_by=cpu": what an export or a saved session records."""
-        return (f"gemm={self.gemm} isa={self.isa} attention=blocks:{self.query_block} "
+        """One line naming the kernels, e.g. "gemm=onednn isa=AVX512 packed=blocks+head
+        attention=blocks:128 vocab=blocks:2048 chosen_by=cpu": what an export or a saved
+        session records."""
+        return (f"gemm={self.gemm} isa={self.isa} packed={self.packed} attention=blocks:{self.query_block} "
                 f"vocab=blocks:{self.vocab_block} chosen_by={self.chosen_by}")
 
 
@@ -91,7 +94,8 @@ def choose_strategy(model: GPT, environ: Mapping[str, str] | None = None) -> Inf
     AVX2 or AVX-512) it runs these shapes in 0.55-0.85x torch's time, and where MKL runs its own
     kernels (Intel) the two are at parity from about a hundred rows up (BENCHMARKS.md, "The GEMM
     kernel"), so no CPU measured calls for torch's. Off the CPU, or in another dtype, torch's.
-    Blocked attention runs everywhere: it is what bounds a long prompt's memory.
+    With oneDNN's, the weights are packed as far as the model's shapes fit the memory bound of
+    `packing.py`. Blocked attention runs everywhere: it is what bounds a long prompt's memory.
     """
     environ = os.environ if environ is None else environ
     weight = next(model.parameters())
@@ -104,9 +108,9 @@ def choose_strategy(model: GPT, environ: Mapping[str, str] | None = None) -> Inf
         return InferenceStrategy("torch", isa, "TV_ONEDNN")
     # fast_path_enabled: this torch build has the kernel, and it has not refused these inputs.
     usable = on_cpu and weight.dtype == torch.float32 and linear_kernel.fast_path_enabled()
-    if asked:
-        return InferenceStrategy("onednn" if asked == "onednn" and usable else "torch", isa, "TV_GEMM")
-    return InferenceStrategy("onednn" if usable else "torch", isa)
+    gemm = ("onednn" if asked == "onednn" and usable else "torch") if asked else ("onednn" if usable else "torch")
+    packed = packing_plan(model) if gemm == "onednn" else "none"
+    return InferenceStrategy(gemm, isa, "TV_GEMM" if asked else "cpu", packed)
 
 
 class BlockedAttention(CausalSelfAttention):
@@ -211,7 +215,7 @@ class InstalledInference:
 
     def repack(self) -> int:
         """Pack the weights again where they are now (after the model moved device); the bytes packed."""
-        self.packed_bytes = pack_for_inference(self.model) if self.strategy.gemm == "onednn" else 0
+        self.packed_bytes = pack_for_inference(self.model) if self.strategy.packed != "none" else 0
         return self.packed_bytes
 
     def uninstall(self) -> None:
@@ -268,6 +272,6 @@ def install_inference(model: GPT, strategy: InferenceStrategy | None = None) -> 
         for m in [*model.blocks.modules(), model.lm_head]:
             if type(m) is nn.Linear:
                 m.__class__ = Linear
-        installed.packed_bytes = pack_for_inference(model)
+        installed.repack()
     model.inference = installed  # a plain attribute (not a module): no state-dict entry
     return installed

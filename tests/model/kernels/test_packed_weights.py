@@ -19,7 +19,7 @@ from transformer_viewer.model.capture.unembedding import VOCAB_BLOCK
 from transformer_viewer.model.decoder.config import GPTConfig
 from transformer_viewer.model.kernels.inference import install_inference
 from transformer_viewer.model.kernels.linear import Linear, fast_path_enabled, plain_kernels
-from transformer_viewer.model.kernels.packing import pack_for_inference, unpack_all
+from transformer_viewer.model.kernels.packing import pack_for_inference, packing_plan, unpack_all
 
 pytestmark = pytest.mark.skipif(not (fast_path_enabled() and Linear(2, 2).can_pack()),
                                 reason="this torch build cannot pack weights for oneDNN")
@@ -138,11 +138,14 @@ def test_pack_for_inference_packs_the_blocks_then_the_head_as_far_as_they_fit():
     blocks = sum(m.weight.numel() * 4 for m in layers)
     head = model.lm_head.weight.numel() * 4
     assert len(layers) == 4 * LLAMA.n_layer  # q/k/v, output, gate+up, down
+    assert packing_plan(model, max_bytes=blocks + head) == "blocks+head"  # known from the shapes alone
     assert pack_for_inference(model, max_bytes=blocks + head) == blocks + head
     assert all(m._packed is not None for m in (*layers, model.lm_head))
     assert len(model.lm_head._packed) == -(-LLAMA.vocab_size // VOCAB_BLOCK)  # by the unembedding's blocks
+    assert packing_plan(model, max_bytes=blocks + head - 1) == "blocks"
     assert pack_for_inference(model, max_bytes=blocks + head - 1) == blocks  # the blocks alone fit
     assert model.lm_head._packed is None and all(m._packed is not None for m in layers)
+    assert packing_plan(model, max_bytes=blocks - 1) == "none"
     assert pack_for_inference(model, max_bytes=blocks - 1) == 0  # not even those: nothing, and nothing kept
     assert all(m._packed is None for m in (*layers, model.lm_head))
     assert pack_for_inference(model) == blocks + head  # the default bound: far above this model
