@@ -108,7 +108,7 @@ def choose_strategy(model: GPT, environ: Mapping[str, str] | None = None) -> Inf
         return InferenceStrategy("torch", isa, "TV_ONEDNN")
     # fast_path_enabled: this torch build has the kernel, and it has not refused these inputs.
     usable = on_cpu and weight.dtype == torch.float32 and linear_kernel.fast_path_enabled()
-    gemm = ("onednn" if asked == "onednn" and usable else "torch") if asked else ("onednn" if usable else "torch")
+    gemm = "onednn" if (asked or "onednn") == "onednn" and usable else "torch"
     packed = packing_plan(model) if gemm == "onednn" else "none"
     return InferenceStrategy(gemm, isa, "TV_GEMM" if asked else "cpu", packed)
 
