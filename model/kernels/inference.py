@@ -14,9 +14,8 @@ buffers, hook points and state-dict keys stay as they are; `uninstall()` swaps t
 What a hook costs and gets on an installed model, layer by layer, decided here and nowhere else:
 
 - `hook_pattern`: the whole (B, nh, T, T) pattern is made for that layer (O(T^2) memory instead
-  of one block of rows), by the same blocks, so the numbers are the unhooked path's bit for bit.
-  A prediction's last layer at its last row alone (`first_row`) never makes a whole pattern and
-  does not call `hook_pattern`.
+  of one block of rows), by the same blocks, so the numbers are the unhooked path's bit for bit;
+  a prediction's last layer, which otherwise computes its last row alone, computes every row.
 - `hook_pre` (or a gated MLP's `hook_pre_linear`): that layer's MLP runs the decoder's plain MLP,
   step by step, so the hook sees and may replace the pre-activations; it costs the passes over
   the (T, n_mlp) tensors the fused product saves, and the activation rounds as torch's function
@@ -125,13 +124,13 @@ class BlockedAttention(CausalSelfAttention):
             return super().forward(x, first_row)  # autograd records the plain path
         B, T, _ = x.shape
         qh, kh, vh = self.heads_qkv(x)  # (B, nh, T, hs) each
-        if first_row:  # these rows against their visible keys; no whole pattern exists
-            z = attend_rows(qh, kh, vh, first_row, self.window, self.softcap)  # (B, nh, T - first_row, hs)
-        elif unread(self.hook_pattern):  # one block of query rows at a time, never the whole pattern
-            z = attend_by_blocks(qh, kh, vh, self.window, self.softcap, self.inference.observer(self.layer))
-        else:  # someone reads (or edits) the whole pattern: the same blocks, kept whole
+        if not unread(self.hook_pattern):  # someone reads (or edits) the whole pattern: the same blocks, kept whole
             pattern = blocked_pattern(qh, kh, self.window, self.softcap, self.inference.workspace_now())
-            z = values_by_blocks(self.hook_pattern(pattern), vh)  # (B, nh, T, hs)
+            z = values_by_blocks(self.hook_pattern(pattern), vh)[:, :, first_row:]  # (B, nh, T - first_row, hs)
+        elif first_row:  # these rows alone against their visible keys
+            z = attend_rows(qh, kh, vh, first_row, self.window, self.softcap)  # (B, nh, T - first_row, hs)
+        else:  # one block of query rows at a time, never the whole pattern
+            z = attend_by_blocks(qh, kh, vh, self.window, self.softcap, self.inference.observer(self.layer))
         z = self.hook_z(z.transpose(1, 2))  # (B, T - first_row, nh, hs)
         return self.resid_dropout(self.c_proj(z.reshape(B, T - first_row, self.n_head * self.head_size)))
 

@@ -174,3 +174,23 @@ def test_an_avx2_only_cpu_gets_its_own_strategy():
         assert " isa=AVX2 " in path
     gemm = "onednn" if fast_path_enabled() and os.environ.get("TV_ONEDNN", "1") != "0" else "torch"
     assert path.startswith(f"gemm={gemm} ")
+
+
+def test_a_pattern_hook_edits_a_predictions_last_row_as_on_the_plain_path():
+    """The last layer of a prediction computes its last row alone; a hook that edits the pattern
+    there still gets the whole pattern and its edit reaches the output, as on the plain model."""
+    plain, installed = tiny_gpt(LLAMA, seed=6), tiny_gpt(LLAMA, seed=6)
+    install_inference(installed)
+    ids = _ids(20)
+    uniform = ("blocks.1.attn.hook_pattern", lambda _m, _i, p: torch.tril(torch.ones_like(p)) / torch.arange(
+        1, p.shape[-1] + 1, dtype=p.dtype)[:, None])  # every query attends evenly to its past
+    out = {}
+    for name, model in (("plain", plain), ("installed", installed)):
+        with torch.inference_mode(), hooks(model, [uniform]):
+            out[name] = model.run_blocks(model.embed(ids), last_only=True)  # (1, 1, C)
+        with torch.inference_mode():
+            out[name + " unhooked"] = model.run_blocks(model.embed(ids), last_only=True)
+    assert not torch.allclose(out["installed"], out["installed unhooked"])  # the edit reached the output
+    for which in ("", " unhooked"):
+        assert_float32_close(out["installed" + which], out["plain" + which], reduction=model_reduction(LLAMA),
+                             depth=LLAMA.n_layer + 1, what=f"last row{which}, installed vs plain")
