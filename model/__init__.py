@@ -12,10 +12,11 @@ checks it):
   vocabulary blocks) and `inference.py`, which a Session uses to install them on its model;
 - `tokenizers/`: GPT-2's and a folder's tokenizer.json, and the checks on their files;
 - `checkpoints/`: opening and writing checkpoints, one reader per format (`formats/`);
+- `sae/`: sparse autoencoders read beside the model (SAELens folders, Gemma Scope npz);
 - `capture/` and `training/`: a prompt's runs and what they keep (Session, Trace,
   interventions, the memory budget); training a small model;
 - `analysis/`: what takes a Session (lens, scans, head scores, diffs, direct logit attribution,
-  routes, rollout, generation).
+  routes, rollout, generation, an SAE's features).
 
 `errors.py`, `device.py` and `rust_calls.py` serve every room. Scripts import the stable entry
 points from here (`from transformer_viewer.model import load_checkpoint, Session`), which stay
@@ -54,6 +55,13 @@ _ENTRY_POINTS = {
     "logit_attribution": "transformer_viewer.model.analysis.logit_attribution",
     "information_routes": "transformer_viewer.model.analysis.routes",
     "rollout_rows": "transformer_viewer.model.analysis.rollout",
+    "FeatureClamp": "transformer_viewer.model.capture.interventions",
+    "load_sae": "transformer_viewer.model.sae.loading",
+    "token_features": "transformer_viewer.model.analysis.sae_features",
+    "feature_row": "transformer_viewer.model.analysis.sae_features",
+    "feature_logit_effect": "transformer_viewer.model.analysis.sae_features",
+    "reconstruction_share": "transformer_viewer.model.analysis.sae_features",
+    "sae_overview": "transformer_viewer.model.analysis.sae_features",
 }
 
 __all__ = ["GPTConfig", "CheckpointError", "ModelError", *_ENTRY_POINTS]

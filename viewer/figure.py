@@ -53,6 +53,7 @@ class FigureStyle:
     theme: str = "light"
     title: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    manifest: str = ""  # a figure manifest's JSON to embed in an SVG's or PDF's metadata ("": none)
 
     def __post_init__(self) -> None:
         if self.theme not in THEMES:
@@ -392,9 +393,13 @@ def figure_title(model: str, view: str, mask=None, ablation: str = "zero") -> st
 def view_title(state, name: str, view=None) -> str:
     """The title of a figure of `view` (the registry's `name` for it) drawn from `state`: the
     model's name, the view with what it shows (its own title(), when it has one: "layer 2 head
-    2"), and the mask."""
+    2"), the mask, and any SAE feature clamps."""
     own = view.title() if view is not None and callable(getattr(view, "title", None)) else ""
     info = getattr(state, "model_info", None)
     shown = f"{name}: {own}" if own and own != name else name
-    return figure_title(info.name if info is not None else "", shown, getattr(state, "mask", None),
-                        getattr(state, "ablation", "zero"))
+    title = figure_title(info.name if info is not None else "", shown, getattr(state, "mask", None),
+                         getattr(state, "ablation", "zero"))
+    clamps = getattr(state, "clamps", ())
+    if clamps:  # SAE features clamped too: "... — clamps 0:12=5, 0:7x0.5"
+        title += " \u2014 clamp" + ("s " if len(clamps) != 1 else " ") + ", ".join(c.describe() for c in clamps)
+    return title

@@ -18,6 +18,12 @@ Signals (each emitted only when the value really changed):
   (`layer_activations` has them now).
 - `token_overlay_changed()`: the shown view that colours the tokens (the routes' token shares,
   the rollout's query row) set or cleared `token_overlay`.
+- `patching_changed()`: `patching` (the corrupted prompt, the metric, the direction, what is
+  patched: viewer/patch_setup.py) or `corrupted_tokens` changed.
+
+`saes` (viewer/sae_state.py) holds the attached sparse autoencoders and the selected feature; a
+feature clamp is part of `intervention` like the head mask (`set_clamps`), and emits
+`mask_changed` as a head toggle does: every run under it is asked for the same way.
 
 `query` is None for "the last token"; `query_index` resolves it against the current trace.
 """
@@ -28,6 +34,8 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from transformer_viewer.model.capture.interventions import Intervention
+from transformer_viewer.viewer.patch_setup import PatchSetup, differing
+from transformer_viewer.viewer.sae_state import SaeState
 from transformer_viewer.viewer.worker.requests import ModelInfo
 
 __all__ = ["ModelInfo", "ViewerState"]
@@ -43,6 +51,7 @@ class ViewerState(QObject):
     prompt_changed = Signal(object)  # str; `object` passes a long prompt without UTF-16 round trips
     activations_changed = Signal(int)
     token_overlay_changed = Signal()
+    patching_changed = Signal()
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -59,6 +68,9 @@ class ViewerState(QObject):
         self._activations: dict[tuple[int, int], np.ndarray] = {}  # (run_id, layer) -> (T, n_mlp)
         # (values (T,), legend, owner): what the token strip colours by while a view showing it is up
         self.token_overlay: tuple[np.ndarray, str, object] | None = None
+        self.patching = PatchSetup()  # the activation-patching experiment the patching view runs
+        self.corrupted_tokens = None  # Tokenized of the corrupted prompt, for the strips and their diff
+        self.saes = SaeState(self)  # the attached SAEs, the selected feature, their labels
 
     # -- derived --------------------------------------------------------------------------
     @property
@@ -69,6 +81,11 @@ class ViewerState(QObject):
     @property
     def ablation(self) -> str:
         return self.intervention.ablation
+
+    @property
+    def clamps(self) -> tuple:
+        """The feature clamps (FeatureClamp values) the runs apply, read-only: see set_clamps."""
+        return self.intervention.clamps
 
     @property
     def n_layer(self) -> int:
@@ -129,7 +146,12 @@ class ViewerState(QObject):
             self.layer = min(self.layer, self.n_layer - 1)
             self.head = min(self.head, self.n_head - 1)
             self.query = None
+            # Token ids and layers name another vocabulary and depth in another model.
+            self.patching = self.patching.changed(tokens=(), layer=0, receiver=(0, 0))
+            self.corrupted_tokens = None
         self.model_changed.emit(info)
+        if not same_shape or old.source != info.source:
+            self.patching_changed.emit()
 
     def set_prompt(self, text: str) -> None:
         if text != self.prompt:
@@ -179,8 +201,9 @@ class ViewerState(QObject):
         self.selection_changed.emit()
 
     def set_mask(self, mask) -> None:
-        """Mask these heads (L, nh); a mask of another shape is refused (ModelError)."""
-        self.set_intervention(Intervention.make(self, mask, self.ablation))
+        """Mask these heads (L, nh); a mask of another shape is refused (ModelError). The
+        feature clamps stay."""
+        self.set_intervention(self._made(mask, self.ablation, self.clamps))
 
     def toggle_head(self, layer: int, head: int) -> None:
         mask = self.mask.copy()
@@ -189,7 +212,19 @@ class ViewerState(QObject):
 
     def set_ablation(self, ablation: str) -> None:
         """Ablate masked heads this way (one of interventions.ABLATIONS; others: ModelError)."""
-        self.set_intervention(Intervention.make(self, self.mask, ablation))
+        self.set_intervention(self._made(self.mask, ablation, self.clamps))
+
+    def set_clamps(self, clamps) -> None:
+        """Clamp these SAE features (FeatureClamp values, model/sae/); the head mask stays."""
+        self.set_intervention(self._made(self.mask, self.ablation, tuple(clamps)))
+
+    def _made(self, mask, ablation: str, clamps: tuple) -> Intervention:
+        """The Intervention of this mask, ablation and clamps, keeping any activation patches."""
+        kept = {"clamps": clamps} if clamps else {}
+        patches = getattr(self.intervention, "patches", ())
+        if patches:
+            kept["patches"] = patches
+        return Intervention.make(self, mask, ablation, **kept)
 
     def set_intervention(self, intervention: Intervention) -> None:
         """What the runs change, made (and checked) elsewhere for this model's shape."""
@@ -207,6 +242,26 @@ class ViewerState(QObject):
         else:
             self.token_overlay = (np.asarray(values, dtype=np.float32), legend, owner)
         self.token_overlay_changed.emit()
+
+    def set_patching(self, **changes) -> None:
+        """Change fields of the patching setup (PatchSetup's names); a bad value: ModelError."""
+        new = self.patching.changed(**changes)
+        if new != self.patching:
+            self.patching = new
+            self.patching_changed.emit()
+
+    def set_corrupted_tokens(self, tokens) -> None:
+        """The corrupted prompt as the loaded model's tokenizer splits it (a Tokenized), or None."""
+        if tokens != self.corrupted_tokens:
+            self.corrupted_tokens = tokens
+            self.patching_changed.emit()
+
+    def patch_differences(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Which clean (trace) and corrupted tokens differ, (T,) and (T',) bool; None while there
+        is no comparison to draw."""
+        if not self.patching.comparing or self.trace is None or self.corrupted_tokens is None:
+            return None
+        return differing(self.trace.token_ids, self.corrupted_tokens.ids)
 
     def set_neuron(self, neuron: int | None) -> None:
         neuron = None if neuron is None else int(neuron)

@@ -297,7 +297,12 @@ def render_svg(target, size=None, style=None) -> bytes:
         gen.setTitle(_document_title(style))
         gen.setDescription("exported by transformer-viewer")
         _paint(gen, "SVG", paint, w, h)
-    return finish_svg(bytes(buffer.data()))
+    svg = finish_svg(bytes(buffer.data()))
+    if style is not None and style.manifest:
+        from transformer_viewer.model.sessions.figure_manifest import embedded_svg
+
+        svg = embedded_svg(svg, style.manifest)
+    return svg
 
 
 def render_pdf(target, size=None, style=None) -> bytes:
@@ -313,6 +318,10 @@ def render_pdf(target, size=None, style=None) -> bytes:
         writer.setResolution(96)
         writer.setTitle(_document_title(style))
         writer.setCreator("transformer-viewer")
+        if style is not None and style.manifest:
+            from transformer_viewer.model.sessions.figure_manifest import xmp_packet
+
+            writer.setDocumentXmpMetadata(QtCore.QByteArray(xmp_packet(style.manifest)))
         page = QtGui.QPageSize(QtCore.QSizeF(w * 72 / 96, h * 72 / 96), QtGui.QPageSize.Unit.Point, "view")
         writer.setPageLayout(QtGui.QPageLayout(page, QtGui.QPageLayout.Orientation.Portrait, QtCore.QMarginsF(0, 0, 0, 0)))
         _paint(writer, "PDF", paint, w, h)

@@ -86,8 +86,9 @@ def generate(session, n_tokens: int, temperature: float = 0.0, top_k: int | None
     cancelled = False
     # Only the last position's output is read: the last layer computes it alone, unless a head
     # of that layer is mean-ablated (its mean needs every position).
-    last_only = ablation == "zero" or not mask[-1].any()
-    with hooks(session.model, change.hooks()):
+    # A clamp's hook reads its positions from the rows it sees: with clamps every row is run.
+    last_only = (ablation == "zero" or not mask[-1].any()) and not change.clamps
+    with hooks(session.model, session.intervention_hooks(change)):
         for n in range(n_tokens):
             if check():
                 cancelled = True

@@ -110,3 +110,36 @@ def size_text(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} bytes"
+
+
+# -- activation patching (model/capture/patched_runs.py)
+MAX_PATCH_BATCH = 64  # patched runs in one forward at most: larger batches gain little on a CPU
+
+
+def patch_site_bytes(config, site: str, T: int) -> int:
+    """Bytes one prompt's run keeps as the source of patches of `site` (model/capture/
+    interventions.py's PATCH_SITES; "resid_pre": the residual stream every run keeps), float32."""
+    L, C, hs = config.n_layer, config.n_embd, config.head_size
+    per_position = {"resid_pre": (L + 1) * C, "embed": 2 * C, "attn_out": L * C, "mlp_out": L * C,
+                    "z": L * config.n_head * hs, "q": L * config.n_head * hs, "k": L * config.kv_heads * hs,
+                    "v": L * config.kv_heads * hs, "pattern": L * config.n_head * T}[site]
+    return per_position * T * 4
+
+
+def patch_sources_bytes(config, T: int, sites) -> int:
+    """Bytes one prompt's run keeps for patches of `sites`, its residual stream included."""
+    return sum(patch_site_bytes(config, site, T) for site in {"resid_pre", *sites})
+
+
+def patched_run_bytes(config, T: int) -> int:
+    """Bytes one patched run of T tokens holds at once, for one layer: its residual stream and
+    the layer's queries, keys, values and outputs, the MLP's hidden activations, and a whole
+    attention pattern with its scores (a pattern patch builds it)."""
+    C, hs = config.n_embd, config.head_size
+    return 4 * T * (6 * C + 3 * config.n_head * hs + 2 * config.n_mlp + 2 * config.n_head * T)
+
+
+def patch_batch_size(config, T: int, budget: int) -> int:
+    """Patched runs of T tokens one forward may batch within a quarter of `budget` (the rest
+    holds the traces and the patch sources), at least 1, at most MAX_PATCH_BATCH."""
+    return max(1, min(MAX_PATCH_BATCH, (budget // 4) // max(1, patched_run_bytes(config, T))))

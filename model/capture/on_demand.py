@@ -217,7 +217,7 @@ def mlp_activations(session: Session, trace: Trace, layer: int) -> np.ndarray:
         seen["post"] = out
         raise _Stop
 
-    named = trace.intervention.hooks(layer)
+    named = session.intervention_hooks(trace.intervention, layer)
     named = [(n, fn) for n, fn in named if n.startswith(f"blocks.{layer}.")]
     named.append((f"blocks.{layer}.mlp.hook_post", take))
     try:

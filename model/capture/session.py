@@ -6,7 +6,8 @@ resid_pre, so a run whose head mask first differs from the cached one at layer l
 layers l.. and reuses everything before. `Session.predict` is the same without capture: just
 the next-token distribution, for toggles and scans (`predict_many`: many masks as one batch).
 `Session.masked_residuals` gives the residual streams under another mask without touching the
-cache (the lens of a masked run). Those three live in session_predict.py.
+cache (the lens of a masked run). Those three live in session_predict.py. The corrupted prompt
+of activation patching, and runs with patches, live in session_patching.py.
 
 Hooks are registered for each forward (model/decoder/hooks.py) and always removed afterwards. What a
 run writes into its trace is in capture_readers.py and overview.py, the unembedding's outputs in
@@ -44,7 +45,9 @@ from transformer_viewer.model.capture.memory_budget import (  # noqa: F401 (DEFA
     max_tokens,
 )
 from transformer_viewer.model.capture.overview import cell_size, n_cells
+from transformer_viewer.model.capture.session_patching import PatchedPredictions
 from transformer_viewer.model.capture.session_predict import Predictions
+from transformer_viewer.model.capture.session_saes import SaeAttachments
 from transformer_viewer.model.capture.trace import Trace, resid_labels
 from transformer_viewer.model.capture.unembedding import next_token, position_logits, token_logprobs
 from transformer_viewer.model.checkpoints.checkpoint import LoadedModel
@@ -64,7 +67,7 @@ class _Run:
     intervention: Intervention
 
 
-class Session(Predictions):
+class Session(Predictions, PatchedPredictions, SaeAttachments):
     """A model, a tokenizer and the current prompt, with the caches that make edits cheap.
 
     Not thread-safe: the viewer keeps one on its worker thread.
@@ -88,6 +91,7 @@ class Session(Predictions):
         self.install_kernels()
         self._runs: OrderedDict[int, _Run] = OrderedDict()  # run id -> what recomputation starts from
         self.recompute_cache: dict = {}  # for model.on_demand; emptied with the runs it was made from
+        self._init_saes()  # the SAEs held beside the model (session_saes.py)
         self._clear_cache()
 
     # -- prompt ---------------------------------------------------------------------------
@@ -108,6 +112,7 @@ class Session(Predictions):
             tok = dataclasses.replace(tok, special=tuple(self.tokenizer.is_special(i) for i in tok.ids))
         self.tokens = tok
         self._ids = torch.tensor([tok.ids], dtype=torch.long, device=self.device)  # (1, T)
+        self.clear_corrupted()  # a clean and a corrupted prompt are set as a pair
         self._clear_cache()
 
     def install_kernels(self) -> InstalledInference:
@@ -196,7 +201,7 @@ class Session(Predictions):
         # Overviews pooled from the blocks of pattern rows as they pass; with keep_full, from
         # the whole pattern the trace keeps anyway.
         observers = attention_watch(range(start, L), is_cancelled, {} if self.keep_full else poolers)
-        with (self._scratch_attention(), hooks(self.model, change.hooks(start)),
+        with (self._scratch_attention(), hooks(self.model, self.intervention_hooks(change, start)),
               self.inference.observing(observers),
               reading(self.model, readers(self.model, arrays, start, self._head_factors, self.keep_full, poolers)
                       + layer_watch(start, L, progress, is_cancelled)),
@@ -252,7 +257,7 @@ class Session(Predictions):
             self._runs.move_to_end(trace.run_id)
             return run.resid[layer]
         model = self.model
-        with self._scratch_attention(), hooks(model, trace.intervention.hooks(0)):
+        with self._scratch_attention(), hooks(model, self.intervention_hooks(trace.intervention, 0)):
             return model.run_blocks(model.embed(self._ids), 0, layer)
 
     @torch.inference_mode()
@@ -281,7 +286,8 @@ class Session(Predictions):
             return 0
         if change == self._cached_intervention:
             return self.config.n_layer
-        return change.first_changed_layer(self._cached_intervention)
+        return min(change.first_changed_layer(self._cached_intervention),
+                   self._clamps_start(change, self._cached_intervention))
 
     def residuals(self) -> list[torch.Tensor]:
         """resid_pre of every layer, then the final resid_post, for the cached run (1, T, C)."""

@@ -64,6 +64,10 @@ class Predictions:
         if len(interventions) == 0:
             return []
         changes = [self._intervention(i, ablation) for i in interventions]
+        if any(c.clamps != changes[0].clamps for c in changes):
+            # The clamps' hooks act on the whole batch alike: runs clamped differently go one by one.
+            return [self.predict_many([c], None, position, top_k, progress, is_cancelled)[0] for c in changes]
+        clamps = changes[0].clamps
         ablation = changes[0].ablation
         if any(c.ablation != ablation for c in changes):
             raise ModelError("the interventions of one batch of predictions must share one ablation")
@@ -82,10 +86,13 @@ class Predictions:
             # row p alone; a head's mean (mean ablation) needs every row of its layer.
             zero = ablation == "zero"
             x = self._resid[start][:, : p + 1 if zero else T].expand(B, -1, -1)  # (B, T', C)
-            with (self._scratch_attention(), hooks(model, batched_head_mask_hooks(masks, ablation, start)),
+            # A clamp's hook reads its positions from the rows it sees: the last layer keeps them all.
+            last_only = zero and not clamps
+            named = batched_head_mask_hooks(masks, ablation, start) + self.clamp_hooks(changes[0], start)
+            with (self._scratch_attention(), hooks(model, named),
                   self.inference.observing(attention_watch(range(start, L), is_cancelled)),
                   reading(model, layer_watch(start, L, progress, is_cancelled))):
-                final = model.run_blocks(x, start, last_only=zero)[:, -1 if zero else p]  # (B, C)
+                final = model.run_blocks(x, start, last_only=last_only)[:, -1 if zero else p]  # (B, C)
         logits = model.unembed(final).float()[:, :self.n_vocab]  # (B, V); padded rows never count
         logprobs = torch.log_softmax(logits, dim=-1)
         return [next_token(logits[b], logprobs[b], p, top_k) for b in range(B)]
@@ -107,7 +114,7 @@ class Predictions:
         """The residual streams of a run under `change` from the cached resid_pre of `start` on."""
         L = self.config.n_layer
         names = [f"blocks.{layer}.hook_resid_pre" for layer in range(start + 1, L)]
-        with (self._scratch_attention(), hooks(self.model, change.hooks(start)),
+        with (self._scratch_attention(), hooks(self.model, self.intervention_hooks(change, start)),
               caching(self.model, names) as kept):
             final = self.model.run_blocks(self._resid[start], start)
         return [*self._resid[: start + 1], *(kept[n] for n in names), final]

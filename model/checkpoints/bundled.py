@@ -16,3 +16,11 @@ def bundled_checkpoint_path() -> str:
 def is_bundled(source: str | None) -> bool:
     """Is `source` (a loaded model's path) the bundled model?"""
     return bool(source) and os.path.realpath(source) == os.path.realpath(bundled_checkpoint_path())
+
+
+BUNDLED_SAE_FOLDER = "bundled_sae"  # a SAELens folder: an SAE of the bundled model, and its labels
+
+
+def bundled_sae_path() -> str:
+    """The folder of the SAE that ships for the bundled model (assets/SAE.md)."""
+    return str(resources.files("transformer_viewer.assets").joinpath(BUNDLED_SAE_FOLDER))

@@ -8,10 +8,19 @@ import os
 
 import pytest
 
-from tests.hardening import corpus_configs, corpus_files, corpus_inputs, corpus_outputs, corpus_tokenizers
+from tests.hardening import (
+    corpus_configs,
+    corpus_files,
+    corpus_inputs,
+    corpus_outputs,
+    corpus_patch,
+    corpus_sessions,
+    corpus_tokenizers,
+)
 from tests.hardening.cli_cases import problems_of, run_cases, snapshot
 
-CORPORA = (corpus_outputs, corpus_files, corpus_configs, corpus_inputs, corpus_tokenizers)
+CORPORA = (corpus_outputs, corpus_files, corpus_configs, corpus_inputs, corpus_tokenizers, corpus_patch,
+           corpus_sessions)
 GROUPS = [g for module in CORPORA for g in module.GROUPS]
 
 

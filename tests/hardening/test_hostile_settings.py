@@ -9,7 +9,12 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.hardening import UncaughtExceptions, new_window, one_line
-from transformer_viewer.viewer.window.settings import EXPORT_DIR_KEY, RECENT_KEY, RECENT_MAX
+from transformer_viewer.viewer.window.settings import (
+    EXPORT_DIR_KEY,
+    RECENT_KEY,
+    RECENT_MAX,
+    RECENT_SESSIONS_KEY,
+)
 
 MANY = 100_000
 HUGE_CHARS = 512 << 10  # past any path, under the file-size bound (that case is its own)
@@ -19,6 +24,9 @@ FILE = "the file"  # the whole file is reset: it is far larger than the window's
 # name -> (INI lines under [General], what the window must reset: keys, or FILE)
 CASES = {
     "recent_is_a_point": ("recent_checkpoints=@Point(1 2)", (RECENT_KEY,)),
+    "recent_sessions_is_a_point": ("recent_sessions=@Point(1 2)", (RECENT_SESSIONS_KEY,)),
+    "recent_sessions_has_5000_entries": ("recent_sessions=" + ", ".join(f"/s{i}.tvsession" for i in range(5000)),
+                                         (RECENT_SESSIONS_KEY,)),
     "recent_is_a_size": ("recent_checkpoints=@Size(3 4)", (RECENT_KEY,)),
     "recent_is_an_int_variant": (r"recent_checkpoints=@Variant(\0\0\0\x2\0\0\0\0\x5)", (RECENT_KEY,)),
     "recent_is_an_unknown_variant": (r"recent_checkpoints=@Variant(\0\0\0\x7f\0\0\0\x5QFont)", (RECENT_KEY,)),

@@ -41,15 +41,14 @@ class HeldWorker:
 
 
 def state_with_trace(session, prompt: str):
-    """A ViewerState holding `prompt`'s clean trace, as the window has it after a run."""
+    """A ViewerState holding `prompt`'s clean trace with its log-probabilities, as the window
+    has it after a run: made by the window's run controller on an inline worker."""
+    from transformer_viewer.viewer.controller import RunController
     from transformer_viewer.viewer.state import ViewerState
-    from transformer_viewer.viewer.worker.requests import TraceRequest
 
-    worker = InlineWorker(session)
     st = ViewerState()
+    controller = RunController(st, InlineWorker(session), st, follow=False)
     st.set_model(session.info())
     st.set_prompt(prompt)
-    traced = []
-    worker.submit(TraceRequest(text=prompt), on_result=traced.append)
-    st.set_traces(traced[0].value.trace, traced[0].value.clean)
+    controller.run()
     return st

@@ -42,6 +42,7 @@ class Monkey:
             (2, "close dock", self.close_dock), (3, "show dock", self.show_dock), (1, "float dock", self.float_dock),
             (1, "resize", self.resize), (1, "device", self.device), (1, "recent", self.recent),
             (1, "cancel", self.cancel), (2, "wait", self.wait),
+            (1, "save and reopen session", self.session_round_trip), (1, "open hostile session", self.open_bad_session),
         ]
         self.weights = [a[0] for a in self.actions]
 
@@ -111,6 +112,7 @@ class Monkey:
         for dock in window.docks.values():
             dock.setFloating(False)
             dock.show()
+        window.show_view("attention")  # a restored session or the patching view may have put another tab in front
         window.state.set_mask(np.zeros_like(window.state.mask))
         window.prompt_editor.set_text(final)
         wait_idle(self.qtbot, window, lambda: window.state.trace is not None and window.state.trace.text == final)
@@ -286,6 +288,20 @@ class Monkey:
         acts = [a for a in self.w.actions_.recent_menu.actions() if not a.isSeparator() and a.isEnabled()]
         if acts:
             self.rng.choice(acts).trigger()
+
+    def session_round_trip(self):
+        path = self.w.sessions.save(os.path.join(self.out, "monkey.tvsession"))
+        if path is not None:
+            self.w.sessions.open(path)
+
+    def open_bad_session(self):
+        from tests.helpers.sessions import hostile_sessions
+
+        name, (data, _expect) = self.rng.choice(sorted(hostile_sessions().items()))
+        path = os.path.join(self.out, f"bad-{name}.tvsession")
+        with open(path, "wb") as f:
+            f.write(data)
+        self.w.sessions.open(path)
 
     def cancel(self):
         self.w.worker.cancel(self.rng.choice([None, "trace", "load"]))

@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.helpers.sae_window import sae_folder  # noqa: F401
 from tests.helpers.window import other_ckpt, tiny_ckpt, window  # noqa: F401
 from transformer_viewer.viewer.gc_guard import collect_on_gui_thread
 

@@ -16,13 +16,15 @@ from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli.common import (
     add_ablation_argument,
     add_checkpoint_arguments,
+    add_session_argument,
     add_token_pair_argument,
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(p)
-    p.add_argument("--prompt", required=True, help="the text to run")
+    p.add_argument("--prompt", default=None, help="the text to run (or the one a --session ran)")
+    add_session_argument(p)
     p.add_argument("--position", type=int, default=None,
                    help="position whose prediction is split, 0-based; negative counts from the end (default: last)")
     add_token_pair_argument(p, "the logit split")
@@ -51,10 +53,12 @@ def run(args) -> int:
         intervention_from_args,
         parse_token_pair,
         refuse_non_finite,
+        session_arguments,
         session_for_prompt,
         write_json_or_print,
     )
 
+    session_arguments(args)  # --session: the checkpoint, prompt and mask it saved
     if args.top < 1:
         raise ModelError(f"--top must be at least 1, got {args.top}")
     if args.out is not None and not args.out.lower().endswith((".json", ".csv")):

@@ -78,6 +78,7 @@ def load_from_args(args, for_inference: bool = True):
                                  if bar.enabled else None)
     if for_inference:
         install_inference(loaded.model)
+    check_expected_checkpoint(args, loaded)
     return loaded
 
 
@@ -202,13 +203,14 @@ def add_ablation_argument(parser: argparse.ArgumentParser,
     parser.add_argument("--ablation", default=ABLATIONS[0], choices=ABLATIONS, help=help_text)
 
 
-def intervention_from_args(args, config, what: str = "head mask"):
-    """`--mask` and `--ablation` as one Intervention for a model of `config`'s shape: the one
-    place the command line turns them into what a run changes."""
+def intervention_from_args(args, config, what: str = "head mask", clamps: tuple = ()):
+    """`--mask` and `--ablation` (and the feature `clamps` made from `--clamp`) as one
+    Intervention for a model of `config`'s shape: the one place the command line turns them
+    into what a run changes."""
     from transformer_viewer.model.capture.interventions import Intervention
 
     mask = parse_mask_spec(args.mask, config.n_layer, config.n_head)
-    return Intervention.make(config, mask, args.ablation, what)
+    return Intervention.make(config, mask, args.ablation, what, clamps=clamps)
 
 
 def add_token_pair_argument(parser: argparse.ArgumentParser, help_subject: str) -> None:
@@ -269,3 +271,95 @@ def json_safe(value, depth: int = 0):
     if isinstance(value, list | tuple):
         return [json_safe(v, depth + 1) for v in value]
     return str(value)
+
+
+# -- saved sessions -----------------------------------------------------------------------
+def add_session_argument(parser: argparse.ArgumentParser) -> None:
+    """`--session FILE`: the model, prompt and intervention of a saved `.tvsession` (options
+    given beside it win)."""
+    parser.add_argument("--session", default=None, metavar="FILE.tvsession",
+                        help="take the checkpoint, prompt, head mask and selected position from a saved session "
+                             "(File > Save session); options given here win")
+
+
+def session_arguments(args) -> None:
+    """The one place a command takes `--session`: fills what the user did not give (checkpoint,
+    prompt, mask and ablation, and the layer, head and position a command has) from the
+    session, then requires a prompt. `load_from_args` checks the session's fingerprint."""
+    path = getattr(args, "session", None)
+    if path:
+        from transformer_viewer.model.sessions.registry import load
+
+        records, _arrays, notes = load(path)
+        for note in notes:
+            print(f"note: {path}: {note}", file=sys.stderr)
+        fill_from_records(args, records, f"the session {path}")
+    if hasattr(args, "prompt") and args.prompt is None:
+        raise ModelError("give the text to run with --prompt, or a saved session with --session FILE")
+
+
+def fill_from_records(args, records: dict, origin: str) -> None:
+    """Options the user left out, from session or manifest records."""
+    ckpt = records.get("checkpoint")
+    if ckpt is not None:
+        if getattr(args, "checkpoint_positional", None) is None and getattr(args, "checkpoint", None) is None:
+            from transformer_viewer.model.sessions.checkpoint_part import checkpoint_available
+
+            if not checkpoint_available(ckpt.source):
+                raise ModelError(f"{ckpt.source}: the checkpoint {origin} was saved with is not on this machine; "
+                                 "give it with --checkpoint PATH")
+            args.checkpoint = ckpt.source  # None: the bundled model; opened through the same checks as a typed path
+            args.expected_checkpoint = (ckpt, origin)
+    own_prompt = hasattr(args, "prompt") and args.prompt is None and records.get("prompt") is not None
+    if own_prompt:
+        args.prompt = records["prompt"].text
+    patching = records.get("patching")
+    if hasattr(args, "clean") and args.clean is None and args.pairs is None and records.get("prompt") is not None:
+        args.clean = records["prompt"].text  # `patch`: the session's prompt is the clean one
+        if args.corrupted is None and patching is not None and patching.corrupted:
+            args.corrupted = patching.corrupted
+    i = records.get("intervention")
+    if i is not None and hasattr(args, "mask") and not args.mask:
+        args.mask = [f"{layer}.{head}" for layer, head in i.masked]
+        args.ablation = i.ablation
+    s = records.get("selection")
+    if s is not None:
+        # --head is text ("[L.]H"), parsed with --layer by the command
+        positions = (("query", s.query), ("position", s.query)) if own_prompt else ()  # of the session's prompt
+        head = (("layer", s.layer), ("head", str(s.head))) if hasattr(args, "head") else ()  # a selected head
+        for name, value in (*head, *positions):
+            if hasattr(args, name) and getattr(args, name) is None:
+                setattr(args, name, value)
+    v = records.get("views")
+    if v is not None and v.attribution_tokens and hasattr(args, "tokens") and args.tokens is None:
+        args.tokens = [str(t) for t in v.attribution_tokens]  # token ids, as --tokens takes them
+    env = records.get("environment")
+    if env is not None:
+        args.expected_environment = env
+
+
+def check_expected_checkpoint(args, loaded) -> None:
+    """After a load for a session or manifest: say (on stderr, one line each) when the weights'
+    fingerprint differs from the one saved, or the machine computes differently."""
+    expected = getattr(args, "expected_checkpoint", None)
+    if expected is None:
+        return
+    from transformer_viewer.model.sessions.environment_part import current_environment, note_for
+    from transformer_viewer.model.sessions.fingerprint import checkpoint_fingerprint
+
+    ckpt, origin = expected
+    c = loaded.config
+    if (c.n_layer, c.n_head) != (ckpt.n_layer, ckpt.n_head):
+        raise ModelError(f"{loaded.source} has {c.n_layer} layers of {c.n_head} heads, but {origin} was saved with "
+                         f"{ckpt.n_layer} of {ckpt.n_head}; give its checkpoint with --checkpoint")
+    try:
+        fp = checkpoint_fingerprint(loaded.source)
+    except OSError:
+        fp = None
+    if fp is not None and ckpt.fingerprint.digest and fp.method == ckpt.fingerprint.method \
+            and fp.digest != ckpt.fingerprint.digest:
+        print(f"note: {loaded.source} differs from the checkpoint {origin} was saved with (its fingerprint changed); "
+              "its numbers may differ", file=sys.stderr)
+    env = getattr(args, "expected_environment", None)
+    if env is not None and (note := note_for(env, current_environment(), c.n_embd, c.n_layer)):
+        print(f"note: {note}", file=sys.stderr)

@@ -18,17 +18,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.cli.common import (
     TerminalBar,
     add_ablation_argument,
     add_checkpoint_arguments,
+    add_session_argument,
     intervention_from_args,
     load_from_args,
     note_truncated,
     parse_head_option,
     refuse_non_finite,
+    session_arguments,
 )
 from transformer_viewer.viewer.cli.export_views import configure_view
 from transformer_viewer.viewer.figure import THEMES
@@ -53,7 +56,8 @@ def _size(text: str) -> tuple[int, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(parser)
-    parser.add_argument("--prompt", required=True, help="text to run through the model")
+    parser.add_argument("--prompt", default=None, help="text to run through the model (or the one a --session ran)")
+    add_session_argument(parser)
     parser.add_argument("--view", default="attention", choices=sorted(exportable()),
                         help="what to export (default: attention)")
     parser.add_argument("--layer", type=int, default=None, help="layer, 0-based (default: 0; grid: none selected)")
@@ -83,6 +87,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attention .npy/.csv: the pooled overview the heatmap draws (with a .json sidecar "
                              "saying the pooling) instead of the head's exact (T, T) pattern")
     parser.add_argument("--out", required=True, help="output file: .png, .svg or .pdf (vector), .npy or .csv")
+    m = parser.add_argument_group("reproducible figures")
+    m.add_argument("--write-manifest", action="store_true",
+                   help="also write OUT.manifest.json: the checkpoint and its fingerprint, the prompt, the mask, "
+                        "these options and the machine, from which --from-manifest regenerates the file")
+    m.add_argument("--manifest-private", action="store_true",
+                   help="leave the prompt and local paths out of the manifest (regenerating then needs --prompt "
+                        "and the checkpoint)")
+    m.add_argument("--embed-manifest", action="store_true",
+                   help="embed the manifest in the .svg's or .pdf's own metadata (with --manifest-private, "
+                        "without the prompt and local paths)")
+    m.add_argument("--from-manifest", default=None, metavar="FILE.manifest.json",
+                   help="regenerate the figure a manifest describes (or a figure with one embedded), to --out")
     g = parser.add_argument_group("residual, mlp, logit-lens, scan, attribution and diff views")
     g.add_argument("--diff", action="store_true",
                    help="residual/mlp/logit-lens: show masked minus clean (needs --mask)")
@@ -115,6 +131,9 @@ def _quiet_offscreen(mode, context, message: str) -> None:
 
 
 def run(args) -> int:
+    if args.from_manifest:
+        manifest_arguments(args)
+    session_arguments(args)  # --session: the checkpoint, prompt and mask it saved
     check_arguments(args)  # everything that needs no model, said before one loads
 
     import torch
@@ -146,12 +165,77 @@ def run(args) -> int:
         app.processEvents()
         if args.size is None and args.width is None:
             widen_for_cell_texts(widget, app)
+        if args.embed_manifest:
+            from transformer_viewer.model.sessions.figure_manifest import manifest_text
+
+            records = export_records(args, loaded, state, args.out, "")
+            records["export"] = replace(records["export"], file="")  # the file holding it: any name
+            args.embedded = manifest_text(records, private=args.manifest_private)
         path = _write(widget, entry, state, session, args)
+        if args.write_manifest:
+            write_export_manifest(args, loaded, state, path)
     finally:
         bar.close()
         _dispose(widget, app)
     print(path, file=sys.stdout)
     return 0
+
+
+def manifest_arguments(args) -> None:
+    """Take the export's options, checkpoint, prompt and mask from `--from-manifest`; the
+    checkpoint and prompt given on the command line win (a private manifest has neither)."""
+    from transformer_viewer.model.sessions.figure_manifest import read_manifest
+    from transformer_viewer.viewer.cli.common import fill_from_records
+
+    records, notes = read_manifest(args.from_manifest)
+    for note in notes:
+        print(f"note: {args.from_manifest}: {note}", file=sys.stderr)
+    e = records["export"]
+    if e.view not in exportable():
+        raise ModelError(f"{args.from_manifest}: the view {e.view[:40]!r} cannot be exported by this version; "
+                         f"it exports {', '.join(sorted(exportable()))}")
+    for name in ("view", "layer", "head", "query", "mode", "colormap", "log", "theme", "width", "dpi", "scale",
+                 "size", "pooled", "diff", "target", "distractor", "show", "sort", "rows"):
+        setattr(args, name, getattr(e, name))
+    args.embed_manifest = args.embed_manifest or e.embed
+    args.manifest_private = args.manifest_private or e.private
+    args.head = None if e.head is None else str(e.head)  # as typed: check_arguments parses it
+    args.mask = []
+    fill_from_records(args, records, f"the manifest {args.from_manifest}")
+
+
+def export_records(args, loaded, state, path: str, sha256: str) -> dict:
+    """The manifest's records of the export to `path` (see model/sessions/figure_manifest.py)."""
+    from transformer_viewer.model.sessions.checkpoint_part import record_of
+    from transformer_viewer.model.sessions.environment_part import current_environment
+    from transformer_viewer.model.sessions.figure_manifest import ExportRecord
+    from transformer_viewer.model.sessions.prompt_part import InterventionRecord, PromptRecord
+    from transformer_viewer.viewer.export import extension
+
+    st = state
+    masked = tuple((int(a), int(b)) for a, b in zip(*st.mask.nonzero(), strict=True))
+    export = ExportRecord(view=args.view, out_format=extension(path), layer=args.layer, head=args.head,
+                          query=args.query, mode=args.mode, colormap=args.colormap, log=args.log, theme=args.theme,
+                          width=args.width, dpi=args.dpi, scale=args.scale, size=args.size, pooled=args.pooled,
+                          diff=args.diff, target=args.target, distractor=args.distractor, show=args.show,
+                          sort=args.sort, rows=args.rows, file=os.path.basename(path), sha256=sha256,
+                          embed=args.embed_manifest, private=args.manifest_private)
+    return {"checkpoint": record_of(loaded), "prompt": PromptRecord(args.prompt),
+            "intervention": InterventionRecord(st.n_layer, st.n_head, masked, st.ablation),
+            "environment": current_environment(), "export": export}
+
+
+def write_export_manifest(args, loaded, state, path: str) -> str:
+    """`path`.manifest.json for what was just written, with the file's sha256."""
+    from transformer_viewer.model.sessions.figure_manifest import file_sha256, write_manifest
+
+    records = export_records(args, loaded, state, path, file_sha256(path))
+    try:
+        written = write_manifest(path, records, private=args.manifest_private)
+    except OSError as e:
+        raise ModelError(f"cannot write {path}.manifest.json: {e.strerror or e}; check the disk and the folder") from None
+    print(f"wrote {written}", file=sys.stderr)
+    return written
 
 
 def figure_geometry(args, base: tuple[int, int]) -> tuple[tuple[int, int] | None, float]:
@@ -183,7 +267,8 @@ def _write(widget, entry, state, session, args) -> str:
         if args.pooled:
             _pooling_sidecar(widget, state, session, args, path)
         return path
-    style = FigureStyle(theme=args.theme, title=view_title(state, entry.title, widget))
+    style = FigureStyle(theme=args.theme, title=view_title(state, entry.title, widget),
+                        manifest=getattr(args, "embedded", ""))
     size, scale = figure_geometry(args, (widget.width(), widget.height()))
     if ext == ".png" and size is not None:
         check_raster(round(size[0] * scale), round(size[1] * scale))
@@ -281,6 +366,9 @@ def check_arguments(args) -> None:
             raise ModelError(f"--{e}") from None
         if not 0.5 <= inches <= 100:
             raise ModelError(f"--width {args.width} is out of range; give 0.5in (1.3cm) to 100in")
+    if args.embed_manifest and ext not in (".svg", ".pdf"):
+        raise ModelError(f"--embed-manifest is for .svg and .pdf figures, not {ext}; write the manifest beside "
+                         "the file with --write-manifest")
     if args.pooled and (ext not in (".npy", ".csv") or args.view != "attention"):
         raise ModelError("--pooled is for the attention view's .npy or .csv export")
     if args.size is not None and ext == ".png":
@@ -299,29 +387,26 @@ def check_arguments(args) -> None:
 
 
 def _state(worker, intervention, args):
-    """A ViewerState as the window would hold it after running `args.prompt` under `intervention`."""
+    """A ViewerState as the window would hold it after running `args.prompt` under `intervention`,
+    made by the window's own run controller (a trace, then its log-probabilities)."""
+    from transformer_viewer.viewer.controller import RunController
     from transformer_viewer.viewer.state import ViewerState
-    from transformer_viewer.viewer.worker.requests import LogprobsRequest, TraceRequest
 
     st = ViewerState()
+    controller = RunController(st, worker, st, follow=False)  # answers arrive before run() returns
     st.set_model(worker.session.info())
     st.set_intervention(intervention)
     st.set_prompt(args.prompt)
-    traced = []
-    worker.submit(TraceRequest(text=args.prompt, intervention=intervention), on_result=traced.append)
-    trace, clean = traced[0].value.trace, traced[0].value.clean
-    if trace.token_logprobs is None:  # the second pass the window makes once the views are drawn
-        filled = []
-        worker.submit(LogprobsRequest(text=args.prompt, intervention=intervention), on_result=filled.append)
-        trace = filled[0].value.trace or trace
-        clean = filled[0].value.clean or clean
+    controller.run()
+    trace = st.trace
     refuse_non_finite("next-token probabilities", trace.next.top_probs,
                       [] if trace.token_logprobs is None else trace.token_logprobs[1:])  # NaN at t = 0 by design
     if args.query is not None and not 0 <= args.query < trace.n_tokens:
         raise ModelError(f"--query {args.query} is outside the prompt's {trace.n_tokens} tokens (0..{trace.n_tokens - 1})")
-    st.set_traces(trace, clean)
     st.set_selection(layer=args.layer or 0, head=args.head or 0,
                      query=args.query if args.query is not None else trace.n_tokens - 1)
+    if st.query is not None:  # not the last token: the prediction follows it, as in the window
+        controller.run()
     return st
 
 

@@ -1,4 +1,5 @@
-"""`transformer-viewer [CHECKPOINT] [--prompt TEXT] [--head L.H] [--device ...] [--screenshot FILE.png]`: the window.
+"""`transformer-viewer [CHECKPOINT] [--prompt TEXT] [--head L.H] [--sae PATH[@HOOK]]... [--device ...]
+[--screenshot FILE.png]`: the window.
 
 Qt is imported only inside `run`, torch only on the worker thread, so the window shows while
 torch is still loading. `--screenshot` renders the whole window offscreen once the prompt has
@@ -24,14 +25,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head", metavar="LAYER.HEAD", default=None,
                         help="the head to show once the model has loaded, e.g. 0.3 (default: on the bundled model, the "
                         "head its first example names, whatever the prompt; otherwise 0.0)")
+    parser.add_argument("--session", metavar="FILE.tvsession", default=None,
+                        help="open a saved session: its checkpoint, prompt, masks, selection and views")
     parser.add_argument("--screenshot", metavar="FILE.png", default=None,
                         help="render the window offscreen once the prompt has run, save it as PNG, and exit")
+    parser.add_argument("--sae", metavar="PATH[@HOOK]", action="append", default=[],
+                        help="attach a sparse autoencoder once the model has loaded (repeatable, one per hook point): "
+                        "an SAELens folder, a Gemma Scope params.npz with @HOOK (e.g. @blocks.12.hook_resid_post), "
+                        "or REPO_ID/SUBFOLDER in the local Hugging Face cache")
 
 
 def run(args) -> int:
     from transformer_viewer.model.errors import ModelError
 
     head = parse_head(args.head) if args.head is not None else None
+    if args.session is not None:  # refused in one line before any window opens
+        from transformer_viewer.model.sessions.registry import load as load_session
+
+        load_session(args.session)
     if args.screenshot:
         if not args.screenshot.lower().endswith(".png"):
             raise ModelError(f"--screenshot {args.screenshot}: the screenshot is a PNG; give a name ending in .png")
@@ -57,8 +68,9 @@ def run(args) -> int:
     from transformer_viewer.viewer.worker.requests import LoadRequest, ProbeRequest
 
     worker = WorkerClient()
-    pending = (worker.submit(ProbeRequest()),
-               worker.submit(LoadRequest(path=args.checkpoint, device=args.device, n_head=args.n_head)))
+    pending = (worker.submit(ProbeRequest()),)
+    if args.session is None:  # a session loads its checkpoint (or the one given) itself
+        pending += (worker.submit(LoadRequest(path=args.checkpoint, device=args.device, n_head=args.n_head)),)
     from transformer_viewer.viewer.window.actions import default_head, default_prompt
     from transformer_viewer.viewer.window.main_window import DEFAULT_SIZE, MainWindow
 
@@ -69,13 +81,17 @@ def run(args) -> int:
         scratch = tempfile.mkdtemp(prefix="tv-shot-")
         settings = QSettings(os.path.join(scratch, "settings.ini"), QSettings.IniFormat)  # leave the user's alone
     window = MainWindow(settings=settings, worker=worker, pending=pending)
+    window.sae_menu.open_when_loaded(getattr(args, "sae", None) or ())  # --sae: once the model is there
     window.device_choice = args.device
     window.empty_states.set_loading(args.checkpoint)  # the load it submitted above
-    window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     head_error: list[str] = []
+    if args.session is not None:
+        window.sessions.open(args.session, checkpoint=args.checkpoint, prompt=args.prompt)
+    else:
+        window.state.set_prompt(args.prompt if args.prompt is not None else default_prompt())
     if head is not None:
         select_head_when_loaded(window, *head, head_error)
-    elif (example_head := default_head()) is not None:
+    elif args.session is None and (example_head := default_head()) is not None:
         select_head_when_loaded(window, *example_head, [], quiet=True, bundled_only=True)  # the model's named head
     if args.screenshot:
         window.resize(*DEFAULT_SIZE)
@@ -198,6 +214,7 @@ class Screenshot:
             error = self.window.last_error or (
                 "the prompt is empty; pass some text with --prompt" if not (st.prompt or "").strip()
                 else "no trace was drawn")
+        error = error or self.window.sae_menu.first_failure  # an --sae that did not open: no screenshot
         try:
             if error is None:  # a failed screenshot writes no file: a picture of an error is no screenshot
                 image = self.window.grab().toImage()

@@ -25,10 +25,13 @@ SUBCOMMANDS = {
     "attribute": ("transformer_viewer.viewer.cli.attribute", "every component's direct effect on a logit (difference)"),
     "routes": ("transformer_viewer.viewer.cli.routes", "information-flow routes from one position to the tokens"),
     "rollout": ("transformer_viewer.viewer.cli.rollout", "attention rollout through a range of layers"),
+    "patch": ("transformer_viewer.viewer.cli.patch", "activation patching between a clean and a corrupted prompt"),
+    "features": ("transformer_viewer.viewer.cli.features", "each token's most active features of sparse autoencoders"),
+    "train-sae": ("transformer_viewer.viewer.cli.train_sae", "train a sparse autoencoder on a hook's activations"),
 }
 GUI_MODULE = "transformer_viewer.viewer.cli.gui"
 # Options holding text for the tokenizer (not paths: a file name that is not UTF-8 is still its name).
-TEXT_OPTIONS = ("prompt", "target", "distractor")
+TEXT_OPTIONS = ("prompt", "target", "distractor", "clean", "corrupted")
 _UNDECODABLE = re.compile("[\ud800-\udfff]")  # how Python passes argv bytes that are not UTF-8
 
 

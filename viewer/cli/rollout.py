@@ -15,14 +15,19 @@ import sys
 import numpy as np
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.viewer.cli.common import add_ablation_argument, add_checkpoint_arguments
+from transformer_viewer.viewer.cli.common import (
+    add_ablation_argument,
+    add_checkpoint_arguments,
+    add_session_argument,
+)
 
 MAX_FULL_BYTES = 1 << 30  # every row of an (8192, 8192) float32 rollout is 256 MB; a bigger prompt asks for --query
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(p)
-    p.add_argument("--prompt", required=True, help="the text to run")
+    p.add_argument("--prompt", default=None, help="the text to run (or the one a --session ran)")
+    add_session_argument(p)
     p.add_argument("--layers", default=None, metavar="A:B", help="the layers A..B-1 rolled out (default: every layer)")
     p.add_argument("--heads", default="mean", help="mean or max over each layer's heads, or the mean of chosen heads "
                                                    "L.H,L.H (a layer with none passes only its residual) (default: mean)")
@@ -63,9 +68,11 @@ def run(args) -> int:
         TerminalBar,
         check_mask_syntax,
         intervention_from_args,
+        session_arguments,
         session_for_prompt,
     )
 
+    session_arguments(args)  # --session: the checkpoint, prompt and mask it saved
     heads = parse_heads(args.heads)
     check_mask_syntax(args.mask)
     if args.out is not None and not args.out.lower().endswith((".npy", ".csv", ".json")):

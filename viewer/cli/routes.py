@@ -15,7 +15,11 @@ import argparse
 import sys
 
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.viewer.cli.common import add_ablation_argument, add_checkpoint_arguments
+from transformer_viewer.viewer.cli.common import (
+    add_ablation_argument,
+    add_checkpoint_arguments,
+    add_session_argument,
+)
 
 FIGURES = (".svg", ".pdf", ".png")
 FIGURE_SIZE = (1000, 700)  # the export command's size for the Routes view
@@ -23,7 +27,8 @@ FIGURE_SIZE = (1000, 700)  # the export command's size for the Routes view
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(p)
-    p.add_argument("--prompt", required=True, help="the text to run")
+    p.add_argument("--prompt", default=None, help="the text to run (or the one a --session ran)")
+    add_session_argument(p)
     p.add_argument("--position", type=int, default=None,
                    help="position the routes lead to, 0-based; negative counts from the end (default: the last)")
     p.add_argument("--threshold", type=float, default=0.04,
@@ -45,10 +50,12 @@ def run(args) -> int:
         TerminalBar,
         check_mask_syntax,
         intervention_from_args,
+        session_arguments,
         session_for_prompt,
         write_json_or_print,
     )
 
+    session_arguments(args)  # --session: the checkpoint, prompt and mask it saved
     if not 0.0 <= args.threshold < 1.0:
         raise ModelError(f"--threshold {args.threshold}: give a contribution from 0 up to (not including) 1")
     figure = args.out is not None and args.out.lower().endswith(FIGURES)

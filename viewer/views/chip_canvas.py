@@ -19,6 +19,7 @@ PAD_X, PAD_Y, GAP = 4, 2, 3
 BASE_RGB = (238, 238, 238)
 _BASE = QColor(*BASE_RGB)
 _SPECIAL = QColor(110, 60, 170)  # border and text of special tokens (BOS, <|endoftext|>): not text of the prompt
+_MARKED = QColor(230, 120, 0)  # the outline of a marked token (one that differs from the other prompt's)
 
 
 def mix(a, b, t: np.ndarray) -> np.ndarray:
@@ -72,6 +73,7 @@ class ChipCanvas(QWidget):
         self.colors = np.zeros((0, 3), dtype=np.uint8)  # (n, 3) RGB of each chip
         self.special: tuple[bool, ...] = ()
         self.selected: int | None = None
+        self.marked = np.zeros(0, dtype=bool)  # (n,) tokens outlined (those differing from another prompt's)
         self.tooltip_for = lambda i: ""
         self._laid_out_width = -1
 
@@ -92,6 +94,13 @@ class ChipCanvas(QWidget):
         """(n, 3) uint8 RGB per chip; QColors are made only for the chips painted."""
         self.colors = np.asarray(colors, dtype=np.uint8)
         self.update()
+
+    def set_marked(self, marked) -> None:
+        """Outline the chips where `marked` (n,) bool is true; None: none."""
+        marked = np.zeros(0, dtype=bool) if marked is None else np.asarray(marked, dtype=bool)
+        if marked.shape != self.marked.shape or (marked != self.marked).any():
+            self.marked = marked
+            self.update()
 
     def set_selected(self, index: int | None) -> None:
         if index != self.selected:
@@ -159,6 +168,8 @@ class ChipCanvas(QWidget):
         in_italic = False
         colors = self.colors[start:end].tolist()  # one conversion of the exposed chips, not one per chip
         selected_pen, special_pen = QPen(QColor(20, 20, 20), 2.5), QPen(_SPECIAL, 1.5, Qt.DashLine)
+        marked_pen = QPen(_MARKED, 2.5)
+        marked = self.marked.tolist() if len(self.marked) == len(self.rects) else []
         black, white = QColor(0, 0, 0), QColor(255, 255, 255)
         align = Qt.AlignVCenter | Qt.AlignLeft
         for i in range(start, end):
@@ -170,6 +181,8 @@ class ChipCanvas(QWidget):
             special = i < len(self.special) and self.special[i]
             if i == self.selected:
                 p.setPen(selected_pen)
+            elif marked and marked[i]:
+                p.setPen(marked_pen)
             else:
                 p.setPen(special_pen if special else QPen(bg.darker(125), 1))
             p.drawRoundedRect(r.adjusted(1, 1, -1, -1), 4, 4)

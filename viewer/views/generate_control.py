@@ -48,7 +48,8 @@ class GenerateControl(QtWidgets.QWidget):
         self.seed_spin.setToolTip("The same seed gives the same continuation")
         self.mask_box = QtWidgets.QCheckBox("with mask")
         self.mask_box.setChecked(True)
-        self.mask_box.setToolTip("Generate with the current head mask (the masked model) or without (clean)")
+        self.mask_box.setToolTip("Generate with the current head mask and feature clamps (steering), or without "
+                                 "either (clean)")
         self.button = QtWidgets.QPushButton("Continue")
         self.button.setToolTip("Generate and append to the prompt")
         self.button.clicked.connect(self.start)
@@ -135,7 +136,10 @@ class GenerateControl(QtWidgets.QWidget):
             return
         self.generated.emit(gen)
         how = "greedy" if gen.greedy else f"T={gen.temperature:g}, top-k {gen.top_k or 'off'}, seed {gen.seed}"
+        request = answer.request.intervention
+        clamped = request is not None and bool(request.clamps)
         masked = " with the mask" if gen.mask.any() else ""
+        masked += (" and the clamps" if masked else " with the clamps") if clamped else ""
         self.info.setText(f"+{len(gen.new_ids)} tokens ({how}{masked})" + (" — stopped" if gen.cancelled else ""))
         if len(gen.new_ids):
             self.state.set_prompt(answer.request.text + gen.new_text)

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
     QLabel,
+    QMenu,
     QStyledItemDelegate,
     QTableWidget,
     QTableWidgetItem,
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 BAR_ROLE = Qt.UserRole + 1
+TOKEN_ROLE = Qt.UserRole + 3  # a token cell's id, for the context menu
 _BASE_BAR, _MASK_BAR = QColor(90, 140, 220, 110), QColor(220, 90, 70, 110)
 _SPECIAL = QColor(110, 60, 170)  # special tokens (BOS, <|endoftext|>), as the token strip draws them
 
@@ -67,6 +69,17 @@ def _is_special(tokenizer, token_id: int) -> bool:
         return False
 
 
+def changed(intervention) -> str:
+    """What an intervention changes, for the summary: "2 heads masked (zero), 1 feature clamped"."""
+    parts = []
+    n, k = intervention.n_masked, len(intervention.clamps)
+    if n:
+        parts.append(f"{n} head{'s' if n != 1 else ''} masked ({intervention.ablation})")
+    if k:
+        parts.append(f"{k} feature{'s' if k != 1 else ''} clamped")
+    return ", ".join(parts) or "nothing changed"
+
+
 def format_prob(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 or p == 0 else f"{p:.1e}"
 
@@ -81,6 +94,9 @@ class _BarDelegate(QStyledItemDelegate):
             r = QRectF(option.rect).adjusted(1, 2, -1, -2)
             painter.fillRect(QRectF(r.left(), r.top(), r.width() * max(0.0, min(1.0, float(value))), r.height()), color)
         super().paint(painter, option, index)
+
+
+BarDelegate = _BarDelegate  # other tables draw their values' bars alike (the SAE features panel)
 
 
 class LogitsPanel(QWidget):
@@ -100,6 +116,9 @@ class LogitsPanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.NoSelection)
         self.table.setFocusPolicy(Qt.NoFocus)
         self.table.setItemDelegate(_BarDelegate(self.table))
+        # Right-click a token: make it token A or B of the patching view's metric.
+        self.table.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._token_menu)
         hh = self.table.horizontalHeader()
         for col, mode in enumerate((QHeaderView.ResizeToContents, QHeaderView.Stretch, QHeaderView.ResizeToContents,
                                     QHeaderView.Stretch, QHeaderView.ResizeToContents)):
@@ -127,7 +146,7 @@ class LogitsPanel(QWidget):
             self.summary.setText("")
             self.comparison = None
             return
-        self._show(trace, clean.next, trace.next, int(trace.mask.sum()), trace.ablation)
+        self._show(trace, clean.next, trace.next, trace.intervention)
 
     def show_preview(self, masked, intervention) -> None:
         """The distribution under an intervention the views have not caught up with yet (a head
@@ -135,24 +154,24 @@ class LogitsPanel(QWidget):
         trace, clean = self.state.trace, self.state.clean_trace
         if trace is None or clean is None or masked.position >= trace.n_tokens:
             return
-        self._show(trace, clean.next, masked, intervention.n_masked, intervention.ablation,
+        self._show(trace, clean.next, masked, intervention,
                    note=" Updating the other views\u2026")
         self.preview = True
 
-    def _show(self, trace, base, masked, n: int, ablation: str, note: str = "") -> None:
+    def _show(self, trace, base, masked, intervention, note: str = "") -> None:
         pos = masked.position
         label = trace.labels[pos] if pos < trace.n_tokens else "?"
         where = "the last token" if pos == trace.n_tokens - 1 else "the selected token"
         self.header.setText(f"Next token after position {pos} {label!r} ({where})")
         self._fill(base, masked)
         self.comparison = c = self._compare(base, masked)
-        if n == 0:
+        if intervention.is_empty:
             self.summary.setText(f"No heads masked: the masked column equals the baseline. "
                                  f"Top token {token_label(c.top_id, self.state.tokenizer())!r} at p = {format_prob(c.p_baseline)}.")
             return
         sign = "+" if c.delta >= 0 else "\u2212"
         self.summary.setText(
-            f"{n} head{'s' if n != 1 else ''} masked ({ablation}). Baseline top {token_label(c.top_id, self.state.tokenizer())!r}: "
+            f"{changed(intervention)}. Baseline top {token_label(c.top_id, self.state.tokenizer())!r}: "
             f"p {format_prob(c.p_baseline)} \u2192 {format_prob(c.p_masked)} ({sign}{format_prob(abs(c.delta))}), "
             f"rank 1 \u2192 {c.new_rank}. "
             f"KL(baseline \u2016 masked) = {c.kl:.4f} nats.{note}")
@@ -177,6 +196,7 @@ class LogitsPanel(QWidget):
                     continue
                 tid, prob = int(nt.top_ids[row]), float(nt.top_probs[row])
                 item = self._item(token_label(tid, tok))
+                item.setData(TOKEN_ROLE, tid)
                 special = _is_special(tok, tid)
                 item.setToolTip(f"id {tid}, p = {prob:.5g}, logit {float(nt.top_logits[row]):.3f}"
                                 + (", a special token" if special else ""))
@@ -201,6 +221,33 @@ class LogitsPanel(QWidget):
             self.table.setItem(row, col, item)
         for c, mode in enumerate(modes):
             header.setSectionResizeMode(c, mode)
+
+    def _token_menu(self, pos) -> None:
+        item = self.table.itemAt(pos)
+        tid = None if item is None else item.data(TOKEN_ROLE)
+        if tid is None:
+            return
+        menu = QMenu(self)
+        for which, text in ((0, "Use as patching token A"), (1, "Use as patching token B")):
+            menu.addAction(text, lambda w=which: self.use_as_token(int(tid), w))
+        menu.popup(self.table.viewport().mapToGlobal(pos))
+
+    def use_as_token(self, token_id: int, which: int) -> None:
+        """Make `token_id` token A (0) or B (1) of the patching metric; B without an A takes the
+        baseline's top token as A (the difference B is compared with)."""
+        st = self.state
+        tokens = list(st.patching.tokens)
+        if which == 0:
+            tokens[:1] = [token_id]
+        else:
+            if not tokens:
+                top = st.clean_trace.next.top_ids[0] if st.clean_trace is not None else token_id
+                tokens = [int(top)]
+            tokens[1:2] = [token_id]
+        changes = {"tokens": tuple(tokens)}
+        if which == 1:
+            changes["metric"] = "logit-diff"  # B only means something in a difference
+        st.set_patching(**changes)
 
     @staticmethod
     def _item(text: str, align=Qt.AlignLeft) -> QTableWidgetItem:

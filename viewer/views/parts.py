@@ -136,8 +136,9 @@ class ExportButton(QtWidgets.QToolButton):
             if self.view.matrix().size == 0:
                 raise ModelError("nothing to export yet: run a prompt first")
             state = getattr(self.view, "state", None)
+            notes = tuple(self.view.figure_notes()) if hasattr(self.view, "figure_notes") else ()
             style = FigureStyle(theme=theme, title=view_title(state, title_of(self.view), self.view)
-                                if state is not None else "")
+                                if state is not None else "", notes=notes)
             written = export_view(self.view, path, scale=scale if path.lower().endswith(".png") else 1.0,
                                   style=style)
         except (ModelError, OSError) as e:

@@ -18,7 +18,7 @@ import importlib
 import re
 from dataclasses import dataclass
 
-PLACES = ("top", "left", "center", "tab", "right", "right-below")
+PLACES = ("top", "left", "center", "tab", "tab-on-demand", "right", "right-below")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class ViewEntry:
     title: str  # dock or tab title, as listed in the View menu; for display only
     widget: str  # "module:Class"; the class takes (state) or, with uses_worker, (state, worker)
     place: str  # top: under the prompt; left/right: side columns; center: the first middle tab;
-    # tab: another middle tab; right-below: under the right column's first view
+    # tab: another middle tab; tab-on-demand: a middle tab hidden until shown (show_view);
+    # right-below: under the right column's first view
     uses_worker: bool = False
     export: bool = False  # `transformer-viewer export --view ID` can write it
     export_size: tuple[int, int] | None = (900, 820)  # layout size for export; None: the widget's sizeHint
@@ -51,6 +52,7 @@ class ViewEntry:
 _V = "transformer_viewer.viewer.views"
 VIEWS: tuple[ViewEntry, ...] = (
     ViewEntry("tokens", "Tokens", f"{_V}.token_strip:TokenStrip", "top", uses_worker=True),
+    ViewEntry("corrupted-prompt", "Corrupted prompt", f"{_V}.corrupted_prompt:CorruptedPrompt", "top"),
     ViewEntry("attention", "Attention", f"{_V}.attention_panel:AttentionPanel", "center", uses_worker=True,
               export=True),
     ViewEntry("grid", "All heads", f"{_V}.head_grid:HeadGridView", "left", export=True, export_size=None),
@@ -70,8 +72,14 @@ VIEWS: tuple[ViewEntry, ...] = (
               export=True, export_size=(1100, 760), needs_trace=True),
     ViewEntry("routes", "Routes", f"{_V}.routes_view:RoutesView", "tab", uses_worker=True, export=True,
               export_size=(1000, 700), needs_trace=True),
+    # Exported from its own Export button and by `transformer-viewer patch --out` (it needs two prompts).
+    ViewEntry("patching", "Patching", f"{_V}.patching_view:PatchingView", "tab", uses_worker=True,
+              needs_trace=True),
     ViewEntry("rollout", "Rollout", f"{_V}.rollout_view:RolloutView", "tab", uses_worker=True, export=True,
               export_size=(900, 700), needs_trace=True),
+    ViewEntry("features", "SAE feature", f"{_V}.feature_view:FeatureView", "tab-on-demand", uses_worker=True),
+    ViewEntry("token-features", "SAE features", f"{_V}.features_panel:FeaturesPanel", "right-below",
+              uses_worker=True),
     ViewEntry("continue", "Continue", f"{_V}.generate_control:GenerateControl", "right-below", uses_worker=True),
 )
 if len({v.id for v in VIEWS}) != len(VIEWS):

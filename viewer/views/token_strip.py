@@ -113,6 +113,7 @@ class TokenStrip(RefreshWhenShown, QWidget):
         state.neuron_changed.connect(self._on_neuron)
         state.token_overlay_changed.connect(self.refresh)
         state.activations_changed.connect(lambda _layer: self.refresh() if self.mode == "neuron" else None)
+        state.patching_changed.connect(self.refresh)  # the tokens that differ from the corrupted prompt's
         self._labels: tuple = ((), ())  # (labels, special flags) the chips show
         self._stopped_run: int | None = None  # the trace whose log-probability pass the user cancelled
         if hasattr(worker, "failed"):  # the export command's inline worker has no signals
@@ -160,6 +161,8 @@ class TokenStrip(RefreshWhenShown, QWidget):
         if state.query_index != self.canvas.selected:
             QTimer.singleShot(0, self.show_selected)  # after the scroll area has taken the new height
         self.canvas.set_selected(state.query_index)
+        diff = state.patch_differences()
+        self.canvas.set_marked(diff[0] if diff is not None else None)
         values, legend = chip_values(state, self.mode, self._fetched_row(), self._logprobs_stopped())
         overlay = self._overlay()
         if overlay is not None:  # a shown view (routes, rollout) colours the tokens by its own values
@@ -244,6 +247,9 @@ class TokenStrip(RefreshWhenShown, QWidget):
         lines = [f"{trace.labels[i]!r}   id {int(trace.token_ids[i])}   position {i}"]
         if i < len(trace.special) and trace.special[i]:
             lines.append("special token: added by the tokenizer or typed as its name, not ordinary text")
+        diff = self.state.patch_differences()
+        if diff is not None and i < len(diff[0]) and diff[0][i]:
+            lines.append("differs from the corrupted prompt (outlined)")
         lp = math.nan if trace.token_logprobs is None else float(trace.token_logprobs[i])
         if trace.token_logprobs is None:
             lines.append("p: stopped (Ctrl+Enter in the prompt computes it)" if self._logprobs_stopped() else

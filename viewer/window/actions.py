@@ -52,8 +52,13 @@ class WindowActions:
         self._action(m, "Open a cached model by &name…", self.open_name_dialog,
                      tip="a Hugging Face model already in the local cache, e.g. gpt2 (nothing is downloaded)")
         self._action(m, "Open the &bundled model", lambda: w.load(None))
+        self._action(m, "Open prompt &pairs…", self.open_pairs_dialog,
+                     tip="a text file of clean and corrupted prompts, one pair a line, tab-separated: the "
+                         "patching view averages its results over them")
         self.recent_menu = m.addMenu("&Recent checkpoints")
         self._rebuild_recent()
+        m.addSeparator()
+        w.sessions.build_menu(m, self._action)
         m.addSeparator()
         ex = self.export_menu = m.addMenu("&Export")
         self._action(ex, "Heatmap as &PNG…", lambda: self.export_dialog("heatmap", ".png"))
@@ -94,6 +99,29 @@ class WindowActions:
         if ok and name.strip():
             self.w.load(name.strip())
 
+    def open_pairs_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.w, "Open prompt pairs", self._last_dir(),
+                                              "Prompt pairs, tab-separated (*.tsv *.txt);;All files (*)")
+        if path:
+            self.open_pairs(path)
+
+    def open_pairs(self, path: str) -> bool:
+        """Patch over the pairs in `path` (averaged) in the patching view; a bad file: one line."""
+        from transformer_viewer.model.analysis.patching.pairs import read_pairs
+        from transformer_viewer.model.errors import ModelError
+
+        try:
+            pairs = read_pairs(path)
+        except (ModelError, OSError) as e:
+            self.w.show_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
+            return False
+        st = self.w.state
+        st.set_patching(comparing=True, pairs=tuple(pairs), pairs_name=os.path.basename(path))
+        self.w.prompt_editor.set_text(pairs[0][0])  # the strips show the first pair
+        self.w.views["corrupted-prompt"].set_text(pairs[0][1])
+        self.w.show_view("patching")
+        return True
+
     def _last_dir(self) -> str:
         recent = self.recent()
         return os.path.dirname(recent[0]) if recent else os.getcwd()
@@ -128,23 +156,23 @@ class WindowActions:
         self._rebuild_recent()
 
     def export_dialog(self, what: str, ext: str) -> None:
-        from transformer_viewer.viewer.views.export_options import FigureOptions, ask_figure_options
+        from transformer_viewer.viewer.views.export_options import ask_figure_options
 
-        options = FigureOptions()
-        if ext in (".png", ".svg", ".pdf"):
-            view = (self.w.attention if what == "heatmap" else self.w.head_grid).export_target()
-            options = ask_figure_options(self.w, ext, (view.width(), view.height()))
-            if options is None:
-                return
+        folder = self.w.app_settings.export_dir()  # read (and a bad setting noted) whatever the answer
+        view = (self.w.attention if what == "heatmap" else self.w.head_grid).export_target()
+        options = ask_figure_options(self.w, ext, (view.width(), view.height()), self.w.figure_options)
+        if options is None:
+            return
+        self.w.figure_options = options
         st = self.w.state
         name = (f"attention_L{st.layer}H{st.head}" if what == "heatmap" else "all_heads") + ext
-        folder = self.w.app_settings.export_dir()
         filters = {".png": "PNG image (*.png)", ".svg": "SVG image (*.svg)", ".pdf": "PDF document (*.pdf)",
                    ".npy": "NumPy array (*.npy)",
                    ".csv": "CSV table (*.csv)"}
         path, _ = QFileDialog.getSaveFileName(self.w, "Export", os.path.join(folder, name), filters[ext])
         if path:
-            if export(self.w, what, path, options.scale, theme=options.theme) is not None:
+            if export(self.w, what, path, options.scale, theme=options.theme, manifest=options.manifest,
+                      private=options.private) is not None:
                 self.w.app_settings.set_export_dir(os.path.dirname(os.path.abspath(path)))
 
     def export_pattern_dialog(self) -> None:
@@ -207,8 +235,20 @@ class WindowActions:
             self.w.addAction(a)  # works with the menu bar hidden too
             self.nav_actions.append(a)
         m.addSeparator()
+        self.compare_action = self._action(m, "&Compare with a corrupted prompt", self.toggle_compare,
+                                           tip="a second prompt box for activation patching: which components "
+                                               "carry the difference between the two prompts")
+        self.compare_action.setCheckable(True)
+        st.patching_changed.connect(lambda: self.compare_action.setChecked(st.patching.comparing))
         self._action(m, "Reset &layout", self.reset_layout, tip="show every dock again at its default size")
         self._action(m, "Reset heatmap zoom", lambda: self.w.attention.heatmap.reset_view(), QKeySequence("Ctrl+0"))
+
+    def toggle_compare(self) -> None:
+        st = self.w.state
+        st.set_patching(comparing=self.compare_action.isChecked())
+        if st.patching.comparing:
+            self.w.views["corrupted-prompt"].edit.setFocus()
+            self.w.show_view("patching")
 
     def reset_layout(self) -> None:
         for dock in self.w.docks.values():
@@ -218,6 +258,13 @@ class WindowActions:
 
     def view_menu_add(self, dock) -> None:
         self.view_menu.insertAction(self._dock_anchor, dock.toggleViewAction())
+
+    def _patching_example(self, prompt) -> None:
+        st = self.w.state
+        st.set_patching(comparing=True, pairs=(), pairs_name="", metric="logit-diff", what="heads", position=None,
+                        direction="denoise", tokens=_example_tokens(st, prompt.tokens))
+        self.w.views["corrupted-prompt"].set_text(prompt.corrupted)
+        self.w.show_view("patching")
 
     def _move_query(self, step: int) -> None:
         st = self.w.state
@@ -239,15 +286,32 @@ class WindowActions:
 
     def _run_example(self, prompt) -> None:
         """Run an example; on the bundled model (the one the examples were written for) also
-        show the head that the example is about."""
+        show the head that the example is about. A patching example also sets the corrupted
+        prompt and the tokens of its logit difference, and shows the patching view."""
         from transformer_viewer.model.checkpoints.bundled import is_bundled
 
         self.w.prompt_editor.set_text(prompt.text)  # runs it, and replaces any edit not yet run
+        if prompt.corrupted:
+            self._patching_example(prompt)
         info = self.w.state.model_info
         if prompt.head is not None and info is not None and is_bundled(info.source):
             layer, head = prompt.head
             if layer < info.n_layer and head < info.n_head:
                 self.w.state.set_selection(layer=layer, head=head)
+
+
+def _example_tokens(state, texts) -> tuple[int, ...]:
+    """The ids of an example's tokens in the loaded model's tokenizer (() where one is not one token)."""
+    from transformer_viewer.model.errors import ModelError
+    from transformer_viewer.model.tokenizers.tokenizer import parse_token
+
+    if state.model_info is None:
+        return ()
+    tok = state.tokenizer()
+    try:
+        return tuple(parse_token(t, tok, tok.n_vocab, "token") for t in texts)
+    except ModelError:
+        return ()
 
 
 def example_prompts() -> tuple:
@@ -269,13 +333,16 @@ def default_prompt() -> str:
     return prompts[0].text if prompts else "When Mary and John went to the store, John gave a drink to"
 
 
-def export(window, what: str, path: str, scale: float = 1.0, theme: str = "light") -> str | None:
+def export(window, what: str, path: str, scale: float = 1.0, theme: str = "light", manifest: bool = False,
+           private: bool = False) -> str | None:
     """Export the heatmap ("heatmap": .png/.svg/.pdf/.npy/.csv) or the heads grid ("grid": .png/.svg/.pdf),
-    an image as a figure in `theme` titled with the model, the view and the mask; returns the
-    path written, or None after showing the one-line error."""
+    an image as a figure in `theme` titled with the model, the view and the mask; with
+    `manifest`, FILE.manifest.json beside it (`private`: without the prompt and local paths).
+    Returns the path written, or None after showing the one-line error."""
     from transformer_viewer.model.errors import ModelError
     from transformer_viewer.viewer.export import export_view
     from transformer_viewer.viewer.figure import FigureStyle, view_title
+    from transformer_viewer.viewer.window.figure_records import record_export
 
     view = window.attention if what == "heatmap" else window.head_grid
     try:
@@ -286,6 +353,7 @@ def export(window, what: str, path: str, scale: float = 1.0, theme: str = "light
         style = FigureStyle(theme=theme, title=view_title(window.state, "Attention" if what == "heatmap"
                                                           else "All heads", view))
         written = export_view(view, path, scale=scale, style=style)
+        record_export(window, what, written, scale, theme, manifest, private)
     except (ModelError, OSError) as e:
         window.show_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
         return None

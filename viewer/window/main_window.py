@@ -1,9 +1,10 @@
 """The main window: one ViewerState, one worker thread, and the views of the registry between them.
 
-Data flow: the prompt editor, mask grid and token strip change `state`; every change that
-needs the model becomes a `TraceRequest` for the worker (newest wins, stale answers dropped);
-its answer comes back to this window's callback, which installs it with `state.set_traces`,
-and every view redraws from the state's signals. Views are built and placed from
+Data flow: the prompt editor, mask grid and token strip change `state`; the run controller
+(viewer/controller.py) turns every change that needs the model into requests for the worker
+(newest wins, stale answers dropped) and installs their answers with `state.set_traces`, and
+every view redraws from the state's signals. The window shows what the controller reports
+(timings, notices, the quick prediction of a head toggle) and owns loading and devices. Views are built and placed from
 `views/registry.py`: a view that asks the worker for its own computation gets its answers
 through the handle its `submit` returns, not through the window.
 """
@@ -18,33 +19,34 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QSplitter,
+    QTabBar,
     QTabWidget,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from transformer_viewer.viewer.controller import RunController
 from transformer_viewer.viewer.gc_guard import collect_after_load, collect_on_gui_thread
 from transformer_viewer.viewer.state import ViewerState
+from transformer_viewer.viewer.views.export_options import FigureOptions
 from transformer_viewer.viewer.views.prompt_editor import PromptEditor
 from transformer_viewer.viewer.views.registry import VIEWS
 from transformer_viewer.viewer.window import actions as window_actions
-from transformer_viewer.viewer.window import prediction_preview as preview
+from transformer_viewer.viewer.window import sae_menu
 from transformer_viewer.viewer.window.empty_states import EmptyStates
+from transformer_viewer.viewer.window.session_actions import SessionActions
 from transformer_viewer.viewer.window.settings import NOTE_MS, SettingsReader
 from transformer_viewer.viewer.window.status_bar import StatusBar
 from transformer_viewer.viewer.worker.client import RequestHandle, WorkerClient
 from transformer_viewer.viewer.worker.requests import (
     DeviceRequest,
     LoadRequest,
-    LogprobsRequest,
-    PredictRequest,
     ProbeRequest,
-    TraceRequest,
 )
 
 DEFAULT_SIZE = (1440, 900)
 DOCK_SEPARATOR = 8  # px between docks and the middle, with some slack for the style's margins
-TOP_K = 10
 
 
 class MainWindow(QMainWindow):
@@ -71,12 +73,16 @@ class MainWindow(QMainWindow):
         self.cuda_available = False
         self.cuda_name = ""  # the CUDA device the worker found, for Help > About
         self._error_box: QMessageBox | None = None
-        self._requested_position: int | None = None
         self._build_views(debounce_ms)
+        self.controller = RunController(self.state, self.worker, self, hold_prompt=self.prompt_editor.editing)
         self.status = StatusBar(self)
         self.setStatusBar(self.status)
         self.app_settings = SettingsReader(self.settings, note=lambda line: self.status.showMessage(line, NOTE_MS))
+        self.figure_options = FigureOptions()  # what File > Export last chose (a session keeps it)
+        self.exported_figures: list = []  # FigureRecords of what was exported from this window
+        self.sessions = SessionActions(self)  # before the menus: File lists its actions
         self.actions_ = window_actions.install(self)
+        self.sae_menu = sae_menu.install(self)  # File > Open SAE…; the SAEs a load lets go
         self.setAcceptDrops(True)
         self.resize(*DEFAULT_SIZE)
         self._connect()
@@ -140,9 +146,25 @@ class MainWindow(QMainWindow):
             above = next(d for d in self.docks.values() if self.dockWidgetArea(d) == Qt.RightDockWidgetArea)
             dock = self.add_view_dock(entry.id, entry.title, view, Qt.RightDockWidgetArea)
             self.splitDockWidget(above, dock, Qt.Vertical)
-            QTimer.singleShot(0, lambda: self.resizeDocks([dock], [dock.minimumSizeHint().height()], Qt.Vertical))
+            # At the height it asks for (Continue: its controls alone; the features panel: a list).
+            QTimer.singleShot(0, lambda: self.resizeDocks([dock], [max(dock.minimumSizeHint().height(),
+                                                                      view.sizeHint().height())], Qt.Vertical))
+        elif entry.place == "tab-on-demand":
+            self._add_on_demand_tab(view, entry.title)
         else:
             raise ValueError(f"view {entry.id!r}: unknown place {entry.place!r}")
+
+    def _add_on_demand_tab(self, view: QWidget, title: str) -> None:
+        """A middle tab kept out of the tab bar until `show_view` asks for it (every tab's title
+        shows at the default size only without it); its own close button takes it out again."""
+        index = self.tabs.addTab(view, title)
+        self.tabs.setTabVisible(index, False)
+        close = QToolButton()
+        close.setAutoRaise(True)
+        close.setText("\u00d7")
+        close.setToolTip(f"Close the {title} tab (View > {title} brings it back)")
+        close.clicked.connect(lambda: self.tabs.setTabVisible(self.tabs.indexOf(view), False))
+        self.tabs.tabBar().setTabButton(index, QTabBar.RightSide, close)
 
     def show_view(self, view_id: str) -> None:
         """Bring the view `view_id` (its registry id) to the front (its tab, or its dock)."""
@@ -150,6 +172,7 @@ class MainWindow(QMainWindow):
         page = next((self.tabs.widget(i) for i in range(self.tabs.count())
                      if self.tabs.widget(i) is view or self.tabs.widget(i).isAncestorOf(view)), None)
         if page is not None:  # a tab: the view itself, or the page around the attention panel
+            self.tabs.setTabVisible(self.tabs.indexOf(page), True)
             self.tabs.setCurrentWidget(page)
         elif view_id in self.docks:
             self.docks[view_id].show()
@@ -194,11 +217,15 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         st, w = self.state, self.worker
+        c = self.controller
         self.prompt_editor.run_requested.connect(self.run_prompt)
         st.prompt_changed.connect(self._on_prompt)
-        st.mask_changed.connect(self._on_mask)
-        st.selection_changed.connect(self._on_selection)
         st.trace_changed.connect(self._on_trace)
+        c.traced.connect(self._on_traced)
+        c.preview.connect(self.logits.show_preview)
+        c.failed.connect(self._on_run_failed)
+        c.cancelled.connect(lambda: self.status.showMessage("cancelled", 3000))
+        c.needs_prompt.connect(lambda: self.prompt_editor.show_notice("Type a prompt to run the model.", warning=False))
         w.progress.connect(self.status.show_progress)
         w.busy_changed.connect(self._on_busy)
 
@@ -219,45 +246,16 @@ class MainWindow(QMainWindow):
     def run_prompt(self, text: str) -> None:
         """Run `text` now (the editor calls this debounced; Ctrl+Enter at once)."""
         if text != self.state.prompt:
-            self.state.set_prompt(text)  # runs it: see _on_prompt
+            self.state.set_prompt(text)  # the controller runs it
         else:
-            self.request_trace()
+            self.controller.run()
 
-    def request_trace(self) -> None:
-        st = self.state
-        if st.model_info is None:
-            return
-        if not st.prompt:
-            self.prompt_editor.show_notice("Type a prompt to run the model.", warning=False)
-            return
-        self._requested_position = st.query
-        self.worker.submit(self._run_request(TraceRequest), on_result=self._on_traced, on_failure=self._on_trace_failed)
-
-    def _run_request(self, request_type: type[TraceRequest]) -> TraceRequest:
-        """A run of the prompt, mask and position as they are now (a trace, or a prediction)."""
-        st = self.state
-        return request_type(text=st.prompt, intervention=st.intervention, position=st.query, top_k=TOP_K)
-
-    # -- state -> worker ------------------------------------------------------------------
+    # -- state -> widgets -----------------------------------------------------------------
     def _on_prompt(self, text: str) -> None:
-        if self.prompt_editor.editing():
-            # A prompt set from elsewhere (a continuation landing as the user types) never
-            # replaces keystrokes not yet run: they run when the debounce ends, and win.
-            return
-        self.prompt_editor.set_text(text, run=False)
-        self.request_trace()
-
-    def _on_mask(self, _mask) -> None:
-        if preview.worth_asking(self.state):
-            self.worker.submit(self._run_request(PredictRequest),
-                               on_result=lambda answer: preview.show_if_current(self, answer.request, answer.value),
-                               on_failure=self._on_trace_failed)
-        self.request_trace()
-
-    def _on_selection(self) -> None:
-        st = self.state
-        if st.trace is not None and st.query != self._requested_position:
-            self.request_trace()  # the prediction follows the selected token
+        # A prompt set from elsewhere (a continuation landing as the user types) never replaces
+        # keystrokes not yet run (the controller holds it too): they run when the debounce ends.
+        if not self.prompt_editor.editing():
+            self.prompt_editor.set_text(text, run=False)
 
     def _on_trace(self, trace) -> None:
         if trace is not None:
@@ -279,6 +277,7 @@ class MainWindow(QMainWindow):
         """A load or a device move finished: the worker holds this model now."""
         request, info = answer.request, answer.value.info
         self.state.set_model(info)
+        self.sae_menu.model_loaded(new_session=isinstance(request, LoadRequest))
         collect_after_load()  # what the replaced model left in cycles
         self.status.clearMessage()
         self.status.show_model(info)
@@ -288,7 +287,7 @@ class MainWindow(QMainWindow):
         if answer.value.warning:
             self.status.showMessage(answer.value.warning, 10000)
         self.setWindowTitle(f"{info.name} \u2014 transformer-viewer")
-        self.request_trace()
+        self.controller.run()
 
     def _on_load_failed(self, failure) -> None:
         request = failure.request
@@ -305,42 +304,15 @@ class MainWindow(QMainWindow):
                 self.actions_.set_device_checked(self.state.model_info.device)
             self.show_error(failure.message)
 
-    def _on_traced(self, answer) -> None:
-        value = answer.value
-        self.state.set_traces(value.trace, value.clean)
+    def _on_traced(self, value) -> None:
         info = self.state.model_info
         self.status.show_forward(value.forward_ms, value.trace.first_layer_run, info.n_layer if info else 0,
                                  compute_ms=value.compute_ms)
-        if value.trace.token_logprobs is None:  # the second pass: surprisal follows the views
-            self.worker.submit(self._logprobs_request(answer.request),
-                               on_result=self._on_logprobs, on_failure=self._on_trace_failed)
 
-    def _logprobs_request(self, traced: TraceRequest) -> LogprobsRequest:
-        return LogprobsRequest(text=traced.text, intervention=traced.intervention, position=traced.position,
-                               top_k=traced.top_k)
-
-    def _on_logprobs(self, answer) -> None:
-        value, st = answer.value, self.state
-        if st.trace is None:
-            return
-        clean = st.clean_trace
-        if value.clean is not None and clean is not None and clean.run_id == value.clean.run_id:
-            clean = value.clean
-        if st.trace is st.clean_trace:  # the clean trace on screen: it stays one object
-            trace = clean
-        elif value.trace is not None and st.trace.run_id == value.trace.run_id:
-            trace = value.trace
-        else:
-            trace = st.trace
-        st.set_traces(trace, clean)
-
-    def _on_trace_failed(self, failure) -> None:
-        if failure.cancelled:
-            self.status.showMessage("cancelled", 3000)
-            return
-        self.prompt_editor.show_notice(failure.message)
-        self.status.showMessage(failure.message, 8000)
-        self.last_error = failure.message
+    def _on_run_failed(self, message: str) -> None:
+        self.prompt_editor.show_notice(message)
+        self.status.showMessage(message, 8000)
+        self.last_error = message
 
     def _on_busy(self, busy: bool) -> None:
         self.status.set_busy(busy)

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 
 RECENT_KEY, RECENT_MAX = "recent_checkpoints", 10
+RECENT_SESSIONS_KEY = "recent_sessions"
 EXPORT_DIR_KEY = "export_dir"
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux; a longer "path" is no file's
 # The settings file's size past which it is not the window's: ten paths and a folder take a few
@@ -76,17 +77,18 @@ class SettingsReader:
             self.note(line)
 
     # -- recent checkpoints ---------------------------------------------------------------
-    def recent(self) -> list[str]:
-        """The recent checkpoints, newest first: at most RECENT_MAX paths or model names."""
-        value = self.settings.value(RECENT_KEY, [])
+    def recent(self, key: str = RECENT_KEY) -> list[str]:
+        """The recent checkpoints (or, by `key`, sessions), newest first: at most RECENT_MAX
+        paths or model names."""
+        value = self.settings.value(key, [])
         if value is None:  # a value QSettings could not read (an unknown @Variant type)
-            if self.settings.contains(RECENT_KEY):
-                self._reset(RECENT_KEY, "could not be read")
+            if self.settings.contains(key):
+                self._reset(key, "could not be read")
             return []
         if isinstance(value, str):
             value = [value] if value else []  # INI files give a lone entry back as a string
         if not isinstance(value, list):
-            self._reset(RECENT_KEY, f"was a value of type {type(value).__name__}, not a list of paths")
+            self._reset(key, f"was a value of type {type(value).__name__}, not a list of paths")
             return []
         kept, dropped = [], 0
         for item in value[: RECENT_MAX * 4]:  # never look at more than a few screens of a long list
@@ -98,11 +100,17 @@ class SettingsReader:
             kept = kept[:RECENT_MAX]
             why = (f"had {len(value):,} entries, more than the {RECENT_MAX} kept" if len(value) > RECENT_MAX
                    else f"had {dropped} entr{'y' if dropped == 1 else 'ies'} that no path is")
-            self._reset(RECENT_KEY, why, kept)
+            self._reset(key, why, kept)
         return kept
 
-    def set_recent(self, items: list[str]) -> None:
-        self.settings.setValue(RECENT_KEY, [p for p in items if _path_problem(p) is None][:RECENT_MAX])
+    def set_recent(self, items: list[str], key: str = RECENT_KEY) -> None:
+        self.settings.setValue(key, [p for p in items if _path_problem(p) is None][:RECENT_MAX])
+
+    def recent_sessions(self) -> list[str]:
+        return self.recent(RECENT_SESSIONS_KEY)
+
+    def set_recent_sessions(self, items: list[str]) -> None:
+        self.set_recent(items, RECENT_SESSIONS_KEY)
 
     # -- the export folder ----------------------------------------------------------------
     def export_dir(self) -> str:

@@ -20,6 +20,7 @@ from transformer_viewer.model.decoder.families import family_name
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.kernels.packing import unpack_all
+from transformer_viewer.model.sae.attached import AttachedSae
 from transformer_viewer.viewer.gc_guard import freeze_startup_objects
 from transformer_viewer.viewer.worker.requests import (
     Cancelled,
@@ -70,6 +71,7 @@ class WorkerSession(Session):
         self.clean: Trace | None = None  # unmasked trace of prompt_text
         self.masked: tuple[Intervention, Trace] | None = None  # (intervention, trace) of the last masked run
         self.scratch: dict = {}
+        self.provenance: tuple = (None, "", None)  # (Fingerprint, tokenizer fingerprint, Environment) of the load
 
     def ensure_prompt(self, text: str) -> bool:
         """Tokenize `text` unless it is already the prompt; True when it changed."""
@@ -102,7 +104,9 @@ class WorkerSession(Session):
         return ModelInfo(name=lm.name, format=lm.format, source=lm.source, n_layer=c.n_layer, n_head=c.n_head,
                          n_embd=c.n_embd, block_size=c.block_size, n_params=int(lm.n_params),
                          device=str(self.device), n_mlp=c.n_mlp, vocab_size=c.vocab_size,
-                         family=family_name(c, lm.training), tokenizer=self.tokenizer.spec)
+                         family=family_name(c, lm.training), tokenizer=self.tokenizer.spec,
+                         fingerprint=self.provenance[0], tokenizer_fingerprint=self.provenance[1],
+                         environment=self.provenance[2])
 
 
 def handle_probe(_session, _request, _progress, _is_cancelled) -> ProbeResult:
@@ -130,8 +134,24 @@ def handle_load(session, request: LoadRequest, progress, is_cancelled) -> NewSes
     # Traces keep overviews and summaries; full patterns and activations are fetched on demand.
     # The session installs the inference kernels (weights packed once: the worker only reads them).
     session = WorkerSession(loaded, memory_budget=budget)
+    session.provenance = provenance(loaded, progress)
     warning = "; ".join(w for w in (warning, budget_warning) if w) or None
     return NewSession(session, LoadResult(session.info(), warning))
+
+
+def provenance(loaded, progress) -> tuple:
+    """What a saved session records of this load: the checkpoint's fingerprint (taken once,
+    here), the tokenizer's, and the environment computing its numbers."""
+    from transformer_viewer.model.sessions.environment_part import current_environment
+    from transformer_viewer.model.sessions.fingerprint import checkpoint_fingerprint, tokenizer_fingerprint
+
+    progress(0, 0, f"fingerprinting {loaded.name}…")
+    try:
+        fingerprint = checkpoint_fingerprint(loaded.source)
+        tokenizer = tokenizer_fingerprint(loaded.tokenizer.spec)
+    except OSError:  # the files went away after the load: the session says so when it is saved
+        fingerprint, tokenizer = None, ""
+    return fingerprint, tokenizer, current_environment()
 
 
 def handle_device(session: WorkerSession, request: DeviceRequest, progress, _is_cancelled) -> LoadResult:
@@ -139,6 +159,8 @@ def handle_device(session: WorkerSession, request: DeviceRequest, progress, _is_
     progress(0, 0, f"moving the model to {device}…")
     session.model.to(device)
     session.install_kernels()  # the kernels for the new device: back on the CPU, packed again
+    for index, sae in list(session.saes.items()):  # an attached SAE computes beside the model: it moves too
+        session.saes[index] = AttachedSae(sae.loaded, session.model)
     if session.tokens is not None:
         session.set_tokens(session.tokens)  # the ids and cached activations follow the model
     # Traces are numpy and still describe this prompt; only device-side caches are gone.

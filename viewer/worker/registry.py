@@ -25,6 +25,12 @@ from transformer_viewer.viewer.worker.attribution import (
 from transformer_viewer.viewer.worker.generate import GenerateRequest, handle_generate
 from transformer_viewer.viewer.worker.lens import LensRequest, handle_lens
 from transformer_viewer.viewer.worker.mlp import MlpActivationsRequest, handle_mlp
+from transformer_viewer.viewer.worker.patching import (
+    PatchCellsRequest,
+    PatchRequest,
+    handle_patch,
+    handle_patch_cells,
+)
 from transformer_viewer.viewer.worker.patterns import (
     PatternDiffRequest,
     PatternExportRequest,
@@ -46,6 +52,18 @@ from transformer_viewer.viewer.worker.requests import (
 )
 from transformer_viewer.viewer.worker.rollout import RolloutRequest, handle_rollout
 from transformer_viewer.viewer.worker.routes import RoutesRequest, handle_routes
+from transformer_viewer.viewer.worker.sae import (
+    FeatureRequest,
+    SaeLabelsRequest,
+    SaeLoadRequest,
+    SaeOverviewRequest,
+    TokenFeaturesRequest,
+    handle_feature,
+    handle_sae_labels,
+    handle_sae_load,
+    handle_sae_overview,
+    handle_token_features,
+)
 from transformer_viewer.viewer.worker.scan import ScanRequest, handle_scan
 
 
@@ -83,7 +101,14 @@ ROUTES: tuple[Route, ...] = (
     Route(HeadSourcesRequest, handle_head_sources),
     Route(RoutesRequest, handle_routes),
     Route(RolloutRequest, handle_rollout),
+    Route(PatchRequest, handle_patch),
+    Route(PatchCellsRequest, handle_patch_cells),
     Route(GenerateRequest, handle_generate),
+    Route(SaeLoadRequest, handle_sae_load),
+    Route(SaeLabelsRequest, handle_sae_labels, needs_session=False),
+    Route(TokenFeaturesRequest, handle_token_features),
+    Route(FeatureRequest, handle_feature),
+    Route(SaeOverviewRequest, handle_sae_overview),
 )
 
 # The table the worker reads, by request type. Tests swap one route for the length of a test

@@ -133,6 +133,11 @@ class ModelInfo:
     vocab_size: int = 0
     family: str = ""  # "Llama", "GPT-2-style", ...
     tokenizer: str = "gpt2"  # the model's tokenizer spec: "gpt2" or the folder of its tokenizer.json
+    # Taken once at load, for saved sessions (model/sessions/): the weights' Fingerprint, the
+    # tokenizer files' sha256, the Environment computing the numbers.
+    fingerprint: Any = None
+    tokenizer_fingerprint: str = ""
+    environment: Any = None
 
     @property
     def params_text(self) -> str:

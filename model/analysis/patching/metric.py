@@ -10,15 +10,19 @@ Three kinds, as interpretability work uses them:
   is taken with clean = 1 and corrupted = 0 like the others.
 
 A metric is a frozen value (equal metrics hash alike), so caches of patching results key on it.
+Torch loads on first use: the command line reads METRICS to check its arguments before any model
+(or torch) loads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from transformer_viewer.model.errors import ModelError
+
+if TYPE_CHECKING:
+    import torch
 
 METRIC_HELP = {
     "logit-diff": "logit(A) - logit(B) at the position",
@@ -72,6 +76,8 @@ class PatchMetric:
 
         clean_logprobs (V,): the clean run's log-softmax at the position, needed by kl only.
         Differentiable, so attribution patching takes its gradient."""
+        import torch  # on first use: see the module's docstring
+
         logits = logits.float()
         if self.kind == "logit-diff":
             a, b = self.tokens

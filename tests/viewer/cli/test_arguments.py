@@ -12,8 +12,10 @@ import pytest
 from transformer_viewer.model.checkpoints import checkpoint as checkpoint_module
 from transformer_viewer.viewer.cli.main import SUBCOMMANDS, build_parser, gui_parser, main
 
-COMMANDS_WITH_CHECKPOINT = ["info", "predict", "heads", "scan", "export", "attribute", "routes", "rollout"]
-REQUIRED = {"predict": ["--prompt", "x"], "scan": ["--prompt", "x"], "export": ["--prompt", "x", "--out", "x.png"],
+COMMANDS_WITH_CHECKPOINT = ["info", "predict", "heads", "scan", "export", "attribute", "routes", "rollout", "patch",
+                            "features"]
+REQUIRED = {"patch": ["--clean", "x", "--corrupted", "y"], "predict": ["--prompt", "x"],
+            "features": ["--sae", "x", "--prompt", "x"], "scan": ["--prompt", "x"], "export": ["--prompt", "x", "--out", "x.png"],
             "attribute": ["--prompt", "x"], "routes": ["--prompt", "x"], "rollout": ["--prompt", "x"]}
 
 
@@ -60,6 +62,12 @@ def no_model(monkeypatch):
     (["export", "--prompt", "x", "--out", "{tmp}/x.png", "--view", "mlp", "--rows", "0"], "--rows must be at least 1"),
     (["predict", "--prompt", "x", "--mask", "a.b"], "bad --mask 'a.b'"),
     (["scan", "--prompt", "x", "--mask", "3"], "bad --mask '3'"),
+    (["patch", "--clean", "x"], "give the two prompts"),
+    (["patch", "--clean", "x", "--corrupted", "y", "--what", "path"], "--receiver L.H --input"),
+    (["patch", "--clean", "x", "--corrupted", "y", "--mask", "1-2"], "bad --mask '1-2'"),
+    (["predict", "--prompt", "x", "--clamp", "5=1"], "names SAE 0, but no --sae given"),
+    (["predict", "--prompt", "x", "--sae", "x", "--clamp", "5:1"], "--clamp '5:1': write"),
+    (["features", "--prompt", "x", "--sae", "x", "--top", "0"], "--top must be at least 1"),
 ])
 def test_arguments_are_checked_before_a_model_loads(no_model, tmp_path, capsys, argv, fragment):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
@@ -80,7 +88,10 @@ cases = [["export", "--prompt", "x", "--scale", "0", "--out", tmp + "/x.png"],
          ["predict", "--prompt", "x", "--top-k", "0"],
          ["train", "--data", "x.txt", "--out", tmp + "/missing/m.safetensors"],
          ["train", "--data", "x.txt", "--out", tmp + "/m.safetensors", "--resume"],
-         ["train", "--data", "x.txt", "--out", tmp + "/m.safetensors", "--n-embd", "15"]]
+         ["train", "--data", "x.txt", "--out", tmp + "/m.safetensors", "--n-embd", "15"],
+         ["patch", "--clean", "x", "--corrupted", "y", "--out", tmp + "/x.txt"],
+         ["predict", "--prompt", "x", "--sae", "x", "--clamp", "1x"],
+         ["features", "--prompt", "x", "--sae", "x", "--out", tmp + "/f.txt"]]
 codes = [main(argv) for argv in cases]
 assert codes == [2] * len(cases), codes
 assert "torch" not in sys.modules, "torch was imported"
@@ -88,7 +99,7 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
-    assert len(done.stderr.strip().splitlines()) == 7 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 10 and "Traceback" not in done.stderr
 
 
 def test_heads_text_that_is_binary(tiny_ckpt, tmp_path, capsys):

@@ -139,8 +139,8 @@ def test_predict_json_shape_and_values(capsys, ckpt):
                      "--device", "cpu")
     assert rc == 0
     result = json.loads(out)
-    assert set(result) == {"tokens", "position", "mask", "ablation", "top"}
-    assert result["mask"] == [] and result["ablation"] is None
+    assert set(result) == {"tokens", "position", "mask", "ablation", "clamps", "top"}
+    assert result["mask"] == [] and result["ablation"] is None and result["clamps"] == []
     ids = Tokenizer().encode(PROMPT)
     assert [t["id"] for t in result["tokens"]] == ids
     assert "".join(t["text"] for t in result["tokens"]) == PROMPT
