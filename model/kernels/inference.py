@@ -246,6 +246,12 @@ def fuse_mlp(mlp: MLP | GatedMLP) -> FusedMLP | FusedGatedMLP:
     return mlp
 
 
+def kernel_path_of(model: GPT) -> str:
+    """The kernel path `model` runs: its installed strategy's, else the one a session would install."""
+    installed = installed_inference(model)
+    return (installed.strategy if installed is not None else choose_strategy(model)).kernel_path
+
+
 def installed_inference(model: nn.Module) -> InstalledInference | None:
     """The kernels installed on `model`, or None where it runs the decoder's plain path."""
     return getattr(model, "inference", None)

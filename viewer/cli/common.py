@@ -361,5 +361,5 @@ def check_expected_checkpoint(args, loaded) -> None:
         print(f"note: {loaded.source} differs from the checkpoint {origin} was saved with (its fingerprint changed); "
               "its numbers may differ", file=sys.stderr)
     env = getattr(args, "expected_environment", None)
-    if env is not None and (note := note_for(env, current_environment(), c.n_embd, c.n_layer)):
+    if env is not None and (note := note_for(env, current_environment(loaded.model), c.n_embd, c.n_layer)):
         print(f"note: {note}", file=sys.stderr)

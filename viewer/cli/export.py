@@ -222,7 +222,7 @@ def export_records(args, loaded, state, path: str, sha256: str) -> dict:
                           embed=args.embed_manifest, private=args.manifest_private)
     return {"checkpoint": record_of(loaded), "prompt": PromptRecord(args.prompt),
             "intervention": InterventionRecord(st.n_layer, st.n_head, masked, st.ablation),
-            "environment": current_environment(), "export": export}
+            "environment": current_environment(loaded.model), "export": export}
 
 
 def write_export_manifest(args, loaded, state, path: str) -> str:

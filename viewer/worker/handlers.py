@@ -151,7 +151,7 @@ def provenance(loaded, progress) -> tuple:
         tokenizer = tokenizer_fingerprint(loaded.tokenizer.spec)
     except OSError:  # the files went away after the load: the session says so when it is saved
         fingerprint, tokenizer = None, ""
-    return fingerprint, tokenizer, current_environment()
+    return fingerprint, tokenizer, current_environment(loaded.model)
 
 
 def handle_device(session: WorkerSession, request: DeviceRequest, progress, _is_cancelled) -> LoadResult:
