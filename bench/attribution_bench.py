@@ -51,10 +51,10 @@ def probe(T: int, threads: int, bundled: bool) -> dict:
     if bundled:
         from transformer_viewer.model.capture.session import Session
         from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
-        from transformer_viewer.model.kernels.packing import pack_for_inference
+        from transformer_viewer.model.kernels.inference import install_inference
 
         loaded = load_checkpoint(None, device="cpu")
-        pack_for_inference(loaded.model)
+        install_inference(loaded.model)
         session = Session(loaded)
         session.set_prompt(BUNDLED_PROMPT)
         T = len(session.tokens.ids)

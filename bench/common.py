@@ -105,10 +105,10 @@ def load_tl(folder: str):
 def load_ours(folder: str):
     """(LoadedModel, how it was loaded): our own Hugging Face folder reader."""
     from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
-    from transformer_viewer.model.kernels.packing import pack_for_inference
+    from transformer_viewer.model.kernels.inference import install_inference
 
     loaded = load_checkpoint(folder, device="cpu")
-    pack_for_inference(loaded.model)  # as the app's worker does after a load
+    install_inference(loaded.model)  # as the app's session does after a load
     return loaded, "load_checkpoint (model/checkpoints/formats/huggingface.py)"
 
 

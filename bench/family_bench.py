@@ -45,11 +45,11 @@ def load_ours(folder: str):
     """Through the reader and build_model: the app's path less its tokenizer (random weights have none)."""
     from transformer_viewer.model.checkpoints.checkpoint import LoadedModel, build_model
     from transformer_viewer.model.checkpoints.formats import huggingface
-    from transformer_viewer.model.kernels.packing import pack_for_inference
+    from transformer_viewer.model.kernels.inference import install_inference
 
     config, state, info = huggingface.read_folder(folder)
     model = build_model(config, state, folder, key_name=info["key_name"])
-    pack_for_inference(model)  # as the app's worker does after a load
+    install_inference(model)  # as the app's session does after a load
     return LoadedModel(model=model, config=config, format="huggingface", source=folder, name="smollm2-shape",
                        training=info["training"])
 

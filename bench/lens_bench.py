@@ -37,14 +37,14 @@ def build_session(T: int):
     from transformer_viewer.model.checkpoints.checkpoint import LoadedModel
     from transformer_viewer.model.decoder.config import GPTConfig
     from transformer_viewer.model.decoder.gpt import GPT
-    from transformer_viewer.model.kernels.packing import pack_for_inference
+    from transformer_viewer.model.kernels.inference import install_inference
     from transformer_viewer.model.tokenizers.tokenizer import Tokenized
 
     torch.manual_seed(0)
     config = GPTConfig(block_size=max(T, 1024), positional="rotary", norm="rmsnorm", mlp="gated",
                        activation="silu", bias=False, **QWEN)
     model = GPT(config).eval()
-    pack_for_inference(model)  # as the app's worker does after a load
+    install_inference(model)  # as the app's session does after a load
     session = Session(LoadedModel(model=model, config=config, format="native", source="<bench>", name="qwen-shape"))
     # The ids are random, but the lens must read the whole vocabulary, as with Qwen's own
     # tokenizer (the default one, GPT-2's, would cap it at 50,257 tokens).

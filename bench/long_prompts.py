@@ -47,14 +47,14 @@ def smol_session(T: int):
     from transformer_viewer.model.checkpoints.checkpoint import LoadedModel
     from transformer_viewer.model.decoder.config import GPTConfig
     from transformer_viewer.model.decoder.gpt import GPT
-    from transformer_viewer.model.kernels.packing import pack_for_inference
+    from transformer_viewer.model.kernels.inference import install_inference
     from transformer_viewer.model.tokenizers.tokenizer import Tokenized
 
     torch.manual_seed(0)
     config = GPTConfig(block_size=max(T, 2048), positional="rotary", norm="rmsnorm", mlp="gated",
                        activation="silu", bias=False, **SMOL)
     model = GPT(config).eval()
-    pack_for_inference(model)  # as the app's worker does after a load
+    install_inference(model)  # as the app's session does after a load
     loaded = LoadedModel(model=model, config=config, format="native", source="<bench>", name="smol-shape")
     session = Session(loaded)
     ids = _ids(T, config.vocab_size)

@@ -111,7 +111,7 @@ def run_model(name: str, folder: str, out: str, reps: int, scan: bool) -> list[t
 
     from transformer_viewer.model.capture.interventions import Intervention
     from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
-    from transformer_viewer.model.kernels.packing import pack_for_inference
+    from transformer_viewer.model.kernels.inference import install_inference
     from transformer_viewer.viewer.state import ViewerState
     from transformer_viewer.viewer.views.lens_view import LensView
     from transformer_viewer.viewer.views.logits_panel import LogitsPanel
@@ -127,7 +127,7 @@ def run_model(name: str, folder: str, out: str, reps: int, scan: bool) -> list[t
     rows: list[tuple[str, str, float]] = []
     client = WorkerClient()
     loaded = load_checkpoint(folder, device="cpu")
-    pack_for_inference(loaded.model)  # as the worker does after a load
+    install_inference(loaded.model)  # as the worker's session does after a load
     session = WorkerSession(loaded)  # keeps what the window will keep
     client.worker.session = session
     state = ViewerState()

@@ -6,9 +6,10 @@ checks it):
 
 - `files/`: every file read or written, as untrusted input (regular files only, bounded reads,
   JSON with bounds, whole-or-nothing writes);
-- `kernels/`: speed paths beside the decoder (blocked attention, the fused MLP, packed GEMMs,
-  logits by vocabulary blocks);
-- `decoder/`: the readable model (config, gpt.py, norms, rotary, hook points, families);
+- `decoder/`: the readable model, one plain path (config, gpt.py, norms, rotary, hook points,
+  families);
+- `kernels/`: the speed paths (blocked attention, the fused MLP, packed GEMMs, logits by
+  vocabulary blocks) and `inference.py`, which a Session uses to install them on its model;
 - `tokenizers/`: GPT-2's and a folder's tokenizer.json, and the checks on their files;
 - `checkpoints/`: opening and writing checkpoints, one reader per format (`formats/`);
 - `sae/`: sparse autoencoders read beside the model (SAELens folders, Gemma Scope npz);

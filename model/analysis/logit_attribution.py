@@ -34,6 +34,7 @@ from transformer_viewer.model.analysis.attribution import FrozenNorm, frozen_nor
 from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.decoder.gpt import ParallelBlock, sinusoidal_positions
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.kernels.attention_kernels import pattern_rows
 
 COMPONENTS = ("embedding", "position", "head", "attn_bias", "mlp", "norm_bias", "unembed_bias")
 
@@ -229,10 +230,10 @@ def head_sources(session, layer: int, head: int, position: int | None = None, to
         weights = torch.zeros(T, dtype=torch.float32, device=x.device)
         for a in range(0, T, 256):
             b = min(T, a + 256)
-            weights[:b] += attn.pattern_rows(qh, kh, a, b)[0, head].float().sum(dim=0)  # (b,)
+            weights[:b] += pattern_rows(qh, kh, a, b, attn.window, attn.softcap)[0, head].float().sum(dim=0)  # (b,)
         weights /= T
     else:
-        weights = attn.pattern_rows(qh, kh, p, p + 1)[0, head, 0].float()  # (p + 1,)
+        weights = pattern_rows(qh, kh, p, p + 1, attn.window, attn.softcap)[0, head, 0].float()  # (p + 1,)
     hs = attn.head_size
     w_o = attn.c_proj.weight.float()[:, head * hs:(head + 1) * hs]  # (C, hs)
     parts = (weights[:, None] * vh[0, head].float()) @ w_o.T  # (T', C): pattern[p, k] * v_k W_O,h

@@ -27,6 +27,7 @@ import torch
 
 from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.kernels.attention_kernels import pattern_rows
 
 MAX_ROWS = 512  # query rows one call computes: (rows, T) floats of product, rows x T^2 work per layer
 LAYER_BLOCK = 256  # pattern rows of a layer combined at once: (nh, 256, T) floats
@@ -118,7 +119,7 @@ def rollout_rows(session, first: int, stop: int, layers: tuple[int, int] | None 
         nxt = torch.zeros_like(out)
         for q0 in range(0, stop, LAYER_BLOCK):
             q1 = min(stop, q0 + LAYER_BLOCK)
-            rows = _combine(block.attn.pattern_rows(qh, kh, q0, q1)[0].float(), how, sel)  # (q1 - q0, q1)
+            rows = _combine(pattern_rows(qh, kh, q0, q1, block.attn.window, block.attn.softcap)[0].float(), how, sel)  # (q1 - q0, q1)
             if residual:
                 rows = 0.5 * rows
                 rows[torch.arange(q1 - q0), torch.arange(q0, q1)] += 0.5

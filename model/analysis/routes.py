@@ -53,6 +53,7 @@ from transformer_viewer.model.analysis.attribution import frozen_norm
 from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.decoder.gpt import ParallelBlock
 from transformer_viewer.model.errors import ModelError
+from transformer_viewer.model.kernels.attention_kernels import attend_by_blocks, pattern_rows
 
 DEFAULT_THRESHOLD = 0.04  # the transparency tool's default
 KINDS = ("embed", "attn", "mlp", "out")  # node kinds
@@ -142,8 +143,6 @@ class LayerParts:
         self.vo = torch.einsum("hkd,hdc->khc", vh[0].float(), w_o)
         self.mean_z = None
         if mean_ablated:  # a mean-ablated head writes its mean output over every position, at every query
-            from transformer_viewer.model.kernels.attention_kernels import attend_by_blocks
-
             z = attend_by_blocks(self.qh, self.kh, vh, attn.window, attn.softcap)[0]  # (nh, T, hs)
             self.mean_z = torch.einsum("hd,hdc->hc", z.float().mean(dim=1), w_o)  # (nh, C)
         self.bias = attn.c_proj.bias.float() if attn.c_proj.bias is not None else torch.zeros(
@@ -151,7 +150,8 @@ class LayerParts:
 
     def pattern_row(self, q: int) -> torch.Tensor:
         """(nh, q + 1): each head's pattern row at query q; a masked head's is zero."""
-        row = self.block.attn.pattern_rows(self.qh, self.kh, q, q + 1)[0, :, 0].float()  # (nh, q + 1)
+        row = pattern_rows(self.qh, self.kh, q, q + 1, self.block.attn.window,
+                           self.block.attn.softcap)[0, :, 0].float()  # (nh, q + 1)
         return torch.where(self.masked[:, None], torch.zeros((), device=row.device), row)
 
     def attention(self, q: int):

@@ -32,7 +32,7 @@ def layer_watch(start: int, n_layer: int, progress=None, is_cancelled=None) -> l
 
 
 def attention_watch(layers, is_cancelled=None, observers: dict | None = None) -> dict:
-    """Pattern-row observers by layer (for `observe_pattern_rows`) that raise `Cancelled` at
+    """Pattern-row observers by layer (for `InstalledInference.observing`) that raise `Cancelled` at
     the next block of query rows once `is_cancelled()` is true, then pass the rows on to
     `observers[layer]` where there is one."""
     observers = observers or {}

@@ -4,7 +4,7 @@
 Both start from the residual stream the session cached for the trace's run and go through the
 model's own modules: the block runs up to the attention's input (or the MLP's output) and
 stops there, the attention makes its queries and keys with `heads_qkv` and its pattern rows
-with `pattern_rows`, by the same query blocks as the forward and in a batch of heads as the
+with `attention_kernels.pattern_rows`, by the same query blocks as the forward and in a batch of heads as the
 forward's (`heads_computed_with`). So a recomputed value is the value the forward computed, bit
 for bit on the same kernels, and every family switch the attention has (masking, scale,
 soft-capping, windows) applies without a copy of it here.
@@ -22,7 +22,7 @@ from transformer_viewer.model.capture.session import Session
 from transformer_viewer.model.capture.trace import Trace
 from transformer_viewer.model.decoder.hooks import hooks
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.kernels.attention_kernels import query_blocks
+from transformer_viewer.model.kernels.attention_kernels import pattern_rows, query_blocks
 
 
 class _Stop(Exception):
@@ -93,7 +93,7 @@ def _row_blocks(session: Session, trace: Trace, layer: int, head: int, first: in
     with torch.inference_mode():
         for a, b in blocks:
             rows = flat[:n * (b - a) * b].view(1, n, b - a, b)  # contiguous, as the forward's block
-            attn.pattern_rows(qh, kh, a, b, out=rows, scores=rows)
+            pattern_rows(qh, kh, a, b, attn.window, attn.softcap, out=rows, scores=rows)
             r0, r1 = max(a, first), min(b, end)
             yield r0, rows[0, head - h0, r0 - a:r1 - a]  # (r1 - r0, b)
 

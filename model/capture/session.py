@@ -51,9 +51,9 @@ from transformer_viewer.model.capture.session_saes import SaeAttachments
 from transformer_viewer.model.capture.trace import Trace, resid_labels
 from transformer_viewer.model.capture.unembedding import next_token, position_logits, token_logprobs
 from transformer_viewer.model.checkpoints.checkpoint import LoadedModel
-from transformer_viewer.model.decoder.gpt import AttentionWorkspace, attention_workspace, observe_pattern_rows
 from transformer_viewer.model.decoder.hooks import caching, hooks, reading, unread
 from transformer_viewer.model.errors import Cancelled, ModelError
+from transformer_viewer.model.kernels.inference import InstalledInference, install_inference
 from transformer_viewer.model.tokenizers.tokenizer import Tokenized
 
 _RUN_IDS = itertools.count(1)  # unique in the process, so no session mistakes another's trace for its own
@@ -88,7 +88,7 @@ class Session(Predictions, PatchedPredictions, SaeAttachments):
         self.dropped = 0
         self._ids: torch.Tensor | None = None  # (1, T)
         self._head_factors = HeadFactors()  # per-head factors of c_proj, for the head norms
-        self._workspace = AttentionWorkspace()  # attention scores, reused across layers and runs
+        self.install_kernels()
         self._runs: OrderedDict[int, _Run] = OrderedDict()  # run id -> what recomputation starts from
         self.recompute_cache: dict = {}  # for model.on_demand; emptied with the runs it was made from
         self._init_saes()  # the SAEs held beside the model (session_saes.py)
@@ -114,6 +114,22 @@ class Session(Predictions, PatchedPredictions, SaeAttachments):
         self._ids = torch.tensor([tok.ids], dtype=torch.long, device=self.device)  # (1, T)
         self.clear_corrupted()  # a clean and a corrupted prompt are set as a pair
         self._clear_cache()
+
+    def install_kernels(self) -> InstalledInference:
+        """Install the inference kernels for the model where its weights are now
+        (model/kernels/inference.py): once at the start, again after the model moves device.
+        Every run of the session takes them, so captures, predictions and scans agree exactly."""
+        before = getattr(self, "inference", None)
+        self.inference = install_inference(self.model)
+        if self.inference is before:  # the same kernels where the weights now are: packed again for them
+            self.inference.repack()
+        return self.inference
+
+    @property
+    def kernel_path(self) -> str:
+        """The kernels this session's results come from (`InferenceStrategy.kernel_path`): what
+        an export or a saved session records beside them."""
+        return self.inference.kernel_path
 
     @property
     def device(self) -> torch.device:
@@ -186,7 +202,7 @@ class Session(Predictions, PatchedPredictions, SaeAttachments):
         # the whole pattern the trace keeps anyway.
         observers = attention_watch(range(start, L), is_cancelled, {} if self.keep_full else poolers)
         with (self._scratch_attention(), hooks(self.model, self.intervention_hooks(change, start)),
-              observe_pattern_rows(self.model, observers),
+              self.inference.observing(observers),
               reading(self.model, readers(self.model, arrays, start, self._head_factors, self.keep_full, poolers)
                       + layer_watch(start, L, progress, is_cancelled)),
               caching(self.model, resid_names) as kept):
@@ -259,10 +275,10 @@ class Session(Predictions, PatchedPredictions, SaeAttachments):
             check_cpu_work(self.config, T)
 
     def _scratch_attention(self):
-        """Attention in the session's reusable workspace, unless a hook from outside the session
-        could keep a pattern (then each layer gets its own tensor, as in a plain forward)."""
+        """Patterns read whole (`keep_full`) built in the kernels' one workspace, unless a hook
+        from outside the session could keep a pattern (then each layer gets its own tensor)."""
         if unread(*(b.attn.hook_pattern for b in self.model.blocks)):
-            return attention_workspace(self.model, self._workspace)
+            return self.inference.scratch_patterns()
         return contextlib.nullcontext()
 
     def _start_layer(self, change: Intervention, have_cache: bool) -> int:

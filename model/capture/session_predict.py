@@ -17,7 +17,6 @@ from transformer_viewer.model.capture.trace import NextToken
 from transformer_viewer.model.capture.unembedding import next_token, position_logits
 from transformer_viewer.model.decoder.hooks import caching, hooks, reading
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.kernels.attention_kernels import observe_pattern_rows
 
 
 class Predictions:
@@ -91,7 +90,7 @@ class Predictions:
             last_only = zero and not clamps
             named = batched_head_mask_hooks(masks, ablation, start) + self.clamp_hooks(changes[0], start)
             with (self._scratch_attention(), hooks(model, named),
-                  observe_pattern_rows(model, attention_watch(range(start, L), is_cancelled)),
+                  self.inference.observing(attention_watch(range(start, L), is_cancelled)),
                   reading(model, layer_watch(start, L, progress, is_cancelled))):
                 final = model.run_blocks(x, start, last_only=last_only)[:, -1 if zero else p]  # (B, C)
         logits = model.unembed(final).float()[:, :self.n_vocab]  # (B, V); padded rows never count

@@ -1,1 +1,1 @@
-"""The readable decoder: its config, the model file, its norms, rotary embeddings, hook points and the families' switches."""
+"""The readable decoder: its config, the model file, its norms, rotary embeddings, hook points and the families' switches; one plain path, which imports no kernel."""

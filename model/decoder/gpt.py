@@ -6,9 +6,9 @@ key/value heads, a sliding window, soft-capping. Parameter names follow GPT-2 / 
 (`c_attn`, `c_proj`, `c_fc`, `ln_1`, ...) so checkpoints map onto it with few renames.
 
 Every activation passes through a named HookPoint; capture and head masks work by hooking
-those, so this file knows nothing about either. The no-grad speed paths live beside it:
-attention in `attention_kernels.py` (the plain path's arithmetic by blocks of rows), the MLP's
-activation inside its products in `mlp_kernels.py` (within float32 rounding of it).
+those, so this file knows nothing about either. This is the one path training and a plain
+`GPT.forward` run. The app's inference runs faster kernels of the same arithmetic, installed
+on a loaded model by its Session from `model/kernels/` (`install_inference`), never chosen here.
 """
 
 from __future__ import annotations
@@ -20,25 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_viewer.model.decoder.config import GPTConfig
-from transformer_viewer.model.decoder.hooks import HookPoint, unread
+from transformer_viewer.model.decoder.hooks import HookPoint
 from transformer_viewer.model.decoder.norms import FlatRMSNorm, RMSNorm, make_norm
 from transformer_viewer.model.decoder.rotary import Rotary
-from transformer_viewer.model.kernels.attention_kernels import (  # noqa: F401 (re-exported for capture and tests)
-    QUERY_BLOCK,
-    AttentionWorkspace,
-    attend_by_blocks,
-    attend_rows,
-    attention_pattern,
-    attention_workspace,
-    blocked_pattern,
-    future_mask,
-    observe_pattern_rows,
-    pattern_rows,
-    query_blocks,
-    values_by_blocks,
-)
-from transformer_viewer.model.kernels.linear import Linear
-from transformer_viewer.model.kernels.mlp_kernels import activated_product, gated_product
 
 _ACTIVATIONS = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
@@ -89,18 +73,38 @@ def rotary_for(config: GPTConfig, layer: int) -> nn.Module:
     return Rotary(config, config.rope_base, config.rope_scaling)
 
 
+def hidden_keys(T: int, window: int, device) -> torch.Tensor:
+    """(T, T) bool, True where a query may not see a key: the future, and with a sliding
+    window (0: none) the keys `window` or more positions back."""
+    hidden = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)  # (T, T), above the diagonal
+    if window:
+        hidden |= torch.ones(T, T, dtype=torch.bool, device=device).tril(-window)
+    return hidden
+
+
+def attention_pattern(qh: torch.Tensor, kh: torch.Tensor, window: int, softcap: float) -> torch.Tensor:
+    """softmax over the visible keys of the (soft-capped) scores of queries qh against keys kh,
+    (B, nh, T, T); `window` 0 sees every earlier key, `softcap` 0 caps nothing."""
+    T = qh.shape[2]
+    scores = qh @ kh.transpose(-2, -1)  # (B, nh, T, T)
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap  # Gemma 2
+    scores = scores.masked_fill(hidden_keys(T, window, qh.device), float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer: int = 0):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_size = config.n_head, config.kv_heads, config.head_size
         nh, nkv, hs = self.n_head, self.n_kv_head, self.head_size
-        self.c_attn = Linear(config.n_embd, (nh + 2 * nkv) * hs, bias=config.uses_bias("qkv"))  # q, k, v stacked
-        self.c_proj = Linear(nh * hs, config.n_embd, bias=config.uses_bias("proj"))
+        self.c_attn = nn.Linear(config.n_embd, (nh + 2 * nkv) * hs, bias=config.uses_bias("qkv"))  # q, k, v stacked
+        self.c_proj = nn.Linear(nh * hs, config.n_embd, bias=config.uses_bias("proj"))
         self.q_norm, self.k_norm = qk_norm(config, nh), qk_norm(config, nkv)
         self.rotary = rotary_for(config, layer)
         self.scale = config.attn_scale or 1.0 / math.sqrt(hs)
-        self.softcap = config.attn_softcap
-        self.window = config.sliding_window if config.layer_is_sliding(layer) else 0
+        self.softcap = config.attn_softcap  # 0: off
+        self.window = config.sliding_window if config.layer_is_sliding(layer) else 0  # 0: every earlier key
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.hook_q = HookPoint()  # (B, T, nh, hs), after any QK-norm, before rotary
@@ -110,34 +114,16 @@ class CausalSelfAttention(nn.Module):
         self.hook_rot_k = HookPoint()  # (B, T, nkv, hs)
         self.hook_pattern = HookPoint()  # (B, nh, T, T), rows are queries
         self.hook_z = HookPoint()  # (B, T, nh, hs), per-head outputs before c_proj
-        self.workspace: AttentionWorkspace | None = None  # set only by attention_workspace()
-        self.pattern_rows_observer = None  # set only by observe_pattern_rows()
 
     def forward(self, x: torch.Tensor, first_row: int = 0) -> torch.Tensor:
         """(B, T, C) -> (B, T - first_row, C): the outputs of query rows first_row.. (a
         prediction needs only the last row of the last layer; every key and value is still read)."""
         B, T, _ = x.shape
         qh, kh, vh = self.heads_qkv(x)  # (B, nh, T, hs) each
-        if first_row:  # no grad, no whole pattern: these rows against their visible keys
-            z = attend_rows(qh, kh, vh, first_row, self.window, self.softcap)  # (B, nh, T - first_row, hs)
-        elif torch.is_grad_enabled():
-            pattern = self.hook_pattern(attention_pattern(qh, kh, self.window, self.softcap))  # (B, nh, T, T)
-            z = self.attn_dropout(pattern) @ vh  # (B, nh, T, hs)
-        elif not unread(self.hook_pattern):
-            # Someone reads (or edits) the whole pattern: build it, the same numbers row for row.
-            pattern = blocked_pattern(qh, kh, self.window, self.softcap, self.workspace)
-            z = values_by_blocks(self.hook_pattern(pattern), vh)  # (B, nh, T, hs)
-        else:  # the pattern is never whole: one block of query rows at a time
-            z = attend_by_blocks(qh, kh, vh, self.window, self.softcap, self.pattern_rows_observer)
-        z = self.hook_z(z.transpose(1, 2))  # (B, T - first_row, nh, hs)
+        pattern = self.hook_pattern(attention_pattern(qh, kh, self.window, self.softcap))  # (B, nh, T, T)
+        z = self.attn_dropout(pattern) @ vh  # (B, nh, T, hs)
+        z = self.hook_z(z[:, :, first_row:].transpose(1, 2))  # (B, T - first_row, nh, hs)
         return self.resid_dropout(self.c_proj(z.reshape(B, T - first_row, self.n_head * self.head_size)))
-
-    def pattern_rows(self, qh: torch.Tensor, kh: torch.Tensor, a: int, b: int, out: torch.Tensor | None = None,
-                     scores: torch.Tensor | None = None) -> torch.Tensor:
-        """Query rows a..b-1 of this layer's pattern, (B, nh, b - a, b), from `heads_qkv`'s
-        queries and keys: what the forward computes for that block (`query_blocks`); `out` and
-        `scores` are buffers as in `attention_kernels.pattern_rows`."""
-        return pattern_rows(qh, kh, a, b, self.window, self.softcap, out=out, scores=scores)
 
     def heads_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The queries (scaled), keys and values the pattern is made of, (B, nh, T, hs) each,
@@ -150,9 +136,8 @@ class CausalSelfAttention(nn.Module):
         v = self.hook_v(v.view(B, T, nkv, hs))  # (B, T, nkv, hs)
         q = self.hook_rot_q(self.rotary(q))
         k = self.hook_rot_k(self.rotary(k))
-        # Always the explicit product, even where nobody hooks the pattern: a fused kernel
-        # rounds differently, and the session's cache mixes layers computed by capture and by
-        # predict, so every path must produce the same numbers.
+        # Always the explicit product, never a fused attention kernel: the pattern is what this
+        # model shows, and every path (training, capture, prediction) must produce the same numbers.
         # Scaling q before the product touches T*hs numbers instead of T*T.
         qh = q.transpose(1, 2) * self.scale  # (B, nh, T, hs)
         kh = share_kv_heads(k.transpose(1, 2), nh)  # (B, nh, T, hs)
@@ -169,34 +154,27 @@ def share_kv_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.c_fc = Linear(config.n_embd, config.n_mlp, bias=config.uses_bias("mlp"))
-        self.c_proj = Linear(config.n_mlp, config.n_embd, bias=config.uses_bias("mlp"))
+        self.c_fc = nn.Linear(config.n_embd, config.n_mlp, bias=config.uses_bias("mlp"))
+        self.c_proj = nn.Linear(config.n_mlp, config.n_embd, bias=config.uses_bias("mlp"))
         self.activation, self.act = config.activation, _ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
         self.hook_pre = HookPoint()  # (B, T, n_mlp)
         self.hook_post = HookPoint()  # (B, T, n_mlp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Where nobody reads the pre-activations, the activation runs inside c_fc's product
-        # (mlp_kernels.py); None means: step by step.
-        post = activated_product(self.c_fc, x, self.activation) if unread(self.hook_pre) else None
-        if post is None:
-            post = self.act(self.hook_pre(self.c_fc(x)))
+        post = self.act(self.hook_pre(self.c_fc(x)))  # (B, T, n_mlp)
         return self.dropout(self.c_proj(self.hook_post(post)))
 
 
 class GatedMLP(nn.Module):
     """act(x W_gate) * (x W_up), then down (SwiGLU with SiLU, GeGLU with tanh-GELU).
-
-    Gate and up are one stacked matrix, c_fc = [W_gate; W_up]: one GEMM step by step, or two
-    whose outputs need no further pass (mlp_kernels.py)."""
+    Gate and up are one stacked matrix, c_fc = [W_gate; W_up]: one product for both."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.n_mlp = config.n_mlp
-        self.c_fc = Linear(config.n_embd, 2 * config.n_mlp, bias=config.uses_bias("mlp"))
-        self.c_fc.pack_rows = config.n_mlp  # the fast path reads the gate and up halves apart
-        self.c_proj = Linear(config.n_mlp, config.n_embd, bias=config.uses_bias("mlp"))
+        self.c_fc = nn.Linear(config.n_embd, 2 * config.n_mlp, bias=config.uses_bias("mlp"))
+        self.c_proj = nn.Linear(config.n_mlp, config.n_embd, bias=config.uses_bias("mlp"))
         self.activation, self.act = config.activation, _ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
         self.hook_pre = HookPoint()  # (B, T, n_mlp), the gate before its activation
@@ -204,12 +182,8 @@ class GatedMLP(nn.Module):
         self.hook_post = HookPoint()  # (B, T, n_mlp), act(gate) * up: the neurons c_proj reads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Where nobody reads gate and up, act(gate) * up runs inside c_fc's two products
-        # (mlp_kernels.py); None means: step by step.
-        post = gated_product(self.c_fc, x, self.activation) if unread(self.hook_pre, self.hook_pre_linear) else None
-        if post is None:
-            gate, up = self.c_fc(x).split(self.n_mlp, dim=-1)  # (B, T, n_mlp) each
-            post = self.act(self.hook_pre(gate)) * self.hook_pre_linear(up)
+        gate, up = self.c_fc(x).split(self.n_mlp, dim=-1)  # (B, T, n_mlp) each
+        post = self.act(self.hook_pre(gate)) * self.hook_pre_linear(up)
         return self.dropout(self.c_proj(self.hook_post(post)))
 
 
@@ -267,7 +241,7 @@ class GPT(nn.Module):
         block = Block if config.block == "sequential" else ParallelBlock
         self.blocks = nn.ModuleList(block(config, layer) for layer in range(config.n_layer))
         self.ln_f = make_norm(config)
-        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.cap_logits = Softcap(config.logit_softcap) if config.logit_softcap else nn.Identity()
         if config.tie_embeddings:
             self.lm_head.weight = self.wte.weight

@@ -1,1 +1,1 @@
-"""Speed paths for inference beside the readable decoder: blocked attention, the fused MLP, GEMMs on packed weights, logits by blocks of the vocabulary."""
+"""Speed paths for inference, installed on a loaded model by `inference.install_inference` in place of the decoder's plain modules: blocked attention, the fused MLP, GEMMs on packed weights, logits by blocks of the vocabulary."""

@@ -1,8 +1,8 @@
-"""The speed paths of attention, beside the decoder so `gpt.py` reads as plain attention.
+"""The speed paths of attention, which `inference.BlockedAttention` runs in place of the decoder's plain attention.
 
 Without autograd, the (T, T) scores are computed by blocks of queries, skipping the keys a
 block can never see, optionally into one reusable workspace. Every path here computes the plain
-masked product of `attention_pattern`: the same bits on most kernels, within float32 rounding
+masked product of the decoder's `attention_pattern`: the same bits on most kernels, within float32 rounding
 where a GEMM sums a block of rows in another order than the whole matrix
 (tests/model/kernels/test_fast_paths.py). Where nobody reads the whole pattern, `attend_by_blocks`
 never holds more than one block of query rows: memory O(block x T) per head instead of O(T^2),
@@ -14,9 +14,8 @@ and a batch of heads, so it equals what the forward had, bit for bit.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 
@@ -87,22 +86,12 @@ def softcap_(scores: torch.Tensor, cap: float) -> torch.Tensor:
     return scores
 
 
-def attention_pattern(qh: torch.Tensor, kh: torch.Tensor, window: int, cap: float) -> torch.Tensor:
-    """softmax of the masked, capped scores, (B, nh, T, T): the plain path autograd records."""
-    T = qh.shape[2]
-    scores = qh @ kh.transpose(-2, -1)  # (B, nh, T, T)
-    if cap:  # out of place, the same arithmetic as softcap_: tanh's backward reads its output
-        scores = torch.tanh(scores / cap) * cap
-    scores = scores.masked_fill_(blocked_keys(T, window, qh.device), float("-inf"))
-    return torch.softmax(scores, dim=-1)
-
-
 class AttentionWorkspace:
     """One reusable block of memory for the (B, nh, T, T) attention scores of every layer.
 
     A fresh 50 MB tensor per layer (T = 1024) costs more in page faults than the product that
     fills it. Only valid while nothing keeps a layer's pattern past its hook (the session copies
-    it out at once) and nothing records for autograd: `attention_workspace` sets it.
+    it out at once) and nothing records for autograd: `InstalledInference.scratch_patterns` lends it.
     """
 
     def __init__(self):
@@ -118,19 +107,6 @@ class AttentionWorkspace:
             self._flat = f = torch.empty(n, dtype=like.dtype, device=like.device)
             self.zero_above_diagonal = None
         return f[:n].view(shape)
-
-
-@contextlib.contextmanager
-def attention_workspace(model, workspace: AttentionWorkspace) -> Iterator[None]:
-    """Let every attention layer of `model` compute its scores and pattern in `workspace`."""
-    layers = [block.attn for block in model.blocks]
-    for attn in layers:
-        attn.workspace = workspace
-    try:
-        yield
-    finally:
-        for attn in layers:
-            attn.workspace = None
 
 
 def query_blocks(T: int) -> list[tuple[int, int]]:
@@ -272,16 +248,3 @@ class _BlockValues:
         out = self.flat[: B * nh * (b - a) * hs].view(B, nh, b - a, hs)
         torch.matmul(rows, vh[:, :, :b], out=out)  # (B, nh, b - a, hs)
         self.z[:, :, a:b] = out
-
-
-@contextlib.contextmanager
-def observe_pattern_rows(model, observers: dict[int, PatternRowsObserver]) -> Iterator[None]:
-    """Call `observers[layer](first_row, rows)` with each block of pattern rows, (B, nh, r, b),
-    as the no-grad attention computes it, so a summary can be built without the whole pattern."""
-    for layer, fn in observers.items():
-        model.blocks[layer].attn.pattern_rows_observer = fn
-    try:
-        yield
-    finally:
-        for layer in observers:
-            model.blocks[layer].attn.pattern_rows_observer = None

@@ -11,8 +11,10 @@ streams the head through it about twice as fast as torch's matrix-vector product
 Only inference takes that path: while autograd records (training), `F.linear` runs, so its
 backward is torch's own. The two kernels sum in different orders (differences ~1e-6 relative);
 every inference path of the app goes through here, so capture, predict and scans share one
-kernel per product (a product of other rows may still round apart: see `vocab_blocks.row_blocks`). `plain_kernels()` switches the fast path off (tests compare against
-it); so does TV_ONEDNN=0 in the environment.
+kernel per product (a product of other rows may still round apart: see `vocab_blocks.row_blocks`).
+A model's `nn.Linear` layers become these where `inference.install_inference` chooses oneDNN's
+GEMM. `plain_kernels()` switches the fast path off for a block (tests compare against it); so
+does TV_ONEDNN=0 in the environment.
 
 Given the weight as torch stores it, oneDNN copies it into its own blocked layout on every
 call: a copy of the whole matrix for a product of a few rows (a tenth of its time or more at
@@ -37,13 +39,16 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def _onednn_available() -> bool:
-    if os.environ.get("TV_ONEDNN", "1") == "0":
-        return False
+def onednn_in_build() -> bool:
+    """True where this torch build has oneDNN's linear kernel."""
     try:
         return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
     except (AttributeError, RuntimeError):
         return False
+
+
+def _onednn_available() -> bool:
+    return os.environ.get("TV_ONEDNN", "1") != "0" and onednn_in_build()
 
 
 _enabled = _onednn_available()

@@ -11,6 +11,7 @@ only if it fits with them.
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from transformer_viewer.model.device import physical_memory
@@ -24,11 +25,25 @@ PACK_MAX_BYTES = 1 << 30
 PACK_SHARE_OF_MEMORY = 16
 
 
+def packing_plan(model: nn.Module, max_bytes: int | None = None) -> str:
+    """Which copies `pack_for_inference` keeps for this model's shapes within `max_bytes` (the
+    same default): "blocks+head", "blocks" or "none". Decided from sizes alone, so a model's
+    kernel path is known before anything is packed."""
+    if max_bytes is None:
+        max_bytes = min(PACK_MAX_BYTES, physical_memory() // PACK_SHARE_OF_MEMORY)
+    size = sum(_bytes(m) for m in model.blocks.modules() if isinstance(m, nn.Linear))
+    if size == 0 or size > max_bytes or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        return "none"
+    return "blocks+head" if size + _bytes(model.lm_head) <= max_bytes else "blocks"
+
+
 def pack_for_inference(model: nn.Module, max_bytes: int | None = None) -> int:
     """Pack the decoder blocks' linear layers, and the head by blocks of the vocabulary, as far
     as their copies fit `max_bytes` (default: PACK_MAX_BYTES and 1/16 of this machine's memory).
-    Returns the bytes packed. For a model that inference alone will use: a training step
-    changes every weight, and each layer would pack itself again."""
+    Returns the bytes packed; nothing where the layers are the decoder's own `nn.Linear` (the
+    install of oneDNN's GEMM, `inference.install_inference`, makes them `Linear`s and calls
+    this). For a model that inference alone will use: a training step changes every weight,
+    and each layer would pack itself again."""
     unpack_all(model)
     layers = [m for m in model.blocks.modules() if isinstance(m, Linear)] if hasattr(model, "blocks") else []
     head = getattr(model, "lm_head", None)
@@ -53,5 +68,5 @@ def unpack_all(model: nn.Module) -> None:
             m.unpack()
 
 
-def _bytes(m: Linear) -> int:
+def _bytes(m: nn.Linear) -> int:
     return m.weight.numel() * m.weight.element_size()

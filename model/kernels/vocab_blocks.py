@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 
-from transformer_viewer.model.kernels.linear import linear
+from transformer_viewer.model.kernels.linear import Linear, linear
 
 VOCAB_BLOCK = 2048  # vocabulary rows the unembedding computes at once (the packed head is laid out by these blocks too)
 
@@ -35,10 +36,11 @@ def head_logits(model, h: torch.Tensor, rows: slice | torch.Tensor) -> torch.Ten
     """float32 logits of final-norm rows h (N, C) for the head rows `rows` (a slice of the
     vocabulary, or token ids): the head's own kernel, bias and soft-cap, (N, len(rows))."""
     head = model.lm_head
-    if isinstance(rows, slice):  # a block of the vocabulary: from the head's packed copy of it, if it keeps one
+    if isinstance(head, Linear) and isinstance(rows, slice):  # from the head's packed copy of the block, if kept
         logits = head.rows(h, *rows.indices(head.out_features)[:2])
-    else:
-        logits = linear(h, head.weight[rows], None if head.bias is None else head.bias[rows])
+    else:  # the same kernel the head's forward takes: oneDNN's where it is installed, else torch's
+        product = linear if isinstance(head, Linear) else F.linear
+        logits = product(h, head.weight[rows], None if head.bias is None else head.bias[rows])
     return model.cap_logits(logits).float()
 
 

@@ -29,7 +29,7 @@ class Environment:
     app: str = ""
     torch: str = ""
     libraries: dict[str, str] = field(default_factory=dict)
-    kernel_path: str = ""  # e.g. "oneDNN GEMM, ATen AVX512"
+    kernel_path: str = ""  # `InferenceStrategy.kernel_path`, e.g. "gemm=onednn isa=AVX512 packed=blocks+head ..."
     threads: int = 0
     cpu: str = ""
     system: str = ""
@@ -42,17 +42,16 @@ def version_of(name: str) -> str:
         return "not installed"
 
 
-def current_environment() -> Environment:
-    """This process's environment (imports torch: call it where torch already runs)."""
+def current_environment(model) -> Environment:
+    """This process's environment computing `model`'s numbers, with the kernels it runs
+    (model/kernels/inference.py; imports torch: call it where torch already runs)."""
     import torch
 
-    from transformer_viewer.model.kernels.linear import fast_path_enabled
+    from transformer_viewer.model.kernels.inference import kernel_path_of
 
-    capability = torch.backends.cpu.get_cpu_capability()
-    gemm = "oneDNN GEMM" if fast_path_enabled() else "torch GEMM"
     return Environment(app=version_of("transformer-viewer"), torch=torch.__version__,
                        libraries={name: version_of(name) for name in LIBRARIES},
-                       kernel_path=f"{gemm}, ATen {capability}", threads=torch.get_num_threads(),
+                       kernel_path=kernel_path_of(model), threads=torch.get_num_threads(),
                        cpu=cpu_name(), system=f"{platform.system()} {platform.machine()}")
 
 

@@ -1,5 +1,6 @@
 """Triggers for the first-run messages: the launch check for Qt's system libraries, the command
-line's argument checks (before any model loads), text files that are not text."""
+line's argument checks (before any model loads), text files that are not text, a GEMM path the
+environment names that does not exist."""
 
 from __future__ import annotations
 
@@ -46,7 +47,13 @@ def painter_refuses(ctx, ext):
     return export(ctx, "--out", str(ctx.tmp / f"figure{ext}"))
 
 
+def unknown_gemm(ctx):
+    ctx.mp.setenv("TV_GEMM", "mkl")
+    return ctx.cli("predict", ctx.ckpt, "--device", "cpu", "--prompt", "hello")
+
+
 CASES = [
+    Case("TV_GEMM=mkl in the environment", unknown_gemm, "TV_GEMM='mkl' is not a GEMM path; use one of onednn, torch"),
     Case("launch without Qt's xcb libraries", missing_xcb, "sudo apt install libxcb-cursor0"),
     Case("launch without a display", lambda ctx: raised(lambda: platform_check.check_display({}, "linux")),
          "no display to open the window on"),

@@ -5,7 +5,8 @@ on them."""
 import torch
 
 from transformer_viewer.model.decoder.config import GPTConfig
-from transformer_viewer.model.decoder.gpt import GPT, QUERY_BLOCK
+from transformer_viewer.model.decoder.gpt import GPT
+from transformer_viewer.model.kernels.attention_kernels import QUERY_BLOCK
 
 BASE = dict(n_layer=2, n_head=4, n_embd=32, block_size=3 * QUERY_BLOCK + 16, vocab_size=300)
 VARIANTS = {

@@ -8,7 +8,7 @@ import pytest
 
 # From the top down: a room may import the rooms below it, never one above. Rooms in one tuple
 # are independent of each other. errors, device and rust_calls serve them all.
-LAYERS = ("sessions", "analysis", ("capture", "training"), "sae", "checkpoints", "tokenizers", "decoder", "kernels", "files")
+LAYERS = ("sessions", "analysis", ("capture", "training"), "sae", "checkpoints", "tokenizers", "kernels", "decoder", "files")
 
 
 @pytest.fixture(scope="module")

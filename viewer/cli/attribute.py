@@ -39,7 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def result(a, session) -> dict:
     tok = session.tokenizer
-    return {"model": session.loaded.name, "source": session.loaded.source, "prompt": session.tokens.text,
+    return {"model": session.loaded.name, "source": session.loaded.source, "kernel_path": session.kernel_path,
+            "prompt": session.tokens.text,
             "tokens": list(a.tokens), "token_text": [tok.token_bytes(t).decode("utf-8", "replace") for t in a.tokens],
             "position": a.position, "logit": a.logit, "logit_cap": a.logit_cap or None,
             "mask": [f"{layer}.{head}" for layer, head in zip(*a.mask.nonzero(), strict=True)],

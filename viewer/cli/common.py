@@ -65,11 +65,11 @@ BAR_AFTER_S = 0.5  # a load shorter than this shows no bar
 
 
 def load_from_args(args, for_inference: bool = True):
-    """The checkpoint the arguments name, on their device; `for_inference`: its layers packed
-    for the CPU kernel (model/kernels/linear.py), as the commands that run it only read the weights."""
+    """The checkpoint the arguments name, on their device; `for_inference`: with the inference
+    kernels installed (model/kernels/inference.py), as the commands that run it only read the weights."""
     from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
     from transformer_viewer.model.device import resolve_device
-    from transformer_viewer.model.kernels.packing import pack_for_inference
+    from transformer_viewer.model.kernels.inference import install_inference
 
     device = resolve_device(args.device)
     with TerminalBar("tensor", after_s=BAR_AFTER_S) as bar:  # the tensors read, then checked
@@ -77,7 +77,7 @@ def load_from_args(args, for_inference: bool = True):
                                  progress=(lambda done, total, stage: bar.update(done + 1, total, stage))
                                  if bar.enabled else None)
     if for_inference:
-        pack_for_inference(loaded.model)
+        install_inference(loaded.model)
     check_expected_checkpoint(args, loaded)
     return loaded
 
@@ -364,5 +364,5 @@ def check_expected_checkpoint(args, loaded) -> None:
         print(f"note: {loaded.source} differs from the checkpoint {origin} was saved with (its fingerprint changed); "
               "its numbers may differ", file=sys.stderr)
     env = getattr(args, "expected_environment", None)
-    if env is not None and (note := note_for(env, current_environment(), c.n_embd, c.n_layer)):
+    if env is not None and (note := note_for(env, current_environment(loaded.model), c.n_embd, c.n_layer)):
         print(f"note: {note}", file=sys.stderr)

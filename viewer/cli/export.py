@@ -222,7 +222,7 @@ def export_records(args, loaded, state, path: str, sha256: str) -> dict:
                           embed=args.embed_manifest, private=args.manifest_private)
     return {"checkpoint": record_of(loaded), "prompt": PromptRecord(args.prompt),
             "intervention": InterventionRecord(st.n_layer, st.n_head, masked, st.ablation),
-            "environment": current_environment(), "export": export}
+            "environment": current_environment(loaded.model), "export": export}
 
 
 def write_export_manifest(args, loaded, state, path: str) -> str:
@@ -265,7 +265,7 @@ def _write(widget, entry, state, session, args) -> str:
             return _exact_attention(widget, state, session, args)
         path = export_view(widget, args.out)
         if args.pooled:
-            _pooling_sidecar(widget, state, args, path)
+            _pooling_sidecar(widget, state, session, args, path)
         return path
     style = FigureStyle(theme=args.theme, title=view_title(state, entry.title, widget),
                         manifest=getattr(args, "embedded", ""))
@@ -306,7 +306,7 @@ def _exact_attention(widget, state, session, args) -> str:
     return export_matrix(total / np.float32(len(heads)), path, trace.labels, trace.labels)
 
 
-def _pooling_sidecar(widget, state, args, path: str) -> None:
+def _pooling_sidecar(widget, state, session, args, path: str) -> None:
     """`path`.json: what a --pooled data export holds, so a script reading it knows."""
     import json
 
@@ -314,7 +314,7 @@ def _pooling_sidecar(widget, state, args, path: str) -> None:
 
     matrix = widget.matrix()
     described = {"file": os.path.basename(path), "view": args.view, "shape": list(matrix.shape),
-                 "dtype": str(matrix.dtype), "n_tokens": state.trace.n_tokens}
+                 "dtype": str(matrix.dtype), "n_tokens": state.trace.n_tokens, "kernel_path": session.kernel_path}
     heatmap = getattr(widget, "heatmap", None)
     if args.view == "attention" and heatmap is not None:
         cell = heatmap.cell()

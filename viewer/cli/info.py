@@ -1,5 +1,5 @@
 """`transformer-viewer info [CHECKPOINT] [--json]`: what a checkpoint holds (format, config,
-parameter count, tokenizer), without running it. No CHECKPOINT means the bundled model.
+parameter count, tokenizer) and the kernels it would run on here (`kernel_path`), without running it. No CHECKPOINT means the bundled model.
 
 `training` is what a training run recorded (its files named by their file names); `read` is
 what the format reader noted about a file it did not train (a Hugging Face config's
@@ -28,6 +28,7 @@ READER_NOTES = ("source_format", "family", "architectures", "assumed_activation"
 def describe(loaded) -> dict:
     """The JSON-ready facts `info` prints."""
     from transformer_viewer.model.decoder.families import family_name, switches
+    from transformer_viewer.model.kernels.inference import choose_strategy
 
     record = dict(loaded.training or {}) if isinstance(loaded.training, dict) else {}
     read = {k: record.pop(k) for k in READER_NOTES if k in record}
@@ -41,6 +42,7 @@ def describe(loaded) -> dict:
         "n_params": int(loaded.n_params),
         "tokenizer": loaded.tokenizer.describe(),
         "device": str(loaded.device),
+        "kernel_path": choose_strategy(loaded.model).kernel_path,  # the kernels a session would install
         "read": {k: v for k, v in read.items() if k in ("architectures", "assumed_activation")},
         "training": without_training_paths(record),
     }
@@ -92,6 +94,7 @@ def format_text(facts: dict) -> str:
         f"tied head {yes[bool(c['tie_embeddings'])]}, layer-norm eps {c['layer_norm_eps']:g}",
         f"parameters  {facts['n_params']:,} ({_human(facts['n_params'])})",
         f"tokenizer   {facts['tokenizer']}",
+        f"kernels     {facts['kernel_path']}",
     ]
     if c.get("extra"):
         lines.append(f"extra       {json.dumps(c['extra'], sort_keys=True, default=str)}")

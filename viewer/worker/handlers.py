@@ -19,7 +19,7 @@ from transformer_viewer.model.checkpoints.checkpoint import bundled_checkpoint_p
 from transformer_viewer.model.decoder.families import family_name
 from transformer_viewer.model.device import resolve_device, resolve_device_with_fallback
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.kernels.packing import pack_for_inference, unpack_all
+from transformer_viewer.model.kernels.packing import unpack_all
 from transformer_viewer.model.sae.attached import AttachedSae
 from transformer_viewer.viewer.gc_guard import freeze_startup_objects
 from transformer_viewer.viewer.worker.requests import (
@@ -130,9 +130,9 @@ def handle_load(session, request: LoadRequest, progress, is_cancelled) -> NewSes
                              progress=lambda done, total, stage: report(done, total, stage=stage))
     if session is not None:  # replaced once this returns: its packed copies need not wait beside the new ones
         unpack_all(session.model)
-    pack_for_inference(loaded.model)  # the worker only reads the weights: oneDNN's layout, made once
     budget, budget_warning = memory_budget()
     # Traces keep overviews and summaries; full patterns and activations are fetched on demand.
+    # The session installs the inference kernels (weights packed once: the worker only reads them).
     session = WorkerSession(loaded, memory_budget=budget)
     session.provenance = provenance(loaded, progress)
     warning = "; ".join(w for w in (warning, budget_warning) if w) or None
@@ -151,14 +151,14 @@ def provenance(loaded, progress) -> tuple:
         tokenizer = tokenizer_fingerprint(loaded.tokenizer.spec)
     except OSError:  # the files went away after the load: the session says so when it is saved
         fingerprint, tokenizer = None, ""
-    return fingerprint, tokenizer, current_environment()
+    return fingerprint, tokenizer, current_environment(loaded.model)
 
 
 def handle_device(session: WorkerSession, request: DeviceRequest, progress, _is_cancelled) -> LoadResult:
     device = resolve_device(request.device)
     progress(0, 0, f"moving the model to {device}…")
     session.model.to(device)
-    pack_for_inference(session.model)  # back on the CPU: packed again; elsewhere: nothing kept
+    session.install_kernels()  # the kernels for the new device: back on the CPU, packed again
     for index, sae in list(session.saes.items()):  # an attached SAE computes beside the model: it moves too
         session.saes[index] = AttachedSae(sae.loaded, session.model)
     if session.tokens is not None:

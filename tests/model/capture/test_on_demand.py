@@ -24,10 +24,9 @@ from transformer_viewer.model.capture.overview import cell_size, pool_pattern
 from transformer_viewer.model.capture.session import KEPT_RUNS, Session
 from transformer_viewer.model.checkpoints.checkpoint import LoadedModel
 from transformer_viewer.model.decoder.config import GPTConfig
-from transformer_viewer.model.decoder.gpt import QUERY_BLOCK
 from transformer_viewer.model.decoder.hooks import hooks
 from transformer_viewer.model.errors import ModelError
-from transformer_viewer.model.kernels.attention_kernels import LARGEST_BLOCK
+from transformer_viewer.model.kernels.attention_kernels import LARGEST_BLOCK, QUERY_BLOCK
 from transformer_viewer.model.tokenizers.tokenizer import Tokenized
 
 CONFIG = GPTConfig(n_layer=3, n_head=4, n_embd=32, block_size=1024, vocab_size=50257)
@@ -316,8 +315,6 @@ def mask_of_shape(s: Session, *heads) -> np.ndarray:
 @pytest.mark.parametrize("name", FAMILIES)
 def test_on_demand_patterns_are_the_forwards_own_rows_bit_for_bit(name):
     """Not only close: the rows the no-grad forward computed, block by block, to the last bit."""
-    from transformer_viewer.model.kernels.attention_kernels import observe_pattern_rows
-
     T = 3 * QUERY_BLOCK + 13  # a tail that joins the last block (the models' context is 208)
     s = family_session(name, T)
     trace = s.run()
@@ -329,7 +326,7 @@ def test_on_demand_patterns_are_the_forwards_own_rows_bit_for_bit(name):
             seen[layer, :, first:first + rows.shape[2], :rows.shape[3]] = rows[0].numpy()
         return observe
 
-    with torch.inference_mode(), observe_pattern_rows(s.model, {layer: keep(layer) for layer in range(L)}):
+    with torch.inference_mode(), s.inference.observing({layer: keep(layer) for layer in range(L)}):
         s.model(s._ids)
     for layer in range(L):
         for head in range(nh):

@@ -71,8 +71,8 @@ def test_native_round_trip(tmp_path):
     loaded = load_checkpoint(str(path))
     assert loaded.format == "native" and loaded.config == TINY and loaded.tokenizer.spec == "gpt2"
     x = ids(TINY.vocab_size)
-    # Both under no_grad, so both take the same GEMM (model/kernels/linear.py): the same weights must then
-    # give the same bits, on every CPU and thread count.
+    # Both the decoder's plain path (no kernels installed), so the same GEMM: the same weights must
+    # then give the same bits, on every CPU and thread count.
     with torch.no_grad():
         expected = model(x)[0]
     torch.testing.assert_close(our_logits(loaded, x), expected, rtol=0, atol=0)

@@ -1,8 +1,9 @@
-"""The decoder's family switches: the no-grad blocked attention equals the plain product with a
-sliding window, soft-capping, a custom scale, grouped-query heads and rotary positions (to the
-last bits of float32 rounding: the GEMM may sum a block of rows in another order than the whole
-matrix on some CPUs), and its two no-grad forms agree bit for bit; each switch computes what its
-definition says; bad config values are one line."""
+"""The decoder's family switches: the installed blocked attention equals the decoder's plain
+attention with a sliding window, soft-capping, a custom scale, grouped-query heads and rotary
+positions (to the last bits of float32 rounding: the GEMM may sum a block of rows in another
+order than the whole matrix on some CPUs), and its forms (in the shared workspace or not, the
+pattern hooked or not) agree bit for bit; each switch computes what its definition says; bad
+config values are one line."""
 
 import math
 
@@ -11,23 +12,29 @@ import torch
 
 from tests.helpers.family_switches import BASE, VARIANTS, switch_model
 from transformer_viewer.model.decoder.config import GPTConfig
-from transformer_viewer.model.decoder.gpt import QUERY_BLOCK, AttentionWorkspace, attention_workspace
 from transformer_viewer.model.decoder.hooks import hooks
 from transformer_viewer.model.decoder.rotary import Rotary
-from transformer_viewer.model.kernels.linear import plain_kernels
+from transformer_viewer.model.kernels.attention_kernels import QUERY_BLOCK
+from transformer_viewer.model.kernels.inference import choose_strategy, install_inference
 
 
-def _patterns(model, ids, grad: bool, workspace=None):
+def _patterns(model, ids, scratch=None):
+    """Each layer's pattern, read by a hook, and the logits, without autograd."""
     kept = {}
     named = [(f"blocks.{i}.attn.hook_pattern", lambda _m, _i, out, i=i: kept.__setitem__(i, out.detach().clone()))
              for i in range(model.config.n_layer)]
-    with torch.set_grad_enabled(grad), hooks(model, named), plain_kernels():
-        if workspace is None:
+    with torch.no_grad(), hooks(model, named):
+        if scratch is None:
             logits = model(ids)[0]
         else:
-            with attention_workspace(model, workspace):
+            with scratch.scratch_patterns():
                 logits = model(ids)[0]
     return kept, logits.detach()
+
+
+def _blocked(model):
+    """The blocked attention installed on `model`, on torch's GEMM so only the attention differs."""
+    return install_inference(model, choose_strategy(model, {"TV_GEMM": "torch"}))
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
@@ -35,9 +42,12 @@ def _patterns(model, ids, grad: bool, workspace=None):
 def test_blocked_attention_is_bit_identical_for_every_switch(name, T):
     model = switch_model(name)
     ids = torch.randint(0, 300, (2, T), generator=torch.Generator().manual_seed(T))
-    full, logits_full = _patterns(model, ids, grad=True)
-    blocked, logits_blocked = _patterns(model, ids, grad=False)
-    ws_patterns, logits_ws = _patterns(model, ids, grad=False, workspace=AttentionWorkspace())
+    full, logits_full = _patterns(model, ids)  # the decoder's plain attention
+    installed = _blocked(model)
+    blocked, logits_blocked = _patterns(model, ids)
+    ws_patterns, logits_ws = _patterns(model, ids, scratch=installed)
+    with torch.no_grad():
+        logits_unread = model(ids)[0]  # nobody reads the pattern: one block of rows at a time
     for layer in full:
         # Probabilities in [0, 1] from scores that are sums of a few products: a changed summation
         # order moves them by a few float32 ulps (5.6e-9 seen on an AMD EPYC, 0 on an Intel Xeon);
@@ -47,12 +57,14 @@ def test_blocked_attention_is_bit_identical_for_every_switch(name, T):
         assert torch.equal(torch.triu(blocked[layer], 1), torch.zeros_like(blocked[layer]))
     torch.testing.assert_close(logits_blocked, logits_full, rtol=1e-5, atol=1e-5)
     assert torch.equal(logits_blocked, logits_ws)
+    assert torch.equal(logits_blocked, logits_unread)
 
 
 def test_sliding_window_sees_exactly_its_window():
     model = switch_model("window_softcap")
     T, window = 100, 37
-    pats, _ = _patterns(model, torch.randint(0, 300, (1, T)), grad=False)
+    _blocked(model)
+    pats, _ = _patterns(model, torch.randint(0, 300, (1, T)))
     q = torch.arange(T)[:, None]
     k = torch.arange(T)[None, :]
     visible = (k <= q) & (k > q - window)

@@ -100,10 +100,13 @@ def test_run_with_cache_keeps_the_selected_activations_of_a_plain_forward():
 
 
 def test_a_global_module_hook_sees_every_pattern_of_an_inference_forward():
-    """torch's global module hooks expect every module called: under inference, where nobody
-    hooks hook_pattern itself, the attention still builds the whole pattern for them, the same
-    one a hook of the point's own reads."""
+    """torch's global module hooks expect every module called: with the inference kernels
+    installed, where nobody hooks hook_pattern itself, the attention still builds the whole
+    pattern for them, the same one a hook of the point's own reads."""
+    from transformer_viewer.model.kernels.inference import install_inference
+
     model = GPT(CONFIG).eval()
+    install_inference(model)
     ids = torch.randint(0, 100, (1, 9), generator=torch.Generator().manual_seed(1))
     patterns = {id(point): name for name, point in hook_points(model).items() if name.endswith("hook_pattern")}
     seen = {}
@@ -122,7 +125,7 @@ def test_a_global_module_hook_sees_every_pattern_of_an_inference_forward():
         plain, cache = run_with_cache(model, ids, lambda name: name.endswith("hook_pattern"))
     assert sorted(seen) == sorted(cache) == ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"]
     # Layer 0 the same bits; later layers within rounding, as a global hook also sends the MLP
-    # step by step instead of through its fused product (model/kernels/mlp_kernels.py).
+    # step by step instead of through its fused product (model/kernels/inference.py).
     assert torch.equal(seen["blocks.0.attn.hook_pattern"], cache["blocks.0.attn.hook_pattern"])
     torch.testing.assert_close(seen["blocks.1.attn.hook_pattern"], cache["blocks.1.attn.hook_pattern"])
     torch.testing.assert_close(logits, plain)

@@ -1,7 +1,8 @@
 """The speed paths of capture (bench/) compute exactly what the plain paths compute.
 
-No-grad attention works by query blocks in a reusable workspace, the unembedding by vocabulary
-blocks, head norms through per-head factors of c_proj: each is checked against the straightforward version.
+No-grad attention works by query blocks in a reusable workspace (installed on a model by
+model/kernels/inference.py), the unembedding by vocabulary blocks, head norms through per-head
+factors of c_proj: each is checked against the straightforward version, the decoder's own.
 """
 
 import numpy as np
@@ -13,8 +14,10 @@ from tests.helpers.tolerances import assert_float32_close, model_reduction
 from transformer_viewer.model.capture.session import Session
 from transformer_viewer.model.checkpoints.checkpoint import LoadedModel
 from transformer_viewer.model.decoder.config import GPTConfig
-from transformer_viewer.model.decoder.gpt import GPT, QUERY_BLOCK, AttentionWorkspace, attention_workspace
+from transformer_viewer.model.decoder.gpt import GPT, attention_pattern
 from transformer_viewer.model.decoder.hooks import hooks
+from transformer_viewer.model.kernels.attention_kernels import QUERY_BLOCK
+from transformer_viewer.model.kernels.inference import choose_strategy, install_inference
 from transformer_viewer.model.kernels.linear import Linear, fast_path_enabled, linear, plain_kernels
 
 CFG = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=3 * QUERY_BLOCK + 16, vocab_size=50257)
@@ -25,9 +28,14 @@ def _model(seed=0):
     return GPT(CFG).eval()
 
 
-def _patterns(model, ids, grad: bool, workspace=None):
-    """Patterns and logits; the linear layers on torch's own kernel in both modes, so only the
+def _blocked(model):
+    """The blocked attention installed, on torch's GEMM as the plain decoder, so only the
     attention paths differ (model/kernels/linear.py's inference GEMM has its own tests below)."""
+    return install_inference(model, choose_strategy(model, {"TV_GEMM": "torch"}))
+
+
+def _patterns(model, ids):
+    """Each layer's pattern, read by a hook, and the logits, without autograd."""
     kept = {}
 
     def keep(layer):
@@ -36,12 +44,8 @@ def _patterns(model, ids, grad: bool, workspace=None):
         return hook
 
     named = [(f"blocks.{i}.attn.hook_pattern", keep(i)) for i in range(CFG.n_layer)]
-    with torch.set_grad_enabled(grad), hooks(model, named), plain_kernels():
-        if workspace is None:
-            logits = model(ids)[0]
-        else:
-            with attention_workspace(model, workspace):
-                logits = model(ids)[0]
+    with torch.no_grad(), hooks(model, named):
+        logits = model(ids)[0]
     return kept, logits.detach()
 
 
@@ -49,8 +53,9 @@ def _patterns(model, ids, grad: bool, workspace=None):
 def test_no_grad_blocked_attention_equals_the_full_product(T):
     model = _model()
     ids = torch.randint(0, CFG.vocab_size, (2, T))
-    full, logits_full = _patterns(model, ids, grad=True)
-    blocked, logits_blocked = _patterns(model, ids, grad=False)
+    full, logits_full = _patterns(model, ids)  # the decoder's plain attention
+    _blocked(model)
+    blocked, logits_blocked = _patterns(model, ids)
     for layer in full:
         # Bit for bit where the GEMM sums a block of rows as it sums the whole matrix (every CPU
         # seen at this width); a few float32 ulps where it does not. A wrong mask moves far more.
@@ -61,14 +66,15 @@ def test_no_grad_blocked_attention_equals_the_full_product(T):
 
 def test_workspace_reuse_across_shapes_keeps_the_future_at_zero():
     model = _model()
-    ws = AttentionWorkspace()
+    installed = _blocked(model)
     for T in (3 * QUERY_BLOCK, 5, 3 * QUERY_BLOCK, QUERY_BLOCK + 3, 3 * QUERY_BLOCK):
         ids = torch.randint(0, CFG.vocab_size, (1, T))
-        ref, ref_logits = _patterns(model, ids, grad=False)  # the blocks without a workspace
-        with torch.no_grad(), attention_workspace(model, ws), plain_kernels():
-            logits = model(ids)[0]
+        ref, ref_logits = _patterns(model, ids)  # the blocks without a workspace
+        with installed.scratch_patterns():
+            patterns, logits = _patterns(model, ids)
         assert torch.equal(logits, ref_logits)
-    assert all(b.attn.workspace is None for b in model.blocks)
+        assert all(torch.equal(patterns[layer], ref[layer]) for layer in ref)
+    assert installed.workspace_now() is None  # lent for the block only
 
 
 def test_a_hook_that_keeps_patterns_gets_its_own_tensor_per_layer():
@@ -220,11 +226,7 @@ def test_column_max_equals_torch_max_with_ties_and_specials(T, special):
 
 
 def test_pattern_rows_with_a_window_equal_the_masked_full_product():
-    from transformer_viewer.model.kernels.attention_kernels import (
-        attention_pattern,
-        pattern_rows,
-        query_blocks,
-    )
+    from transformer_viewer.model.kernels.attention_kernels import pattern_rows, query_blocks
 
     g = torch.Generator().manual_seed(0)
     T, window = 3 * QUERY_BLOCK + 16, 37
@@ -241,11 +243,7 @@ def test_pattern_rows_with_a_window_equal_the_masked_full_product():
 def test_a_window_wider_than_the_rows_changes_no_bit(window):
     """Blocks of rows whose keys all lie inside the window skip its mask (Phi-3.5 declares a
     262,144-token window): the same bits as no window at all, and as the masked full product."""
-    from transformer_viewer.model.kernels.attention_kernels import (
-        attention_pattern,
-        pattern_rows,
-        query_blocks,
-    )
+    from transformer_viewer.model.kernels.attention_kernels import pattern_rows, query_blocks
 
     g = torch.Generator().manual_seed(1)
     T = 3 * QUERY_BLOCK + 16

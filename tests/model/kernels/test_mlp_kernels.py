@@ -1,7 +1,8 @@
-"""The MLP's speed path (model/kernels/mlp_kernels.py): the activation, and a gated MLP's product with
-the gate, computed inside oneDNN's products where nobody reads the pre-activations. It gives
-the step-by-step MLP's numbers within float32 rounding, steps aside for a hook on the
-pre-activations and for training, and every inference path runs it alike."""
+"""The MLP's speed path (model/kernels/mlp_kernels.py, installed as `FusedMLP` and `FusedGatedMLP`
+by model/kernels/inference.py): the activation, and a gated MLP's product with the gate,
+computed inside oneDNN's products where nobody reads the pre-activations. It gives the decoder's
+plain MLP's numbers within float32 rounding, steps aside for a hook on the pre-activations and
+for training, and every inference path runs it alike."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from transformer_viewer.model.capture.session import Session
 from transformer_viewer.model.decoder.config import GPTConfig
 from transformer_viewer.model.decoder.gpt import GPT, MLP, GatedMLP
 from transformer_viewer.model.decoder.hooks import hooks, reading
+from transformer_viewer.model.kernels.inference import fuse_mlp, install_inference
 from transformer_viewer.model.kernels.linear import EPILOGUES, fast_path_enabled, plain_kernels
-from transformer_viewer.model.kernels.packing import pack_for_inference
 
 pytestmark = pytest.mark.skipif(not fast_path_enabled(), reason="this torch build has no oneDNN path")
 
@@ -31,7 +32,7 @@ def mlp_of(kind: str, activation: str, bias: bool, seed: int = 0):
     mlp = (GatedMLP if kind == "gated" else MLP)(config)
     for p in mlp.parameters():
         torch.nn.init.normal_(p, 0.0, 0.3)
-    return mlp.eval()
+    return fuse_mlp(mlp.eval())
 
 
 def step_by_step(mlp, x: torch.Tensor) -> torch.Tensor:
@@ -145,7 +146,7 @@ def test_a_gated_layer_packs_by_its_halves_and_computes_from_them(monkeypatch):
     ids = torch.randint(0, 50257, (1, 20), generator=torch.Generator().manual_seed(7))
     with torch.inference_mode():
         unpacked = model(ids)[0]
-    if not pack_for_inference(model):
+    if not install_inference(model).packed_bytes:
         pytest.skip("this torch build cannot pack weights for oneDNN")
     c_fc = model.blocks[0].mlp.c_fc
     assert sorted(c_fc._packed) == [(0, 96), (96, 192)]
@@ -198,3 +199,18 @@ def test_a_torch_build_that_refuses_epilogues_gets_the_step_by_step_mlp(monkeypa
         assert linear_module._epilogues_ok is False and linear_module.fast_path_enabled()
         expected = step_by_step(mlp, x)
     assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("kind,activation", [("gated", "silu"), ("plain", "gelu")])
+def test_the_fused_mlp_against_the_decoders_plain_mlp(kind, activation):
+    """The installed module against the decoder's own MLP on the same weights: torch's GEMM and
+    torch's activation there, oneDNN's product with its epilogue here."""
+    fused = mlp_of(kind, activation, True)
+    config = GPTConfig(**{**(GATED if kind == "gated" else BASE), "activation": activation, "n_mlp": 96, "bias": True})
+    plain = (GatedMLP if kind == "gated" else MLP)(config).eval()
+    plain.load_state_dict(fused.state_dict())  # the same parameter names, installed or not
+    x = torch.randn(2, 17, 32, generator=torch.Generator().manual_seed(11))
+    with torch.inference_mode():
+        fast, reference = fused(x), plain(x)
+    assert type(fused) is not type(plain)
+    assert_float32_close(fast, reference, reduction=96, depth=2, what=f"{kind} {activation} fused vs the decoder's")

@@ -17,8 +17,9 @@ from tests.helpers.tolerances import assert_float32_close
 from transformer_viewer.model.capture.session import Session
 from transformer_viewer.model.capture.unembedding import VOCAB_BLOCK
 from transformer_viewer.model.decoder.config import GPTConfig
+from transformer_viewer.model.kernels.inference import install_inference
 from transformer_viewer.model.kernels.linear import Linear, fast_path_enabled, plain_kernels
-from transformer_viewer.model.kernels.packing import pack_for_inference
+from transformer_viewer.model.kernels.packing import pack_for_inference, packing_plan, unpack_all
 
 pytestmark = pytest.mark.skipif(not (fast_path_enabled() and Linear(2, 2).can_pack()),
                                 reason="this torch build cannot pack weights for oneDNN")
@@ -84,7 +85,7 @@ def test_a_weight_changed_moved_or_replaced_is_never_read_from_an_old_copy():
 
 def test_a_packed_model_can_be_copied_and_pickled_and_the_copy_starts_unpacked():
     model = tiny_gpt(LLAMA, seed=4)
-    pack_for_inference(model)
+    install_inference(model)
     twin = copy.deepcopy(model)
     again = pickle.loads(pickle.dumps(model))  # bytes made here, in memory
     ids = torch.tensor([[1, 5, 9, 2, 7]])
@@ -131,15 +132,20 @@ def test_a_layer_packed_by_blocks_of_rows_gives_each_block_from_its_copy():
 
 def test_pack_for_inference_packs_the_blocks_then_the_head_as_far_as_they_fit():
     model = tiny_gpt(LLAMA, seed=3)
+    assert pack_for_inference(model) == 0  # the decoder's own nn.Linear layers: nothing to pack
+    install_inference(model)  # oneDNN's Linear in their place, packed
     layers = [m for m in model.blocks.modules() if isinstance(m, Linear)]
     blocks = sum(m.weight.numel() * 4 for m in layers)
     head = model.lm_head.weight.numel() * 4
     assert len(layers) == 4 * LLAMA.n_layer  # q/k/v, output, gate+up, down
+    assert packing_plan(model, max_bytes=blocks + head) == "blocks+head"  # known from the shapes alone
     assert pack_for_inference(model, max_bytes=blocks + head) == blocks + head
     assert all(m._packed is not None for m in (*layers, model.lm_head))
     assert len(model.lm_head._packed) == -(-LLAMA.vocab_size // VOCAB_BLOCK)  # by the unembedding's blocks
+    assert packing_plan(model, max_bytes=blocks + head - 1) == "blocks"
     assert pack_for_inference(model, max_bytes=blocks + head - 1) == blocks  # the blocks alone fit
     assert model.lm_head._packed is None and all(m._packed is not None for m in layers)
+    assert packing_plan(model, max_bytes=blocks - 1) == "none"
     assert pack_for_inference(model, max_bytes=blocks - 1) == 0  # not even those: nothing, and nothing kept
     assert all(m._packed is None for m in (*layers, model.lm_head))
     assert pack_for_inference(model) == blocks + head  # the default bound: far above this model
@@ -149,8 +155,9 @@ def test_pack_for_inference_packs_the_blocks_then_the_head_as_far_as_they_fit():
 def test_a_packed_models_capture_predictions_and_recompute_agree(config):
     config = config or TINY
     plain = Session(tiny_loaded(config, seed=5), pattern_dtype=np.float32)
+    unpack_all(plain.model)  # oneDNN's kernel from the weights as torch stores them
     packed = Session(tiny_loaded(config, seed=5), pattern_dtype=np.float32)
-    assert pack_for_inference(packed.model) > 0
+    assert packed.inference.packed_bytes > 0
     mask = np.zeros((plain.config.n_layer, plain.config.n_head), dtype=bool)
     mask[1, 2] = True
     for s in (plain, packed):

@@ -313,6 +313,7 @@ def test_pooled_writes_the_overview_with_a_sidecar_saying_so(ckpt, reference, ca
     side = json.loads((tmp_path / "p.npy.json").read_text())
     assert side["layer"] == 1 and side["head"] == 2 and side["tokens_per_cell"] == 1
     assert side["pooling"].startswith("none") and side["n_tokens"] == tr.n_tokens and "float16" in side["stored_as"]
+    assert side["kernel_path"].startswith("gemm=")  # the kernels the numbers come from
 
 
 def test_a_large_data_export_says_its_size_first(ckpt, capsys, tmp_path, qapp, monkeypatch):

@@ -16,8 +16,8 @@ from tests.helpers.cli import cli, error_line
 from tests.helpers.models import TINY, hf_config, hf_model, nanogpt_checkpoint, save_tiny
 from transformer_viewer.model.capture.session import Session
 from transformer_viewer.model.checkpoints.checkpoint import bundled_checkpoint_path, load_checkpoint
+from transformer_viewer.model.kernels.inference import choose_strategy, installed_inference
 from transformer_viewer.model.kernels.linear import Linear
-from transformer_viewer.model.kernels.packing import pack_for_inference
 from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
 
 PROMPT = "The cat sat on the mat because"
@@ -47,6 +47,7 @@ def test_info_text(capsys, ckpt):
     n = load_checkpoint(ckpt).n_params
     assert f"parameters  {n:,}" in out
     assert "tokenizer   gpt2" in out
+    assert "kernels     gemm=" in out
 
 
 class Terminal:
@@ -95,6 +96,7 @@ def test_info_json(capsys, ckpt):
     assert facts["config"] == TINY.to_dict()
     assert facts["n_params"] == load_checkpoint(ckpt).n_params
     assert facts["checkpoint"] == ckpt
+    assert facts["kernel_path"] == choose_strategy(load_checkpoint(ckpt).model).kernel_path
 
 
 def test_info_of_other_formats(capsys, tmp_path):
@@ -127,9 +129,7 @@ def test_info_errors(capsys, tmp_path):
 
 # -- predict --------------------------------------------------------------------------------
 def _expected(ckpt, mask=None, ablation="zero", position=None, top_k=10):
-    loaded = load_checkpoint(ckpt)
-    pack_for_inference(loaded.model)  # as the command does: the same kernels, the same rounding
-    s = Session(loaded)
+    s = Session(load_checkpoint(ckpt))  # installs the kernels the command runs: the same rounding
     s.set_prompt(PROMPT)
     return s.run(mask, ablation=ablation, position=position, top_k=top_k).next
 
@@ -156,16 +156,20 @@ def test_predict_json_shape_and_values(capsys, ckpt):
     assert probs == sorted(probs, reverse=True)
 
 
-def test_commands_that_run_the_model_pack_its_weights_and_info_does_not(ckpt):
+def test_commands_that_run_the_model_install_its_kernels_and_info_does_not(ckpt):
     from argparse import Namespace
 
     from transformer_viewer.viewer.cli.common import load_from_args
 
     args = Namespace(checkpoint=ckpt, checkpoint_positional=None, device="cpu")
-    for for_inference in (True, False):
-        model = load_from_args(args, for_inference=for_inference).model
-        layers = [m for m in model.blocks.modules() if isinstance(m, Linear)]
-        assert all((m._packed is not None) == (for_inference and m.can_pack()) for m in layers)
+    model = load_from_args(args, for_inference=False).model
+    assert installed_inference(model) is None and not any(isinstance(m, Linear) for m in model.modules())
+    model = load_from_args(args, for_inference=True).model
+    installed = installed_inference(model)
+    assert installed is not None and installed.strategy == choose_strategy(model)
+    if installed.strategy.gemm == "onednn":  # the blocks' layers packed once for oneDNN's kernel
+        layers = [m for m in model.blocks.modules() if isinstance(m, torch.nn.Linear)]
+        assert all(isinstance(m, Linear) and (m._packed is not None) == m.can_pack() for m in layers)
 
 
 def test_predict_refuses_logits_that_overflow_in_one_line(capsys, tmp_path):
