@@ -199,28 +199,6 @@ def smollm_part(folder: str, reps: int, warmup: int) -> dict:
                     out[layer, h] = float(logits[0, -1, a] - logits[0, -1, b])
         return out
 
-    with torch.inference_mode():
-        logit_scale = float(hf(clean_ids).logits.abs().max())
-    atol = metric_atol(config, logit_scale)
-    last, memory = {}, {}
-    s = common.interleaved({"ours": measured(lambda: last.__setitem__("ours", ours().raw), memory, "ours"),
-                            "nnsight": measured(lambda: last.__setitem__("nnsight", theirs()), memory, "nnsight")},
-                           reps, warmup)
-    diff = float(np.abs(last["ours"] - last["nnsight"]).max())
-    if not diff <= atol:
-        raise SystemExit(f"SmolLM2 shape: ours differs from nnsight by {diff:.3g}, over {atol:.3g}")
-    out = {"tokens": T, "atol": atol,
-           "heads": {"ours": s["ours"].to_dict(), "nnsight": s["nnsight"].to_dict(),
-                     "ratio": s["ours"].median / s["nnsight"].median,
-                     "pair_ratios": common.paired_ratios(s["ours"], s["nnsight"]), "max_diff": diff,
-                     "cpu_ratio": s["ours"].cpu_median / s["nnsight"].cpu_median, "memory": memory}}
-    h = out["heads"]
-    print(f"SmolLM2-135M's shape, {T} tokens, heads: equal to nnsight's within {diff:.2g} (bound {atol:.2g}); "
-          f"ours {s['ours'].median:.2f} s, nnsight {s['nnsight'].median:.2f} s, {h['ratio']:.2f}x "
-          f"(CPU {s['ours'].cpu_median:.1f} / {s['nnsight'].cpu_median:.1f} s, {h['cpu_ratio']:.2f}x) "
-          f"(goal <= {GOAL_NNSIGHT}x); memory added {mib(h['memory']['ours'])} / {mib(h['memory']['nnsight'])} MiB",
-          flush=True)
-
     def estimate():
         session.set_corrupted_tokens(corrupted_tok)
         return estimate_grid(session, "heads-by-pos", metric)
@@ -237,16 +215,39 @@ def smollm_part(folder: str, reps: int, warmup: int) -> dict:
                             "estimate_cached": measured(estimate_cached, memory, "estimate_cached"),
                             "capture": measured(capture, memory, "capture")}, reps, warmup)
     session.set_tokens(clean_tok)
+    out = {"tokens": T}
     out["estimate"] = {"estimate": s["estimate"].to_dict(), "estimate_cached": s["estimate_cached"].to_dict(),
                        "capture": s["capture"].to_dict(), "ratio": s["estimate"].median / s["capture"].median,
                        "cached_ratio": s["estimate_cached"].median / s["capture"].median,
                        "cpu_ratio": s["estimate"].cpu_median / s["capture"].cpu_median, "memory": memory}
     e = out["estimate"]
-    print(f"  attribution patching, every head x position: {s['estimate'].median:.2f} s, with the patch "
+    print(f"SmolLM2-135M's shape, {T} tokens, attribution patching of every head x position: {s['estimate'].median:.2f} s, with the patch "
           f"sources cached {s['estimate_cached'].median:.2f} s, one capture {s['capture'].median:.2f} s: "
           f"{e['ratio']:.2f}x, cached {e['cached_ratio']:.2f}x (CPU {e['cpu_ratio']:.2f}x; aim <= {AIM_ESTIMATE}x); "
           f"memory added "
           f"{mib(e['memory']['estimate'])} / {mib(e['memory']['capture'])} MiB", flush=True)
+
+    with torch.inference_mode():
+        logit_scale = float(hf(clean_ids).logits.abs().max())
+    atol = metric_atol(config, logit_scale)
+    last, memory = {}, {}
+    s = common.interleaved({"ours": measured(lambda: last.__setitem__("ours", ours().raw), memory, "ours"),
+                            "nnsight": measured(lambda: last.__setitem__("nnsight", theirs()), memory, "nnsight")},
+                           reps, warmup)
+    diff = float(np.abs(last["ours"] - last["nnsight"]).max())
+    if not diff <= atol:
+        raise SystemExit(f"SmolLM2 shape: ours differs from nnsight by {diff:.3g}, over {atol:.3g}")
+    out.update({"atol": atol, "heads": {"ours": s["ours"].to_dict(), "nnsight": s["nnsight"].to_dict(),
+                     "ratio": s["ours"].median / s["nnsight"].median,
+                     "pair_ratios": common.paired_ratios(s["ours"], s["nnsight"]), "max_diff": diff,
+                     "cpu_ratio": s["ours"].cpu_median / s["nnsight"].cpu_median, "memory": memory}})
+    h = out["heads"]
+    print(f"SmolLM2-135M's shape, {T} tokens, heads: equal to nnsight's within {diff:.2g} (bound {atol:.2g}); "
+          f"ours {s['ours'].median:.2f} s, nnsight {s['nnsight'].median:.2f} s, {h['ratio']:.2f}x "
+          f"(CPU {s['ours'].cpu_median:.1f} / {s['nnsight'].cpu_median:.1f} s, {h['cpu_ratio']:.2f}x) "
+          f"(goal <= {GOAL_NNSIGHT}x); memory added {mib(h['memory']['ours'])} / {mib(h['memory']['nnsight'])} MiB",
+          flush=True)
+
     return out
 
 
