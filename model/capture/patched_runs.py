@@ -176,9 +176,9 @@ class PatchedBatch:
     skip_rows: bool = True
 
 
-def patched_final(model, batch: PatchedBatch, runs: list[tuple[Patch, ...]], extra_hooks=()) -> torch.Tensor:
-    """The final residual stream at the metric's position (`batch.align.metric_row`), (B, C), of each
-    run in `runs` (a tuple of patches each, all from `batch.source`). Runs from the earliest
+def patched_final(model, batch: PatchedBatch, runs: list[tuple[Patch, ...]]) -> torch.Tensor:
+    """The final residual stream at the metric's position (`batch.align.metric_row`), (B, C), of
+    each run in `runs` (a tuple of patches each, all from `batch.source`). Runs from the earliest
     layer any patch touches, rows from the earliest patched position."""
     L = model.config.n_layer
     T, m = batch.align.T, batch.align.metric_row
@@ -189,8 +189,8 @@ def patched_final(model, batch: PatchedBatch, runs: list[tuple[Patch, ...]], ext
     first = 0
     if batch.skip_rows and patches:
         first = min(min(p.positions) if p.positions is not None else 0 for p in patches)
-        first = min(max(first, batch.align.same_before), m)  # patches before the prompts differ, or after the
-        # metric's position, change nothing
+        # Patches before the prompts differ, or after the metric's position, change nothing.
+        first = min(max(first, batch.align.same_before), m)
     # A layer whose pattern is patched computes every row: its hook sees only a whole pattern.
     pattern_layers = {p.layer for p in patches if p.site == "pattern"}
     # The last layer needs the metric's row alone, unless a mean-ablated head needs every row.
@@ -206,7 +206,8 @@ def patched_final(model, batch: PatchedBatch, runs: list[tuple[Patch, ...]], ext
         entries = [(b, p.head, p.positions) for b, p in items]
         if p0.site == "embed":
             for embed_name in ("hook_embed", "hook_pos_embed") if model.wpe is not None else ("hook_embed",):
-                named.append((embed_name, _patch_hook(B, entries, batch.source.acts[embed_name], batch.align, None, False)))
+                src = batch.source.acts[embed_name]
+                named.append((embed_name, _patch_hook(B, entries, src, batch.align, None, False)))
             continue
         if p0.site == "resid_pre":
             src = batch.source.resid[p0.layer]
@@ -218,7 +219,7 @@ def patched_final(model, batch: PatchedBatch, runs: list[tuple[Patch, ...]], ext
     tgt = batch.target
     if not patches:
         return tgt.resid[L][:, m].expand(B, -1)  # (B, C)
-    with hooks(model, batched_head_mask_hooks(batch.mask[None], batch.ablation) + named + list(extra_hooks)):
+    with hooks(model, batched_head_mask_hooks(batch.mask[None], batch.ablation) + named):
         if embed:
             x = model.embed(tgt.ids[:, :T].expand(B, T))  # (B, T, C)
             start = 0
