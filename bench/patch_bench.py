@@ -90,7 +90,8 @@ def metric_atol(config, logit_scale: float) -> float:
     return 2 * float32_atol(max(config.n_embd, config.n_mlp), config.n_layer + 1, logit_scale)
 
 
-def gpt2_part(folder: str, reps: int, warmup: int) -> dict:
+def gpt2_part(folder: str, reps: int, warmup: int, kinds=("heads", "resid"), resid_every: int = 1) -> dict:
+    import pandas as pd
     from transformer_lens import patching
 
     from transformer_viewer.model.analysis.patching.exact import patch_grid
@@ -113,28 +114,38 @@ def gpt2_part(folder: str, reps: int, warmup: int) -> dict:
     def tl_metric(logits):
         return logits[0, -1, a] - logits[0, -1, b]
 
+    # resid_pre at every layer and every `resid_every`-th position (1: the whole grid): each of
+    # TransformerLens's cells is a full forward, minutes on a loaded machine.
+    resid_cells = [(layer, p) for layer in range(loaded.config.n_layer) for p in range(0, T, resid_every)]
+
     def ours(what):
         session.set_corrupted_tokens(corrupted_tok)  # drops the patch sources: both runs again
-        return patch_grid(session, what, metric)
+        if what == "resid":
+            grid = patch_grid(session, what, metric, cells=resid_cells)
+            return np.array([grid.raw[c] for c in resid_cells])
+        return patch_grid(session, what, metric).raw
 
     def theirs(what):
         with torch.inference_mode():
             _, cache = tl.run_with_cache(clean_ids)
-            sweep = (patching.get_act_patch_attn_head_out_all_pos if what == "heads"
-                     else patching.get_act_patch_resid_pre)
-            return sweep(tl, corrupted_ids, cache, tl_metric)
+            if what == "heads":
+                return patching.get_act_patch_attn_head_out_all_pos(tl, corrupted_ids, cache, tl_metric).cpu().numpy()
+            index = pd.DataFrame(resid_cells, columns=["layer", "pos"])
+            return patching.get_act_patch_resid_pre(tl, corrupted_ids, cache, tl_metric, index_axis_names=None,
+                                                    index_df=index).cpu().numpy()
 
     with torch.inference_mode():
         logit_scale = float(tl(clean_ids)[0].abs().max())
     atol = metric_atol(loaded.config, logit_scale)
     out = {"tokens": T, "atol": atol}
-    for what in ("heads", "resid"):
+    out["resid_cells"] = len(resid_cells)
+    for what in kinds:
         last, memory = {}, {}
         s = common.interleaved({
-            "ours": measured(lambda w=what, last=last: last.__setitem__("ours", ours(w).raw), memory, "ours"),
-            "tl": measured(lambda w=what, last=last: last.__setitem__("tl", theirs(w).cpu().numpy()), memory, "tl"),
+            "ours": measured(lambda w=what, last=last: last.__setitem__("ours", ours(w)), memory, "ours"),
+            "tl": measured(lambda w=what, last=last: last.__setitem__("tl", theirs(w)), memory, "tl"),
         }, reps, warmup)
-        mine, ref = last["ours"][: last["tl"].shape[0]], last["tl"]  # resid: ours has the final resid_post too
+        mine, ref = last["ours"], last["tl"]
         diff = float(np.abs(mine - ref).max())
         if not diff <= atol:
             raise SystemExit(f"{what}: ours differs from TransformerLens by {diff:.3g}, over {atol:.3g}")
@@ -143,7 +154,8 @@ def gpt2_part(folder: str, reps: int, warmup: int) -> dict:
                      "pair_ratios": common.paired_ratios(s["ours"], s["tl"]),
                      "max_diff": diff, "effect": float(np.abs(ref - ref.min()).max()),
                      "cpu_ratio": s["ours"].cpu_median / s["tl"].cpu_median, "memory": memory}
-        print(f"GPT-2-small, {T} tokens, {what}: equal to TransformerLens's within {diff:.2g} (bound {atol:.2g}); "
+        cells = f" ({len(resid_cells)} cells)" if what == "resid" else ""
+        print(f"GPT-2-small, {T} tokens, {what}{cells}: equal to TransformerLens's within {diff:.2g} (bound {atol:.2g}); "
               f"ours {s['ours'].median:.2f} s, TL {s['tl'].median:.2f} s, {out[what]['ratio']:.2f}x "
               f"(CPU {s['ours'].cpu_median:.1f} / {s['tl'].cpu_median:.1f} s, {out[what]['cpu_ratio']:.2f}x) "
               f"(goal <= {GOAL_TL}x); memory added {mib(out[what]['memory']['ours'])} / "
@@ -181,40 +193,23 @@ def smollm_part(folder: str, reps: int, warmup: int) -> dict:
         return patch_grid(session, "heads", metric)
 
     def theirs():
+        # Values leave a trace through objects made before it (a trace runs its block apart from
+        # the function's locals).
         out = np.zeros((L, nh), dtype=np.float32)
+        zs, box = [], []
         with torch.inference_mode():
             with nn_model.trace(clean_ids):
-                zs = [nn_model.model.layers[layer].self_attn.o_proj.input.save() for layer in range(L)]
+                for layer in range(L):
+                    zs.append(nn_model.model.layers[layer].self_attn.o_proj.input.save())
             for layer in range(L):
                 for h in range(nh):
                     cols = slice(h * hs, (h + 1) * hs)
                     with nn_model.trace(corrupted_ids):
                         nn_model.model.layers[layer].self_attn.o_proj.input[:, :, cols] = zs[layer][:, :, cols]
-                        logits = nn_model.lm_head.output.save()
+                        box.append(nn_model.lm_head.output.save())
+                    logits = box.pop()
                     out[layer, h] = float(logits[0, -1, a] - logits[0, -1, b])
         return out
-
-    with torch.inference_mode():
-        logit_scale = float(hf(clean_ids).logits.abs().max())
-    atol = metric_atol(config, logit_scale)
-    last, memory = {}, {}
-    s = common.interleaved({"ours": measured(lambda: last.__setitem__("ours", ours().raw), memory, "ours"),
-                            "nnsight": measured(lambda: last.__setitem__("nnsight", theirs()), memory, "nnsight")},
-                           reps, warmup)
-    diff = float(np.abs(last["ours"] - last["nnsight"]).max())
-    if not diff <= atol:
-        raise SystemExit(f"SmolLM2 shape: ours differs from nnsight by {diff:.3g}, over {atol:.3g}")
-    out = {"tokens": T, "atol": atol,
-           "heads": {"ours": s["ours"].to_dict(), "nnsight": s["nnsight"].to_dict(),
-                     "ratio": s["ours"].median / s["nnsight"].median,
-                     "pair_ratios": common.paired_ratios(s["ours"], s["nnsight"]), "max_diff": diff,
-                     "cpu_ratio": s["ours"].cpu_median / s["nnsight"].cpu_median, "memory": memory}}
-    h = out["heads"]
-    print(f"SmolLM2-135M's shape, {T} tokens, heads: equal to nnsight's within {diff:.2g} (bound {atol:.2g}); "
-          f"ours {s['ours'].median:.2f} s, nnsight {s['nnsight'].median:.2f} s, {h['ratio']:.2f}x "
-          f"(CPU {s['ours'].cpu_median:.1f} / {s['nnsight'].cpu_median:.1f} s, {h['cpu_ratio']:.2f}x) "
-          f"(goal <= {GOAL_NNSIGHT}x); memory added {mib(h['memory']['ours'])} / {mib(h['memory']['nnsight'])} MiB",
-          flush=True)
 
     def estimate():
         session.set_corrupted_tokens(corrupted_tok)
@@ -230,18 +225,41 @@ def smollm_part(folder: str, reps: int, warmup: int) -> dict:
     memory = {}
     s = common.interleaved({"estimate": measured(estimate, memory, "estimate"),
                             "estimate_cached": measured(estimate_cached, memory, "estimate_cached"),
-                            "capture": measured(capture, memory, "capture")}, reps, max(1, warmup))
+                            "capture": measured(capture, memory, "capture")}, reps, warmup)
     session.set_tokens(clean_tok)
+    out = {"tokens": T}
     out["estimate"] = {"estimate": s["estimate"].to_dict(), "estimate_cached": s["estimate_cached"].to_dict(),
                        "capture": s["capture"].to_dict(), "ratio": s["estimate"].median / s["capture"].median,
                        "cached_ratio": s["estimate_cached"].median / s["capture"].median,
                        "cpu_ratio": s["estimate"].cpu_median / s["capture"].cpu_median, "memory": memory}
     e = out["estimate"]
-    print(f"  attribution patching, every head x position: {s['estimate'].median:.2f} s, with the patch "
+    print(f"SmolLM2-135M's shape, {T} tokens, attribution patching of every head x position: {s['estimate'].median:.2f} s, with the patch "
           f"sources cached {s['estimate_cached'].median:.2f} s, one capture {s['capture'].median:.2f} s: "
           f"{e['ratio']:.2f}x, cached {e['cached_ratio']:.2f}x (CPU {e['cpu_ratio']:.2f}x; aim <= {AIM_ESTIMATE}x); "
           f"memory added "
           f"{mib(e['memory']['estimate'])} / {mib(e['memory']['capture'])} MiB", flush=True)
+
+    with torch.inference_mode():
+        logit_scale = float(hf(clean_ids).logits.abs().max())
+    atol = metric_atol(config, logit_scale)
+    last, memory = {}, {}
+    s = common.interleaved({"ours": measured(lambda: last.__setitem__("ours", ours().raw), memory, "ours"),
+                            "nnsight": measured(lambda: last.__setitem__("nnsight", theirs()), memory, "nnsight")},
+                           reps, warmup)
+    diff = float(np.abs(last["ours"] - last["nnsight"]).max())
+    if not diff <= atol:
+        raise SystemExit(f"SmolLM2 shape: ours differs from nnsight by {diff:.3g}, over {atol:.3g}")
+    out.update({"atol": atol, "heads": {"ours": s["ours"].to_dict(), "nnsight": s["nnsight"].to_dict(),
+                     "ratio": s["ours"].median / s["nnsight"].median,
+                     "pair_ratios": common.paired_ratios(s["ours"], s["nnsight"]), "max_diff": diff,
+                     "cpu_ratio": s["ours"].cpu_median / s["nnsight"].cpu_median, "memory": memory}})
+    h = out["heads"]
+    print(f"SmolLM2-135M's shape, {T} tokens, heads: equal to nnsight's within {diff:.2g} (bound {atol:.2g}); "
+          f"ours {s['ours'].median:.2f} s, nnsight {s['nnsight'].median:.2f} s, {h['ratio']:.2f}x "
+          f"(CPU {s['ours'].cpu_median:.1f} / {s['nnsight'].cpu_median:.1f} s, {h['cpu_ratio']:.2f}x) "
+          f"(goal <= {GOAL_NNSIGHT}x); memory added {mib(h['memory']['ours'])} / {mib(h['memory']['nnsight'])} MiB",
+          flush=True)
+
     return out
 
 
@@ -256,6 +274,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each tool first (0 on a loaded machine: "
                     "the peers' runs take minutes there)")
     ap.add_argument("--only", default="gpt2,smollm", help="comma-separated subset of gpt2,smollm")
+    ap.add_argument("--gpt2-kinds", default="heads,resid", help="comma-separated subset of heads,resid")
+    ap.add_argument("--resid-every", type=int, default=1,
+                    help="resid_pre at every N-th position only (default 1: the whole 12 x 64 grid)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     common.set_threads(args.threads)
@@ -269,7 +290,7 @@ def main() -> int:
     if "gpt2" in parts:
         with tempfile.TemporaryDirectory() as folder:
             common.make_hf_folder(folder)
-            result["gpt2"] = gpt2_part(folder, args.reps, args.warmup)
+            result["gpt2"] = gpt2_part(folder, args.reps, args.warmup, args.gpt2_kinds.split(","), args.resid_every)
     if "smollm" in parts:
         with tempfile.TemporaryDirectory() as folder:
             result["smollm"] = smollm_part(folder, args.reps, args.warmup)

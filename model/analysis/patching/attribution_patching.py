@@ -58,8 +58,10 @@ ESTIMATE_HELP = {
 }
 ESTIMATE_WHATS = tuple(ESTIMATE_HELP)
 
-# The hook point whose activation each kind patches ("resid" reads the blocks' inputs directly).
+# The hook point whose activation each kind patches ("resid" reads the blocks' inputs directly),
+# and its name among the session's patch sources.
 _POINT = {"attn": "hook_attn_out", "mlp": "hook_mlp_out", "heads": "attn.hook_z", "heads-by-pos": "attn.hook_z"}
+_SITE = {"attn": "attn_out", "mlp": "mlp_out", "heads": "z", "heads-by-pos": "z"}
 
 # Shown under every estimated grid.
 ESTIMATE_NOTE = ("attribution patching: a first-order estimate, (source - patched activation) . gradient "
@@ -107,7 +109,7 @@ def estimate_grid(session, what: str, metric: PatchMetric, direction: str = "den
     clean, corrupted = session._require_pair()
     pair = run_pair(clean, corrupted, metric, direction, change, "attribution patching")
     check_budget(lambda t: estimate_bytes(config, t), session.memory_budget, config.block_size, pair.clean.shape[1])
-    runs = session.patch_sources(change).runs
+    runs = session.patch_sources(change, sites=(_SITE[what],) if what in _SITE else ()).runs
     source, patched = (runs["clean"], runs["corrupted"]) if direction == "denoise" else (runs["corrupted"], runs["clean"])
     labels = session.tokens.labels if direction == "noise" else session.corrupted.labels
     with torch.inference_mode(False):  # the backward needs tensors autograd may record

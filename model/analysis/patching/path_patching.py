@@ -91,7 +91,7 @@ def path_patch_grid(session, receiver: tuple[int, int], input: str, metric: Patc
                          "tokens); path patching adds a sender's change at every position: make them tokenize alike")
     clean, corrupted = session._require_pair()
     pair = run_pair(clean, corrupted, metric, direction, change, "path patching")
-    runs = session.patch_sources(change).runs
+    runs = session.patch_sources(change, sites=("z",)).runs
     source, patched = (runs["clean"], runs["corrupted"]) if direction == "denoise" else (runs["corrupted"], runs["clean"])
     with torch.inference_mode():
         return _path_grid(session.model, pair, receiver, input, metric, change, session.n_vocab, session.memory_budget,
