@@ -69,8 +69,10 @@ def _grid(session, request: PatchRequest, progress, is_cancelled, cells=None):
     if request.estimate and request.what in ESTIMATED and cells is None:
         from transformer_viewer.model.analysis.patching.attribution_patching import estimate_grid
 
-        return estimate_grid(session, request.what, request.metric, progress=progress, is_cancelled=is_cancelled,
-                             **common)
+        # One layer's heads by position, as the exact grid beside it has them.
+        layer = request.layer if request.what == "heads-by-pos" else None
+        return estimate_grid(session, request.what, request.metric, layer=layer, progress=progress,
+                             is_cancelled=is_cancelled, **common)
     return patch_grid(session, request.what, request.metric, layer=request.layer, progress=progress,
                       is_cancelled=is_cancelled, cells=cells, **common)
 

@@ -147,6 +147,20 @@ def test_a_patching_job_stops_within_one_batch(monkeypatch, tiny_ckpt):
     assert steps == [(batch, total)]
 
 
+def test_the_estimate_of_heads_by_position_is_the_chosen_layers(tiny_ckpt):
+    from transformer_viewer.model.analysis.patching.attribution_patching import estimate_grid
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+    from transformer_viewer.viewer.worker.handlers import WorkerSession
+    from transformer_viewer.viewer.worker.patching import PatchRequest, handle_patch
+
+    session = WorkerSession(load_checkpoint(tiny_ckpt, device="cpu"))
+    metric = PatchMetric.make("logit-diff", _ids(" Mary", " John"))
+    request = PatchRequest(text=CLEAN, corrupted=SWAPPED, what="heads-by-pos", layer=1, estimate=True, metric=metric)
+    grid = handle_patch(session, request, lambda *a, **k: None, lambda: False).grid
+    assert grid.estimate and grid.raw.shape[0] == session.config.n_head  # one layer's heads, as the exact grid
+    np.testing.assert_array_equal(grid.raw, estimate_grid(session, "heads-by-pos", metric, layer=1).raw)
+
+
 def test_a_new_prompt_supersedes_a_running_grid(qtbot, tmp_path, tiny_ckpt):
     w, view = _window_comparing(qtbot, tmp_path, tiny_ckpt, what="heads")
     try:
