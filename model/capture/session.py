@@ -104,12 +104,7 @@ class Session(Predictions, PatchedPredictions, SaeAttachments):
         return tok
 
     def set_tokens(self, tok: Tokenized) -> None:
-        if len(tok.ids) > self.config.block_size:
-            raise ModelError(f"{len(tok.ids)} tokens do not fit the model's context of {self.config.block_size}")
-        if tok.ids and max(tok.ids) >= self.config.vocab_size:
-            raise ModelError(f"token id {max(tok.ids)} is outside this model's vocabulary of {self.config.vocab_size}")
-        if len(tok.special) != len(tok.ids):
-            tok = dataclasses.replace(tok, special=tuple(self.tokenizer.is_special(i) for i in tok.ids))
+        tok = self._checked_tokens(tok)
         self.tokens = tok
         self._ids = torch.tensor([tok.ids], dtype=torch.long, device=self.device)  # (1, T)
         self.clear_corrupted()  # a clean and a corrupted prompt are set as a pair
@@ -130,6 +125,16 @@ class Session(Predictions, PatchedPredictions, SaeAttachments):
         """The kernels this session's results come from (`InferenceStrategy.kernel_path`): what
         an export or a saved session records beside them."""
         return self.inference.kernel_path
+
+    def _checked_tokens(self, tok: Tokenized) -> Tokenized:
+        """`tok` once known to fit the model (context and vocabulary), its special tokens marked."""
+        if len(tok.ids) > self.config.block_size:
+            raise ModelError(f"{len(tok.ids)} tokens do not fit the model's context of {self.config.block_size}")
+        if tok.ids and max(tok.ids) >= self.config.vocab_size:
+            raise ModelError(f"token id {max(tok.ids)} is outside this model's vocabulary of {self.config.vocab_size}")
+        if len(tok.special) != len(tok.ids):
+            tok = dataclasses.replace(tok, special=tuple(self.tokenizer.is_special(i) for i in tok.ids))
+        return tok
 
     @property
     def device(self) -> torch.device:

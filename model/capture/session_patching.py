@@ -9,7 +9,6 @@ for the pair; setting the clean prompt clears the corrupted one too (a pair is s
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,12 +82,7 @@ class PatchedPredictions:
         return tok
 
     def set_corrupted_tokens(self, tok: Tokenized) -> None:
-        if len(tok.ids) > self.config.block_size:
-            raise ModelError(f"{len(tok.ids)} tokens do not fit the model's context of {self.config.block_size}")
-        if tok.ids and max(tok.ids) >= self.config.vocab_size:
-            raise ModelError(f"token id {max(tok.ids)} is outside this model's vocabulary of {self.config.vocab_size}")
-        if len(tok.special) != len(tok.ids):
-            tok = dataclasses.replace(tok, special=tuple(self.tokenizer.is_special(i) for i in tok.ids))
+        tok = self._checked_tokens(tok)  # as the clean prompt's
         self.corrupted, self.corrupted_dropped = tok, 0
         self._corrupted_ids = torch.tensor([tok.ids], dtype=torch.long, device=self.device)  # (1, T)
         self._patch_sources = None
