@@ -119,6 +119,9 @@ class PatchedPredictions:
         (L x nh x T^2 floats a run). The whole is bounded by the memory budget."""
         clean, corrupted = self._require_pair()
         change = self._intervention(intervention, None).with_patches(())
+        if change.clamps:  # the patched runs apply the head mask alone: say so, never drop clamps silently
+            raise ModelError("activation patching does not apply SAE feature clamps; remove the clamps to patch "
+                             "(the head mask applies to both runs)")
         for ids in (clean, corrupted):  # each run is a capture's forward: bounded alike
             self._check_budget(ids.shape[1])
         sites = set(SOURCE_SITES if sites is None else sites) | ({"pattern"} if patterns else set())
