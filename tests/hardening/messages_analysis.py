@@ -69,6 +69,8 @@ CASES = [
     Case("rollout layers that are no range", cli("rollout", "--layers", "2:2"), "layers 2:2 are not a range"),
     Case("rollout without the residual over a layer with no chosen head",
          cli("rollout", "--heads", "0.1", "--no-residual"), "every layer of the range needs a chosen head"),
+    Case("scan with --tokens and --target", cli("scan", "--tokens", "1", "--target", "2"),
+         "give --tokens A [B], or --target and --distractor, not both"),
     Case("attribute with four tokens", cli("attribute", "--tokens", "1", "2", "3", "4"),
          "--tokens takes one token or two"),
     Case("attribute to an image", cli("attribute", "--out", "terms.png"), "the terms are written as .json or .csv"),

@@ -17,6 +17,7 @@ from transformer_viewer.viewer.cli.common import (
     add_checkpoint_arguments,
     intervention_from_args,
     load_from_args,
+    parse_token_pair,
     refuse_non_finite,
 )
 
@@ -29,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or an integer id; digits alone are an id, so write a number token with its space, ' 42' (default: the baseline's top token)")
     p.add_argument("--distractor", default=None,
                    help="measure the logit difference target - distractor (equal to the log-prob difference)")
+    p.add_argument("--tokens", nargs="+", default=None, metavar="TOKEN",
+                   help="A [B]: the token measured, and its distractor for the logit difference A - B (the spelling "
+                        "patch and attribute use; the same as --target A --distractor B)")
     p.add_argument("--position", type=int, default=None,
                    help="token position whose next-token prediction is measured (default: the last; negative counts from the end)")
     add_ablation_argument(p, "how a head is removed (default: zero)")
@@ -47,6 +51,10 @@ def run(args) -> int:
     if args.top is not None and args.top < 1:
         raise ModelError(f"--top must be at least 1, got {args.top}")
     check_mask_syntax(args.mask)
+    if args.tokens is not None and (args.target is not None or args.distractor is not None):
+        raise ModelError("give --tokens A [B], or --target and --distractor, not both")
+    if args.tokens is not None and len(args.tokens) > 2:
+        raise ModelError(f"--tokens takes one token or two (A B for the difference A - B), got {len(args.tokens)}")
     import torch  # only once the arguments are good
 
     from transformer_viewer.model.analysis.scan import head_scan
@@ -60,8 +68,12 @@ def run(args) -> int:
     note_truncated(session.dropped, len(session.tokens.ids), loaded.config.block_size)
     c = loaded.config
     base = intervention_from_args(args, c, what="base mask")
-    target = parse_token(args.target, session.tokenizer, session.n_vocab, "--target")
-    distractor = parse_token(args.distractor, session.tokenizer, session.n_vocab, "--distractor")
+    if args.tokens is not None:
+        pair = parse_token_pair(args.tokens, session.tokenizer, session.n_vocab)
+        target, distractor = pair[0], (pair[1] if len(pair) == 2 else None)
+    else:
+        target = parse_token(args.target, session.tokenizer, session.n_vocab, "--target")
+        distractor = parse_token(args.distractor, session.tokenizer, session.n_vocab, "--distractor")
     with TerminalBar("head", enabled=not args.no_progress) as bar, torch.inference_mode():
         result = head_scan(session, target=target, distractor=distractor, position=args.position,
                            intervention=base, progress=bar.update)

@@ -46,6 +46,14 @@ def test_json_equals_the_library_scan(ckpt, capsys):
         assert h["target_prob"] == pytest.approx(float(ref.target_probs[h["layer"], h["head"]]), rel=1e-5)
 
 
+def test_tokens_is_the_same_as_target_and_distractor(ckpt, capsys):
+    common = ("--checkpoint", ckpt, "--prompt", PROMPT)
+    pair = _scan_json(capsys, *common, "--tokens", " the", " a")
+    spelled = _scan_json(capsys, *common, "--target", " the", "--distractor", " a")
+    assert pair == spelled and pair["metric"] != "logprob"
+    assert _scan_json(capsys, *common, "--tokens", " the") == _scan_json(capsys, *common, "--target", " the")
+
+
 def test_table_and_progress(ckpt, capsys, monkeypatch):
     import sys
 
@@ -66,6 +74,8 @@ def test_table_and_progress(ckpt, capsys, monkeypatch):
     (["--distractor", ""], "is 0 GPT-2 tokens"),
     (["--mask", "7.1"], "layer 7 does not exist"),
     (["--position", "500"], "outside the prompt"),
+    (["--tokens", " the", "--target", " a"], "give --tokens A [B], or --target and --distractor, not both"),
+    (["--tokens", "1", "2", "3"], "--tokens takes one token or two"),
 ])
 def test_errors_are_one_line_and_exit_2(ckpt, capsys, argv, message):
     rc = main(["scan", "--checkpoint", ckpt, "--prompt", PROMPT, "--no-progress", *argv])
