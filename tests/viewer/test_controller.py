@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
+from tests.helpers.tolerances import assert_probs_close, largest_logit, model_reduction
 from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.viewer.controller import RunController
@@ -60,7 +60,10 @@ def test_a_head_toggle_previews_the_prediction_then_traces(qapp, tiny_ckpt):
     assert len(previews) == 1 and previews[0][1] == st.intervention
     assert st.trace.intervention == st.intervention and st.clean_trace.intervention.is_empty
     # The preview is the masked run's prediction: the trace that follows agrees with it.
-    np.testing.assert_allclose(previews[0][0].top_probs, st.trace.next.top_probs, rtol=1e-5, atol=1e-6)
+    session = worker.session
+    assert_probs_close(previews[0][0].top_probs, st.trace.next.top_probs, reduction=model_reduction(session.config),
+                       depth=session.config.n_layer + 1, what="the preview against the trace",
+                       logit_scale=largest_logit(session.model, session.tokens.ids))
 
 
 def test_the_prediction_follows_the_selected_token(qapp, tiny_ckpt):
