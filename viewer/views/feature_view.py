@@ -169,6 +169,7 @@ class FeatureView(QtWidgets.QWidget):
         self._sync_feature_box()
         if not saes.attached:
             self.result = self.overview = None
+            self._result_key = None  # nothing drawn: the same feature asked again is asked anew
             self._clear_overlay()
             self._say("No SAE open: File > Open SAE\u2026 (or Open the bundled SAE) attaches one.")
             return
@@ -187,7 +188,7 @@ class FeatureView(QtWidgets.QWidget):
                                    on_failure=self._on_overview_failed)
         key = self.key()
         if key is None:
-            self.result = None
+            self.result, self._result_key = None, None
             self._clear_overlay()
             self._say("Select a feature in the Features panel, or type its id.")
             return

@@ -107,6 +107,10 @@ def test_the_feature_view_draws_the_selected_features_row_effect_and_overview(qt
         wait_idle(qtbot, w, lambda: view.result.feature == other)
         assert st.saes.feature == other
         close(view.result.row, feature_row(ref, 0, other), "the typed feature's row")
+        st.saes.set_feature(None)  # no feature, then the same one again: asked and drawn anew
+        assert view.result is None
+        st.saes.set_feature(other)
+        wait_idle(qtbot, w, lambda: view.result is not None and view.result.feature == other)
         w.show_view("attention")  # behind another tab: it colours the tokens no more
         assert st.token_overlay is None
     finally:
