@@ -8,9 +8,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from tests.helpers.interventions import count_makes
 from tests.helpers.models import tiny_loaded
 from transformer_viewer.model.analysis.scan import head_scan
-from transformer_viewer.model.capture import interventions
 from transformer_viewer.model.capture.interventions import ABLATIONS, Intervention
 from transformer_viewer.model.capture.session import Session
 from transformer_viewer.model.decoder.config import GPTConfig
@@ -102,14 +102,7 @@ def test_a_value_made_for_another_model_is_refused(loaded):
 @pytest.fixture
 def makes(monkeypatch):
     """How many times Intervention.make runs (each time, the one check)."""
-    calls = []
-    original = Intervention.make.__func__
-
-    def counted(cls, *args, **kwargs):
-        calls.append(args)
-        return original(cls, *args, **kwargs)
-    monkeypatch.setattr(interventions.Intervention, "make", classmethod(counted))
-    return calls
+    return count_makes(monkeypatch)
 
 
 def test_a_run_a_prediction_and_a_scan_check_once_per_request(loaded, makes):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.interventions import count_makes
 from tests.helpers.models import scaled_init_loaded
-from transformer_viewer.model.capture import interventions
 from transformer_viewer.model.capture.interventions import Intervention
 from transformer_viewer.viewer.worker.handlers import (
     WorkerSession,
@@ -43,14 +43,8 @@ def masked(session, ablation="zero") -> Intervention:
 
 @pytest.fixture
 def makes(monkeypatch):
-    calls = []
-    original = Intervention.make.__func__
-
-    def counted(cls, *args, **kwargs):
-        calls.append(args)
-        return original(cls, *args, **kwargs)
-    monkeypatch.setattr(interventions.Intervention, "make", classmethod(counted))
-    return calls
+    """How many times Intervention.make runs (each time, the one check)."""
+    return count_makes(monkeypatch)
 
 
 def test_the_handlers_take_the_value_as_it_was_made(session, makes):
