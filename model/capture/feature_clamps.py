@@ -35,17 +35,23 @@ def clamp_layers(clamps: Sequence, saes: dict) -> list[int]:
     return [max(0, saes[c.sae].spec.rerun_layer) if c.sae in saes else 0 for c in clamps]
 
 
-def clamp_hooks(clamps: Sequence, saes: dict, start_layer: int = 0) -> list[tuple[str, object]]:
+def clamp_hooks(clamps: Sequence, saes: dict, start_layer: int = 0,
+                total: int | None = None) -> list[tuple[str, object]]:
     """(hook name, hook) pairs applying `clamps` (already checked) to a run from `start_layer`;
-    a clamp before it is already in the cached input the run starts from."""
+    a clamp before it is already in the cached input the run starts from.
+
+    `total`: the prompt's length where a run computes only its last rows (a block run from
+    `first_row`, whose hooks see rows first_row..total-1): each hook places a clamp's position
+    by counting from the end; a position before the rows it sees is left alone (the run's cached
+    rows already hold it). None: each hook sees every row from position 0."""
     by_sae: dict[int, list] = {}
     for c in clamps:
         if saes[c.sae].spec.rerun_layer >= start_layer:
             by_sae.setdefault(c.sae, []).append(c)
-    return [(saes[i].spec.edit_name, _clamp_hook(saes[i], cs)) for i, cs in by_sae.items()]
+    return [(saes[i].spec.edit_name, _clamp_hook(saes[i], cs, total)) for i, cs in by_sae.items()]
 
 
-def _clamp_hook(sae, clamps: list):
+def _clamp_hook(sae, clamps: list, total: int | None = None):
     every = any(c.position is None for c in clamps)
     positions = sorted({c.position for c in clamps if c.position is not None})
     features = sorted({c.feature for c in clamps})
@@ -53,13 +59,15 @@ def _clamp_hook(sae, clamps: list):
 
     def hook(_module, _inputs, x: torch.Tensor) -> torch.Tensor:
         T = x.shape[1]
+        first = 0 if total is None else total - T  # the position of the first row this hook sees
         if every:
             rows, part, row = None, x, None  # (B, T, ...)
         else:
-            kept = [p for p in positions if p < T]  # a position past the rows run cannot reach them
+            # A position past the rows run cannot reach them; one before them is in the cached rows.
+            kept = [p for p in positions if first <= p < first + T]
             if not kept:
                 return x
-            rows = torch.tensor(kept, device=x.device)
+            rows = torch.tensor([p - first for p in kept], device=x.device)
             part = x[:, rows]  # (B, P, ...)
             row = {p: i for i, p in enumerate(kept)}
         cols = torch.tensor(features, device=x.device)
@@ -69,7 +77,7 @@ def _clamp_hook(sae, clamps: list):
             if c.position is None:
                 target = clamped[..., column[c.feature]]
             elif row is None:
-                target = clamped[:, c.position, column[c.feature]] if c.position < T else None
+                target = clamped[:, c.position - first, column[c.feature]] if first <= c.position < first + T else None
             else:
                 target = clamped[:, row[c.position], column[c.feature]] if c.position in row else None
             if target is None:

@@ -176,3 +176,23 @@ def test_a_run_after_detaching_a_clamped_sae_starts_over(tmp_path):
     fresh.detach_sae(0)
     late = Intervention.make(TINY, clamps=(FeatureClamp(1, 2, "set", 3.0),))
     assert np.array_equal(s.run(late).next.probs, fresh.run(late).next.probs)
+
+
+@pytest.mark.parametrize("hook", ["blocks.1.hook_resid_post", "blocks.1.attn.hook_z"])
+def test_a_hook_that_sees_the_last_rows_places_clamps_by_the_prompts_length(tmp_path, hook):
+    """A block run from row r (its hooks see rows r..T-1) clamps the same rows as a whole run."""
+    from transformer_viewer.model.capture.feature_clamps import clamp_hooks
+    from transformer_viewer.model.sae.attached import AttachedSae
+
+    loaded, _w = _sae(tmp_path, hook)
+    sae = AttachedSae(loaded, _session().model)
+    clamps = (FeatureClamp(0, 3, "set", 5.0, 2), FeatureClamp(0, 7, "scale", 3.0, 8), FeatureClamp(0, 1, "set", 0.0))
+    saes = {0: sae}
+    shape = (2, 10, 32) if "resid" in hook else (2, 10, TINY.n_head, 32 // TINY.n_head)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    (_name, whole), = clamp_hooks(clamps, saes)
+    want = whole(None, (), x)
+    for first in (0, 2, 3, 9):
+        (_name, part), = clamp_hooks(clamps, saes, total=10)
+        got = part(None, (), x[:, first:])
+        assert torch.equal(got, want[:, first:]), first
