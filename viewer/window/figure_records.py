@@ -37,7 +37,7 @@ def record_export(window, what: str, path: str, scale: float, theme: str, manife
             theme=theme, dpi=round(scale * CSS_DPI, 3) if ext == ".png" else None, pooled=not figure,
             file=os.path.basename(path), sha256=file_sha256(path))
         session = capture(window)
-        records = {k: session[k] for k in ("checkpoint", "intervention", "environment") if k in session}
+        records = {k: session[k] for k in ("checkpoint", "intervention", "saes", "environment") if k in session}
         records.update(prompt=PromptRecord(st.prompt), export=export)
         written = write_manifest(path, records, private=private)
     window.exported_figures.append(FigureRecord(os.path.abspath(path), view, written))
