@@ -164,10 +164,11 @@ def fill_from_manifest(args, saes, intervention, origin: str, private: bool) -> 
 
     records = sorted(saes.saes, key=lambda s: s.index) if saes is not None else []
     typed = list(args.sae)
+    if typed and not records:
+        raise ModelError(f"--sae: {origin} opens no SAE; regenerate it without --sae")
     if typed and len(typed) != len(records):
         raise ModelError(f"--sae: {origin} opens {len(records)} SAEs, and {len(typed)} --sae are given; give one "
-                         "--sae for each, in the order of its SAEs" if records else
-                         f"--sae: {origin} opens no SAE; regenerate it without --sae")
+                         "--sae for each, in the order of its SAEs")
     args.sae, args.clamp, args.expected_saes, order = [], [], {}, {}
     for k, s in enumerate(records):
         order[s.index] = k
