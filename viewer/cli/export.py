@@ -11,6 +11,17 @@ dark` as on screen), titled with the model, the view and the mask, sized in logi
 view's data export is exact: the head's whole (T, T) float32 pattern recomputed and streamed
 to the file (or the mean of the heads' patterns, for the mean modes); `--pooled` writes the
 pooled overview the heatmap draws instead, with a `.json` sidecar that says the pooling.
+
+`--sae PATH[@HOOK]` (repeatable) attaches SAEs to the export's session, numbered in order, and
+`--clamp` clamps their features (viewer/cli/sae_options.py): the state's Intervention holds
+the clamps, so the trace and every request a view makes are computed under them, as in the
+window. `--session` brings the session's SAEs and clamps for those not given.
+
+`--write-manifest` writes OUT.manifest.json (model/sessions/figure_manifest.py): the checkpoint,
+prompt, mask and clamps, the SAEs they name, the machine and these options. `--from-manifest`
+takes all of them back (`manifest_arguments`): its SAEs are opened through the same load as
+`--sae` and their fingerprints compared, and `--sae` given stand in for their paths, in order
+(what a private manifest, which leaves them out, needs).
 """
 
 from __future__ import annotations
