@@ -3,11 +3,14 @@
 A manifest holds the session parts the export depends on (the checkpoint with its fingerprint,
 the prompt, the intervention with its feature clamps, the SAEs those clamps name, the
 environment that computed it) and an `export` part: the view, its options, and the sha256 of
-the file written. The `saes` part is the session's (saes_part.py): each SAE's spec, hook point,
-widths and fingerprint, reopened through the same load as `--sae` and compared once loaded. `transformer-viewer export --from-manifest`
-reads it back as untrusted input (untrusted_json, every field checked) and runs the same export:
-the same bytes of data on the same machine with the same kernel path and threads, within
-float32 rounding elsewhere (environment_part.py).
+the file written. `transformer-viewer export --from-manifest` reads it back as untrusted input
+(untrusted_json, every field checked) and runs the same export: the same bytes of data on the
+same machine with the same kernel path and threads, within float32 rounding elsewhere
+(environment_part.py).
+
+The `saes` part is a session's (saes_part.py): each SAE's spec, hook point, widths and the
+fingerprint of its files. Like the checkpoint's path, a spec is only text here: regenerating
+opens it through the same load as a typed `--sae` and compares the fingerprint once loaded.
 
 `private=True` leaves the prompt and every local path out (they may not be the user's to share):
 the checkpoint's and each SAE's path and labels file keep only their file names. Such a manifest
