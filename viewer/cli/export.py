@@ -175,6 +175,7 @@ def run(args) -> int:
     note_truncated(trace.dropped_tokens, trace.n_tokens, c.block_size)
     entry = exportable()[args.view]
     widget = entry.build(state, worker)
+    worker.hold_errors()  # a view's request fails inside Qt's events: raised below, as one line
     try:
         configure_view(args.view, widget, args)
         base = entry.export_size or (widget.sizeHint().width(), widget.sizeHint().height())
@@ -189,7 +190,9 @@ def run(args) -> int:
             records = export_records(args, loaded, state, args.out, "", saes)
             records["export"] = replace(records["export"], file="")  # the file holding it: any name
             args.embedded = manifest_text(records, private=args.manifest_private)
+        worker.raise_held()
         path = _write(widget, entry, state, session, args)
+        worker.raise_held()
         if args.write_manifest:
             write_export_manifest(args, loaded, state, path, saes)
     finally:
