@@ -11,6 +11,12 @@ through the frozen final norm and W_U[token]. Where a norm also sits on the atte
 way. Effects through later layers are not in it (a scan measures those). With a soft-capped head
 (Gemma 2) the terms add up to the logit before the cap.
 
+Under feature clamps a head's write is its output z_h before any clamp of z, from its real
+inputs in the clamped run (earlier clamps are in the cached residual stream), through W_O; a
+clamp of z is the clamp's addition, not the head's (`logit_attribution`'s "clamp" term), and
+reaches the heads' terms only through the scale of the norm on the attention's output, which
+saw it.
+
 Each head's output at the position is recomputed from the session's cached residual stream of
 that run (`masked_residuals`), one query row per layer: no forward over the whole prompt.
 """

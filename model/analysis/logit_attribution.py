@@ -17,8 +17,24 @@ before any final soft-cap. The split is the "direct" effect of each writer: what
 logit with everything else held fixed, not what it causes through later layers (patching and
 head scans measure that).
 
+**Feature clamps.** Under an Intervention's clamps each layer that applies one (a clamp of
+blocks.L.hook_resid_pre is applied by layer L - 1, at its output) gets one more term, "clamp":
+    embedding + positions + sum over layers of (heads + attention bias + MLP + clamps) + ...
+Heads, the attention's bias and the MLP are each writer's own write computed from its real
+inputs in the clamped run (the MLP reads a resid_mid that holds a clamp of the attention's
+output or of z; a post-sublayer norm is frozen at what it saw, the clamp included), without the
+clamp's own addition. The clamp term is the rest, every clamp of the layer together: a
+residual-stream SAE's addition (resid_pre, resid_mid, resid_post, attn_out, mlp_out) read
+through the frozen final norm; a z SAE's addition to the heads' outputs through W_O (and the
+frozen norm on the attention's output, where the family has one); an mlp.hook_post SAE's
+addition to the neurons through the MLP's output projection (and its output norm). The
+additions at p come from the layer's clamp hooks applied to the activations of row p
+(`row_clamps`): the same edit the clamped run made there. Without clamps there is no clamp
+term and every number is what it is without SAEs.
+
 Everything is recomputed from the session's cached residual stream of that run (the run under
-the mask, `Session.masked_residuals`), one query row per layer: no forward over the prompt.
+the mask and clamps, `Session.masked_residuals`), one query row per layer: no forward over the
+prompt.
 """
 
 from __future__ import annotations

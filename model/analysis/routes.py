@@ -20,6 +20,15 @@ the sum of every part's proximity, the residual included (`contributions`).
   has one sum y = x_q + attention output + MLP output (resid_post) with the residual, every
   (k, h) piece and the MLP's write as its parts.
 
+**Feature clamps.** Each clamp's addition goes into the part of the layer whose output its SAE
+reads, so the attention's side is the real resid_mid - x and the MLP's part the rest of the
+real update x_next - resid_mid (x_next - x - the attention's side in a parallel block): a clamp
+of z adds head h's change through W_O (and the frozen output norm, whose scale saw it) to head
+h's piece at k = q, the head's own row, where the clamp edited its output; clamps of the
+attention's output and of resid_mid are in y (the attention's output) but, like b_O, in no
+piece; clamps of the neurons, of the MLP's output, of resid_post and of the next layer's
+resid_pre (applied at this layer's output) are in the MLP's part.
+
 **The graph (the paper's Algorithm 1, top-down).** Nodes are a residual stream at a position:
 the token embedding ("embed"), after a layer's attention ("attn", resid_mid), after the layer
 ("out", resid_post), and the MLP block ("mlp"). From the chosen position's last "out" node, each
