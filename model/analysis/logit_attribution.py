@@ -188,10 +188,7 @@ def block_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: s
     mid, mid_clamp = edit_row(clamps, "hook_resid_mid", x[0, p].float() + attn_out)  # (C,)
     if isinstance(block, ParallelBlock):  # both sublayers read the block's input
         mlp_in = block.ln_1(x[:, p:p + 1]) if isinstance(block.ln_2, nn.Identity) else block.ln_2(x[:, p:p + 1])
-    elif clamps is None:
-        row = x[0, p].float()  # (C,)
-        mlp_in = block.ln_2((row + attn_out).to(x.dtype)[None, None])  # (1, 1, C)
-    else:
+    else:  # the MLP reads resid_mid as the block had it, clamps included
         mlp_in = block.ln_2(mid.to(x.dtype)[None, None])  # (1, 1, C)
     mlp, neurons_clamp = mlp_writes(block, mlp_in, clamps)
     mlp_out = mlp if neurons_clamp is None else mlp + neurons_clamp

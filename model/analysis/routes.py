@@ -167,8 +167,8 @@ class LayerParts:
         self.mean_z = self.mean_zh = None
         if mean_ablated:  # a mean-ablated head writes its mean output over every position, at every query
             z = attend_by_blocks(self.qh, self.kh, vh, attn.window, attn.softcap)[0]  # (nh, T, hs)
-            self.mean_zh = z.mean(dim=1)  # (nh, hs)
-            self.mean_z = torch.einsum("hd,hdc->hc", self.mean_zh.float(), w_o)  # (nh, C)
+            self.mean_zh = z.float().mean(dim=1)  # (nh, hs)
+            self.mean_z = torch.einsum("hd,hdc->hc", self.mean_zh, w_o)  # (nh, C)
         self.bias = attn.c_proj.bias.float() if attn.c_proj.bias is not None else torch.zeros(
             self.vo.shape[-1], device=x.device)
 
@@ -196,7 +196,7 @@ class LayerParts:
             out = frozen.linear(raw + self.bias) + (frozen.bias if frozen.bias is not None else 0.0)
             z_clamp = None if z_clamp is None else frozen.linear(z_clamp)
         if clamps is not None:  # the clamps of the attention's output and of resid_mid: in the output, in no piece
-            out, d_out = edit_row(clamps, "hook_attn_out", out)
+            out, _added = edit_row(clamps, "hook_attn_out", out)
             mid, d_mid = edit_row(clamps, "hook_resid_mid", self.x[q] + out)
             out = mid - self.x[q] if d_mid is not None else out
         return QueryAttention(a, frozen, out, z_clamp)
@@ -204,10 +204,10 @@ class LayerParts:
     def z_row(self, q: int, a: torch.Tensor) -> torch.Tensor:
         """The heads' outputs at query q, (nh, hs), as hook_z holds them before any clamp, from
         the pattern row a (nh, q + 1) (a masked head's is zero, or its mean output)."""
-        z = torch.einsum("hk,hkd->hd", a, self.vh[:, : q + 1].float()).to(self.vh.dtype)  # (nh, hs)
+        z = torch.einsum("hk,hkd->hd", a, self.vh[:, : q + 1].float())  # (nh, hs)
         if self.mean_zh is not None:
             z = torch.where(self.masked[:, None], self.mean_zh, z)
-        return z
+        return z.to(self.vh.dtype)
 
     def pieces_proximity(self, q: int, a: torch.Tensor, frozen, y: torch.Tensor,
                          z_clamp: torch.Tensor | None = None) -> torch.Tensor:
