@@ -72,3 +72,21 @@ def write_npz(path, weights: dict[str, np.ndarray]) -> str:
     with open(path, "wb") as f:
         np.savez(f, **weights)
     return str(path)
+
+
+def standard_clamp_hook(w: dict, clamps, seen: dict | None = None):
+    """A clamp of a standard SAE (`w` as torch tensors) written out: x + (a' - a) W_dec with a
+    the SAE's features of x and a' those the clamps set or scaled (positions are the prompt's).
+    `seen`, when given, keeps the activation before ("in") and after ("out") the clamp."""
+    def hook(_m, _i, x):
+        flat = x.float().reshape(*x.shape[:2], -1)  # (B, T, d_in): hook_z's heads concatenated
+        a = torch.relu((flat - w["b_dec"]) @ w["W_enc"] + w["b_enc"])  # (B, T, d_sae)
+        a2 = a.clone()
+        for c in clamps:
+            rows = slice(None) if c.position is None else c.position
+            a2[:, rows, c.feature] = c.value if c.kind == "set" else a2[:, rows, c.feature] * c.value
+        out = x + ((a2 - a) @ w["W_dec"]).view(x.shape)
+        if seen is not None:
+            seen["in"], seen["out"] = x, out
+        return out
+    return hook
