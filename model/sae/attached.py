@@ -32,8 +32,11 @@ class AttachedSae:
     def follow(self, device: torch.device) -> None:
         """Keep the module on the model's device (the model may move after attaching)."""
         if self.module.W_dec.device != device:
-            self.module.to(device)
-            self.input = ActivationInput(self.config.processing, self.spec, self._model)
+            # Ordinary tensors even when a run in inference mode moves it: attribution patching
+            # takes gradients through a clamp's hook, which inference tensors cannot record.
+            with torch.inference_mode(False):
+                self.module.to(device)
+                self.input = ActivationInput(self.config.processing, self.spec, self._model)
 
     def features(self, x: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         """(..., d_sae) features of the hooked activation x, and what decoding needs."""

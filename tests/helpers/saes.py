@@ -72,3 +72,28 @@ def write_npz(path, weights: dict[str, np.ndarray]) -> str:
     with open(path, "wb") as f:
         np.savez(f, **weights)
     return str(path)
+
+
+def attach_random_sae(session, folder, hook: str, d_sae: int = 64, seed: int = 0) -> tuple[int, dict]:
+    """A random standard SAE at `hook` of the session's model, attached: its index and its
+    weights as torch tensors (for `hand_clamp_hook`)."""
+    from transformer_viewer.model.sae.loading import load_sae
+
+    d_in = session.config.n_embd
+    w = random_weights("standard", d_in, d_sae, seed=seed)
+    path = write_saelens(os.path.join(str(folder), f"sae{seed}"), saelens_cfg("standard", d_in, d_sae, hook), w)
+    return session.attach_sae(load_sae(path, session.config)), {k: torch.from_numpy(v) for k, v in w.items()}
+
+
+def hand_clamp_hook(w: dict, clamps):
+    """Feature clamps of one standard SAE of a residual-width hook point, written out for a
+    plain forward (every row from position 0): its features of x, clamped, the decoder's
+    difference added."""
+    def hook(_m, _i, x):
+        a = torch.relu((x.float() - w["b_dec"]) @ w["W_enc"] + w["b_enc"])  # (B, T, d_sae)
+        a2 = a.clone()
+        for c in clamps:
+            rows = slice(None) if c.position is None else c.position
+            a2[:, rows, c.feature] = c.value if c.kind == "set" else a2[:, rows, c.feature] * c.value
+        return x + ((a2 - a) @ w["W_dec"]).to(x.dtype)
+    return hook
