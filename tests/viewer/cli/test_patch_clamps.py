@@ -107,3 +107,17 @@ def test_clamp_mistakes_are_one_line_before_the_model_loads(files, capsys):
     assert "--clamp 'x=1': write" in error_line(*cli(capsys, "patch", ckpt, *PAIR, "--sae", sae, "--clamp", "x=1"))
     assert "outside the prompt's 14 tokens" in error_line(*cli(capsys, "patch", ckpt, *PAIR, "--sae", sae,
                                                                "--clamp", "0:5=0@20"))
+
+
+def test_the_estimate_under_a_topk_saes_clamp_runs_and_equals_the_library(files, tmp_path, capsys):
+    """The command loads SAEs inside torch.inference_mode; a TopK SAE's whole encoder enters the
+    estimate's backward, and still the estimate runs."""
+    ckpt, _ = files
+    topk = write_saelens(tmp_path / "topk", saelens_cfg("topk", 32, D_SAE, HOOK, k=8),
+                         random_weights("topk", 32, D_SAE, seed=6))
+    data = _json(capsys, "patch", ckpt, *PAIR, "--what", "attn", *TOKENS, "--sae", topk, "--clamp", "3x4",
+                 "--estimate", "--json")
+    s = _session(topk)
+    grid = estimate_grid(s, "attn", PatchMetric.make("logit-diff", (MARY, JOHN)),
+                         intervention=Intervention.make(s.config, clamps=(FeatureClamp(0, 3, "scale", 4.0),)))
+    np.testing.assert_allclose(_raw(data), grid.raw, atol=1e-5)

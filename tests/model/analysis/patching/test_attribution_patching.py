@@ -20,7 +20,7 @@ from tests.helpers.hook_patches import (
     replacing,
 )
 from tests.helpers.models import randomize_, tiny_gpt
-from tests.helpers.saes import attach_random_sae
+from tests.helpers.saes import attach_random_sae, random_weights, saelens_cfg, write_saelens
 from tests.helpers.tolerances import F32_EPS, SAFETY, assert_float32_close, largest_logit, model_reduction
 from transformer_viewer.model.analysis.patching.attribution_patching import (
     ESTIMATE_WHATS,
@@ -316,3 +316,24 @@ def test_without_a_session_feature_clamps_are_refused_in_one_line():
     with pytest.raises(ModelError, match="applied by the session that holds their SAEs") as caught:
         estimate_grid_of(model, clean, corrupted, "heads", METRICS["kl"], intervention=change)
     assert "\n" not in str(caught.value)
+
+
+def test_an_sae_loaded_and_attached_in_inference_mode_still_takes_the_gradient(tmp_path):
+    """The command line loads SAEs inside torch.inference_mode; a TopK SAE's encoder then enters
+    the backward whole. The attached SAE holds ordinary tensors, so the estimate is the one of an
+    SAE attached outside it."""
+    from transformer_viewer.model.sae.loading import load_sae
+
+    model = tiny_gpt(TINY)
+    clean, corrupted = prompt_pair(T=6, vocab=TINY.vocab_size)
+    folder = write_saelens(tmp_path / "topk", saelens_cfg("topk", TINY.n_embd, 48, "blocks.1.hook_resid_pre", k=8),
+                           random_weights("topk", TINY.n_embd, 48, seed=5))
+    grids = []
+    for mode in (True, False):
+        session = pair_session(model, clean, corrupted)
+        with torch.inference_mode(mode):
+            index = session.attach_sae(load_sae(folder, TINY))
+        assert not any(p.is_inference() for p in session.saes[index].module.parameters())
+        change = Intervention.make(TINY, clamps=(FeatureClamp(index, 3, "scale", 4.0),))
+        grids.append(estimate_grid(session, "attn", METRICS["logit-diff"], intervention=change).raw)
+    np.testing.assert_array_equal(grids[0], grids[1])
