@@ -107,7 +107,7 @@ def fill_from_session(args, records: dict, origin: str, own_prompt: bool) -> Non
     if not hasattr(args, "sae"):
         if i is not None and i.clamps:
             print(f"note: {origin} clamps {len(i.clamps)} SAE features; this command runs without SAEs, so without "
-                  "them (predict, features, attribute and routes apply them)", file=sys.stderr)
+                  "them (predict, features, attribute, routes, patch and export apply them)", file=sys.stderr)
         return
     if saes is None or args.sae:
         return  # typed SAEs win, and the session's clamps name the session's SAEs
