@@ -1,6 +1,8 @@
 """`transformer-viewer rollout [CHECKPOINT] --prompt TEXT [--layers A:B] [--heads mean|max|L.H,...]
-[--query Q] [--no-residual] [--mask L.H ...] [--out FILE.npy|.csv|.json]`: attention rollout
-(Abnar & Zuidema 2020) through a range of layers.
+[--query Q] [--no-residual] [--mask L.H ...] [--sae PATH[@HOOK] ... --clamp SPEC ...]
+[--out FILE.npy|.csv|.json]`: attention rollout (Abnar & Zuidema 2020) through a range of layers,
+in the run with the heads ablated and the SAE features clamped (a layer's patterns read its
+input, which holds every earlier clamp).
 
 With `--query` one row (that query's share of each token); without it every row, computed a
 block of rows at a time (the product is never whole in memory; the rows written are (T, T)).
@@ -20,6 +22,7 @@ from transformer_viewer.viewer.cli.common import (
     add_checkpoint_arguments,
     add_session_argument,
 )
+from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
 
 MAX_FULL_BYTES = 1 << 30  # every row of an (8192, 8192) float32 rollout is 256 MB; a bigger prompt asks for --query
 
@@ -37,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="leave out the identity for the residual stream (default: (A + I) / 2, rows renormalised)")
     p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H", help="ablate these heads in the run")
     add_ablation_argument(p)
+    add_sae_argument(p, required=False)
+    add_clamp_argument(p)
     p.add_argument("--out", default=None, help="write the rows to FILE.npy (float32), FILE.csv or FILE.json")
 
 
@@ -71,19 +76,22 @@ def run(args) -> int:
         session_arguments,
         session_for_prompt,
     )
+    from transformer_viewer.viewer.cli.sae_options import attach_saes, check_sae_syntax, clamps_from_args
 
-    session_arguments(args)  # --session: the checkpoint, prompt and mask it saved
+    session_arguments(args)  # --session: the checkpoint, prompt, mask, SAEs and clamps it saved
     heads = parse_heads(args.heads)
     check_mask_syntax(args.mask)
+    check_sae_syntax(args)
     if args.out is not None and not args.out.lower().endswith((".npy", ".csv", ".json")):
         raise ModelError(f"--out {args.out}: the rows are written as .npy, .csv or .json")
     session = session_for_prompt(args)
+    attach_saes(args, session)
     from transformer_viewer.model.analysis.rollout import MAX_ROWS, rollout_rows
 
     c = session.config
     T = len(session.tokens.ids)
     layers = parse_layers(args.layers, c.n_layer)
-    intervention = intervention_from_args(args, c)
+    intervention = intervention_from_args(args, c, clamps=clamps_from_args(args, T))
     if args.query is not None:
         q = session._position(args.query, T)
         blocks = [(q, q + 1)]

@@ -104,11 +104,6 @@ def fill_from_session(args, records: dict, origin: str, own_prompt: bool) -> Non
     either), its BOS and top-k for `features`. An SAE the session opened that is not on this
     machine is one line; one whose files changed is a note, and its clamps are dropped."""
     saes, i = records.get("saes"), records.get("intervention")
-    if not hasattr(args, "sae"):
-        if i is not None and i.clamps:
-            print(f"note: {origin} clamps {len(i.clamps)} SAE features; this command runs without SAEs, so without "
-                  "them (predict, features, attribute, routes, patch and export apply them)", file=sys.stderr)
-        return
     if saes is None or args.sae:
         return  # typed SAEs win, and the session's clamps name the session's SAEs
     from transformer_viewer.model.checkpoints.bundled import bundled_sae_path

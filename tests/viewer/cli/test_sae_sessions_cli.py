@@ -1,4 +1,4 @@
-"""`features`, `predict`, `attribute` and `routes` with `--session`: a session's SAEs, clamps, BOS choice and top-k
+"""`features`, `predict`, `attribute`, `routes` and `rollout` with `--session`: a session's SAEs, clamps, BOS choice and top-k
 give what the same options typed by hand give; typed options win; a missing SAE is one line, a
 changed one a note that drops its clamps."""
 
@@ -107,10 +107,16 @@ def test_a_missing_sae_is_one_line_and_a_changed_one_drops_its_clamps(ckpt, tmp_
     assert a == b and a["clamps"] == []
 
 
-def test_a_command_without_saes_says_it_runs_without_the_sessions_clamps(ckpt, tmp_path, capsys):
-    session = _session(tmp_path / "s.tvsession", ckpt, _sae(tmp_path / "sae"))
-    a, b = tmp_path / "a.json", tmp_path / "b.json"
+def test_rollout_takes_the_sessions_saes_and_clamps_as_typed(ckpt, tmp_path, capsys):
+    folder = _sae(tmp_path / "sae")
+    session = _session(tmp_path / "s.tvsession", ckpt, folder)
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
     rc, _out, err = cli(capsys, "rollout", "--session", session, "--out", str(a))
-    assert rc == 0 and "clamps 2 SAE features; this command runs without SAEs, so without them" in err
-    rc, _out, err = cli(capsys, "rollout", ckpt, *TYPED[:-1], "--query", "5", "--out", str(b))
-    assert rc == 0 and json.loads(a.read_text()) == json.loads(b.read_text())
+    assert rc == 0, err
+    typed = (*TYPED, folder, "--clamp", "0:5x3.0", "--clamp", "0:9=2.5@4", "--query", "5")
+    rc, _out, err = cli(capsys, "rollout", ckpt, *typed, "--out", str(b))
+    assert rc == 0, err
+    assert json.loads(a.read_text()) == json.loads(b.read_text())
+    rc, _out, err = cli(capsys, "rollout", ckpt, *TYPED[:-1], "--query", "5", "--out", str(c))
+    assert rc == 0, err
+    assert json.loads(c.read_text()) != json.loads(b.read_text())  # the clamps change the later layers' patterns
