@@ -81,9 +81,10 @@ class ExportOptionsDialog(QtWidgets.QDialog):
                 box.setEnabled(False)
                 box.setToolTip(no_manifest)
         self._update_private()
-        self.notes_label = QtWidgets.QLabel("\n".join(note[:1].upper() + note[1:] + "." for note in notes))
+        lines = ([no_manifest] if no_manifest else []) + [note[:1].upper() + note[1:] + "." for note in notes]
+        self.notes_label = QtWidgets.QLabel("\n".join(lines))
         self.notes_label.setWordWrap(True)
-        if notes:
+        if lines:
             form.addRow(self.notes_label)
         buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Ok
                                              | QtWidgets.QDialogButtonBox.StandardButton.Cancel)
@@ -92,7 +93,8 @@ class ExportOptionsDialog(QtWidgets.QDialog):
         form.addRow(buttons)
 
     def _update_private(self) -> None:
-        self.private_box.setEnabled(self.regenerable and (self.manifest_box.isChecked() or self.embed_box.isChecked()))
+        self.private_box.setEnabled(self.regenerable and (self.manifest_box.isChecked()
+                                                          or (self.embeddable and self.embed_box.isChecked())))
 
     def options(self) -> FigureOptions:
         return FigureOptions(theme=self.theme_combo.currentData(), dpi=float(self.dpi_spin.value()),

@@ -379,16 +379,13 @@ def export(window, what: str, path: str, scale: float = 1.0, theme: str = "light
 
     view_id = "attention" if what == "heatmap" else what
     try:
-        view = window.views.get(view_id)
-        if view is None:
-            raise ModelError(f"no view {view_id!r} to export")
-        ext = extension(path)
         if window.state.trace is None:
             raise ModelError("nothing to export yet: load a model and run a prompt first")
+        view, ext = window.views[view_id], extension(path)
         if view_id == "grid" and ext in (".npy", ".csv"):
             raise ModelError("the heads grid exports as .png, .svg or .pdf; export one head's matrix from the heatmap")
         if view_id not in ("attention", "grid") and hasattr(view, "matrix") and view.matrix().size == 0:
-            raise ModelError("nothing to export yet: this view has not drawn anything")
+            raise ModelError("nothing to export yet: this view has drawn nothing; show it (start a scan) first")
         notes = tuple(view.figure_notes()) if hasattr(view, "figure_notes") else ()
         style = FigureStyle(theme=theme, title=view_title(window.state, entry(view_id).title, view), notes=notes)
         size = None

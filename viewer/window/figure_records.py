@@ -34,8 +34,8 @@ from transformer_viewer.model.sessions.figures_part import FigureRecord
 from transformer_viewer.model.sessions.prompt_part import PromptRecord
 
 FIGURE_FORMATS = (".png", ".svg", ".pdf")
-NOT_REGENERABLE = ("transformer-viewer export cannot rebuild this view (the patching view needs two prompts: "
-                   "`transformer-viewer patch --out` writes it), so no manifest is written")
+NOT_REGENERABLE = ("No manifest: the export command cannot rebuild this view (the patching view needs two "
+                   "prompts; `transformer-viewer patch --out` writes it).")
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,21 @@ def view_settings(view_id: str, view) -> ViewSettings:
 
 
 def regeneration_notes(view_id: str, view) -> tuple[str, ...]:
-    """What a figure regenerated from this view's manifest shows differently from the window."""
+    """What a figure regenerated from this view's manifest shows differently from the window:
+    the window's state the export command's arguments cannot say."""
     from transformer_viewer.viewer.views.heatmap import HeatmapView
 
+    notes = []
     heatmaps = view.findChildren(HeatmapView) if not isinstance(view, HeatmapView) else [view]
     if any(h.is_zoomed() for h in heatmaps):
-        return ("the heatmap is zoomed in here; regenerated from the manifest it is drawn whole",)
-    return ()
+        notes.append("the heatmap is zoomed in here; regenerated from the manifest it is drawn whole")
+    if any(getattr(h, "highlighted_col", lambda: None)() is not None for h in heatmaps):
+        notes.append("a key column is marked here; regenerated from the manifest it is not")
+    pooled = any(h.cell() > 1 for h in heatmaps)
+    if view_id == "attention" and pooled and view.pooling() != "max":
+        notes.append(f"the overview pools each block by its {view.pooling()} here; regenerated from the manifest "
+                     "by its max")
+    return tuple(notes)
 
 
 def export_record(window, view_id: str, view, path: str, scale: float, theme: str, size, embed: bool = False,

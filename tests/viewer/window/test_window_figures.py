@@ -156,3 +156,40 @@ def test_the_dialog_of_a_view_export_cannot_rebuild_writes_no_manifest_and_says_
     window.views["patching"].export_button.dialog(".png")
     assert seen["boxes"] == (False, NOT_REGENERABLE)
     assert window.figure_options.manifest  # the box stays on for the next export
+
+
+def test_what_a_manifest_cannot_say_is_said_in_the_dialog(qtbot, tmp_path, window, monkeypatch):
+    from transformer_viewer.viewer.window.figure_records import regeneration_notes
+
+    w = window
+    heatmap = _front(qtbot, w, "attention").heatmap
+    assert regeneration_notes("attention", w.attention) == ()
+    heatmap.view.setRange(xRange=(0, 3), yRange=(0, 3), padding=0)
+    heatmap.highlight_col(2)
+    notes = regeneration_notes("attention", w.attention)
+    assert [n.split(";")[0] for n in notes] == ["the heatmap is zoomed in here", "a key column is marked here"]
+    seen = {}
+    original = ExportOptionsDialog.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        seen["text"] = self.notes_label.text()
+
+    monkeypatch.setattr(ExportOptionsDialog, "__init__", spy)
+    _answer_dialogs(monkeypatch, tmp_path / "zoomed.png")
+    w.actions_.export_dialog("heatmap", ".png")
+    assert "The heatmap is zoomed in here" in seen["text"] and "key column" in seen["text"]
+    heatmap.reset_view()
+    heatmap.highlight_col(None)
+    assert regeneration_notes("attention", w.attention) == ()
+
+
+def test_the_embed_box_is_offered_for_svg_and_pdf_only(qtbot, window):
+    for ext, offered in ((".png", False), (".svg", True), (".pdf", True), (".csv", False)):
+        dialog = ExportOptionsDialog(window, ext, (300, 200))
+        qtbot.addWidget(dialog)
+        dialog.embed_box.setChecked(True)
+        assert dialog.embed_box.isVisibleTo(dialog) == offered and dialog.options().embed == offered
+        assert dialog.private_box.isEnabled()  # the manifest box is on by default
+        dialog.manifest_box.setChecked(False)
+        assert dialog.private_box.isEnabled() == offered  # the embedded manifest can still be private
