@@ -70,6 +70,8 @@ class WindowActions:
         self._action(ex, "Heatmap as &SVG…", lambda: self.export_dialog("heatmap", ".svg"))
         self._action(ex, "Heatmap as P&DF…", lambda: self.export_dialog("heatmap", ".pdf"))
         self._action(ex, "All heads grid as P&NG…", lambda: self.export_dialog("grid", ".png"))
+        self._action(ex, "All heads grid as S&VG…", lambda: self.export_dialog("grid", ".svg"))
+        self._action(ex, "&All heads grid as PDF…", lambda: self.export_dialog("grid", ".pdf"))
         self._action(ex, "Displayed matrix as .&npy…", lambda: self.export_dialog("heatmap", ".npy"))
         self._action(ex, "Displayed matrix as .&csv…", lambda: self.export_dialog("heatmap", ".csv"))
         self._action(ex, "Current head's &full pattern as .npy…", self.export_pattern_dialog,

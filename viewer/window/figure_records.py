@@ -14,7 +14,9 @@ heatmap zoomed in on screen is drawn whole; a row or cell the mouse is over is n
 any figure) is said by `regeneration_notes`, which the export dialog shows.
 
 The window's heatmap data (.npy/.csv) is the matrix it draws, the trace's overview: its
-manifest says `pooled`, which is what the export command writes for the same request. Views
+manifest says `pooled`, which is what the export command writes for the same request; the
+head's full pattern (File > Export > "Current head's full pattern") is the export command's
+exact attention data, and its manifest says so. Views
 the export command cannot build (the patching view needs two prompts: `transformer-viewer patch
 --out` writes it) are exported without a manifest, and the export dialog says why.
 """
@@ -147,14 +149,17 @@ def embedded_manifest(window, view_id: str, view, path: str, scale: float, theme
 
 
 def record_export(window, view_id: str, view, path: str, scale: float, theme: str, size, manifest: bool,
-                  private: bool, embed: bool = False) -> str | None:
+                  private: bool, embed: bool = False, **exact) -> str | None:
     """After `path` was written from the window's view `view_id`: FILE.manifest.json beside it
     when `manifest` (and the view can be regenerated), and the export listed in
-    `window.exported_figures`. Returns the manifest's path, or None."""
+    `window.exported_figures`. `exact`: ExportRecord fields that differ from the view's own (the
+    head's full pattern: `pooled=False, mode="head"`). Returns the manifest's path, or None."""
+    from dataclasses import replace
+
     written = None
     if manifest and regenerable(view_id):
-        export = export_record(window, view_id, view, path, scale, theme, size, embed=embed, private=private,
-                               sha256=file_sha256(path))
+        export = replace(export_record(window, view_id, view, path, scale, theme, size, embed=embed, private=private,
+                                       sha256=file_sha256(path)), **exact)
         written = write_manifest(path, manifest_records(window, export), private=private)
     window.exported_figures.append(FigureRecord(os.path.abspath(path), view_id, written))
     return written

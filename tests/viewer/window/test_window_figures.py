@@ -193,3 +193,18 @@ def test_the_embed_box_is_offered_for_svg_and_pdf_only(qtbot, window):
         assert dialog.private_box.isEnabled()  # the manifest box is on by default
         dialog.manifest_box.setChecked(False)
         assert dialog.private_box.isEnabled() == offered  # the embedded manifest can still be private
+
+
+def test_a_heads_full_pattern_has_its_manifest_and_regenerates_bit_for_bit(qtbot, tmp_path, capsys, window):
+    from transformer_viewer.viewer.window.pattern_export import export_pattern
+
+    w = window
+    path = str(tmp_path / "pattern.npy")
+    assert export_pattern(w, path) is not None
+    qtbot.waitUntil(lambda: bool(w.exported_figures), timeout=60000)
+    assert w.exported_figures[-1].manifest == path + ".manifest.json"
+    e = read_manifest(path + ".manifest.json")[0]["export"]
+    assert (e.view, e.pooled, e.mode, e.layer, e.head) == ("attention", False, "head", 1, 2)
+    again = regenerate(capsys, path + ".manifest.json", tmp_path / "again.npy")
+    a, b = np.load(path), np.load(again)
+    assert a.shape == (w.state.trace.n_tokens,) * 2 and a.dtype == b.dtype and a.tobytes() == b.tobytes()
