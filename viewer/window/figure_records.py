@@ -68,7 +68,7 @@ def view_settings(view_id: str, view) -> ViewSettings:
     if view_id == "attention":
         return ViewSettings(mode=view.mode(), colormap=view.heatmap.colormap_name(), log=view.heatmap.log_scale())
     if view_id == "grid":
-        return ViewSettings(colormap=view._cmap_name, log=view._log)
+        return ViewSettings(colormap=view.colormap_name(), log=view.log_scale())
     if view_id == "residual":
         return ViewSettings(log=view.log_box.isChecked(), diff=view.diff.isChecked())
     if view_id == "mlp":
@@ -116,7 +116,7 @@ def export_record(window, view_id: str, view, path: str, scale: float, theme: st
     if view_id == "grid" and view.selected() is None:
         layer = head = None  # nothing marked in the grid
     query = st.query_index
-    if view_id == "attention" and getattr(view, "_query", None) is None:
+    if view_id == "attention" and view.heatmap.highlighted_row() is None:
         query = None  # no row highlighted
     return ExportRecord(
         view=view_id, out_format=ext, layer=layer, head=head, query=query, mode=s.mode, colormap=s.colormap,

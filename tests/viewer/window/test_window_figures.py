@@ -56,6 +56,9 @@ def test_a_window_png_regenerates_pixel_for_pixel(qtbot, tmp_path, capsys, windo
     if view_id == "attention":
         view.set_log_scale(True)
         view.set_colormap("magma")
+    if view_id == "grid":
+        view.set_colormap("inferno")
+        view.set_log_scale(True)
     if view_id == "residual":
         view.diff.setChecked(True)
         wait_idle(qtbot, w, lambda: view.diff.active)
