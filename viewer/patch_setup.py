@@ -66,11 +66,17 @@ class PatchSetup:
                              "token in the next-token panel)")
         return PatchMetric.make(self.metric, self.tokens[:need], self.position, n_vocab=n_vocab)
 
-    def mask_line(self, masked_heads: int) -> str:
-        """How the current head mask applies to the two runs, in one line."""
+    def mask_line(self, masked_heads: int, clamps: int = 0) -> str:
+        """How the current head mask and feature clamps apply to the two runs, in one line."""
+        clamped = f"{clamps} feature clamp{'s' if clamps != 1 else ''}"
         if not masked_heads:
+            if clamps:
+                return f"no heads masked; {clamped} apply to both runs and every patched run"
             return "no heads masked: both runs use the whole model"
-        return f"the head mask ({masked_heads} head{'s' if masked_heads != 1 else ''}) applies to both runs"
+        heads = f"the head mask ({masked_heads} head{'s' if masked_heads != 1 else ''})"
+        if clamps:
+            return f"{heads} and {clamped} apply to both runs and every patched run"
+        return f"{heads} applies to both runs"
 
 
 def differing(clean_ids, corrupted_ids) -> tuple[np.ndarray, np.ndarray]:

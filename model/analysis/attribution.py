@@ -11,6 +11,12 @@ through the frozen final norm and W_U[token]. Where a norm also sits on the atte
 way. Effects through later layers are not in it (a scan measures those). With a soft-capped head
 (Gemma 2) the terms add up to the logit before the cap.
 
+Under feature clamps a head's write is its output z_h before any clamp of z, from its real
+inputs in the clamped run (earlier clamps are in the cached residual stream), through W_O; a
+clamp of z is the clamp's addition, not the head's (`logit_attribution`'s "clamp" term), and
+reaches the heads' terms only through the scale of the norm on the attention's output, which
+saw it.
+
 Each head's output at the position is recomputed from the session's cached residual stream of
 that run (`masked_residuals`), one query row per layer: no forward over the whole prompt.
 """
@@ -24,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from transformer_viewer.model.analysis.row_clamps import RowClamps, row_clamps
 from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.decoder.norms import PlainLayerNorm, RMSNorm
 from transformer_viewer.model.errors import ModelError
@@ -102,43 +109,72 @@ def head_attribution(session, position: int | None = None, token: int | None = N
         raise ModelError(f"token id {token} is outside the vocabulary of {session.n_vocab}")
     readout = model.lm_head.weight[token].float()  # (C,)
     final_norm = frozen_norm(model.ln_f, final)
+    clamps = row_clamps(session, change, p)  # by layer
     direct = np.empty((c.n_layer, c.n_head), dtype=np.float32)
     for layer in range(c.n_layer):
         if step is not None:
             step(layer, c.n_layer)
-        writes = head_writes(model.blocks[layer], resid[layer], p, mask[layer], ablation)  # (nh, C)
+        writes = head_writes(model.blocks[layer], resid[layer], p, mask[layer], ablation,
+                             clamps.get(layer))  # (nh, C)
         direct[layer] = (final_norm.linear(writes) @ readout).cpu().numpy()
     cap = float(c.logit_softcap or 0.0)
     return HeadAttribution(position=p, token_id=token, logit=float(raw[token]), direct=direct, mask=mask,
                            logit_cap=cap)
 
 
-def head_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: str) -> torch.Tensor:
+def head_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: str,
+                clamps: RowClamps | None = None) -> torch.Tensor:
     """What each head of `block` adds to the residual at position p, (nh, C) float32, from its
     resid_pre x (1, T, C): z_h W_O,h, through the frozen norm on the attention's output if the
-    block has one; masked heads give their ablated output (zero, or their mean over positions)."""
-    writes = raw_head_writes(block, x, p, masked, ablation)
+    block has one; masked heads give their ablated output (zero, or their mean over positions).
+    A clamp of the block's z is not the heads' (`clamp_z_writes`): it reaches their writes only
+    through the norm's scale, which saw it."""
+    z = head_z(block, x, p, masked, ablation)  # (nh, hs)
+    writes = z_writes(block.attn, z)
     post = block.ln_post_attn
     if isinstance(post, nn.Identity):
         return writes
     bias = block.attn.c_proj.bias.float() if block.attn.c_proj.bias is not None else 0.0
-    return frozen_norm(post, writes.sum(dim=0) + bias).linear(writes)  # the norm saw the heads' sum
+    seen = writes.sum(dim=0) + bias  # the norm saw the heads' sum, and any clamp of z
+    clamp = clamp_z_writes(block.attn, z, clamps)
+    if clamp is not None:
+        seen = seen + clamp.sum(dim=0)
+    return frozen_norm(post, seen).linear(writes)
 
 
 def raw_head_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: str) -> torch.Tensor:
     """z_h W_O,h for each head of `block` at position p, (nh, C) float32, before any norm on the
     attention's output; masked heads give their ablated output."""
+    return z_writes(block.attn, head_z(block, x, p, masked, ablation))
+
+
+def head_z(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: str) -> torch.Tensor:
+    """Each head's output z_h at position p, (nh, hs) in the model's dtype, from the block's
+    resid_pre x (1, T, C), as hook_z holds it before any clamp: masked heads give their ablated
+    output (zero, or their mean over positions)."""
     attn = block.attn
-    nh, hs = attn.n_head, attn.head_size
     mean_ablated = ablation == "mean" and masked.any()
     rows = x if mean_ablated else x[:, : p + 1]  # zero ablation is causal: nothing after p matters
     q, k, v = attn.heads_qkv(block.ln_1(rows))  # (1, nh, T', hs) each
     off = torch.tensor(masked, device=x.device)[:, None]  # (nh, 1); a copy: the mask is read-only
     if mean_ablated:  # the mean over every position of the masked heads' outputs
         z_all = attend_by_blocks(q, k, v, attn.window, attn.softcap)[0]  # (nh, T, hs)
-        z = torch.where(off, z_all.mean(dim=1), z_all[:, p])  # (nh, hs)
-    else:
-        z = attend_rows(q, k, v, p, attn.window, attn.softcap)[0, :, 0]  # (nh, hs)
-        z = torch.where(off, torch.zeros((), dtype=z.dtype, device=z.device), z)
+        return torch.where(off, z_all.mean(dim=1), z_all[:, p])  # (nh, hs)
+    z = attend_rows(q, k, v, p, attn.window, attn.softcap)[0, :, 0]  # (nh, hs)
+    return torch.where(off, torch.zeros((), dtype=z.dtype, device=z.device), z)
+
+
+def z_writes(attn, z: torch.Tensor) -> torch.Tensor:
+    """z_h W_O,h for each head, (nh, C) float32, from the heads' outputs z (nh, hs)."""
+    nh, hs = attn.n_head, attn.head_size
     w_o = attn.c_proj.weight.float()  # (C, nh * hs): out = z_flat @ w_o.T
     return torch.einsum("ni,nic->nc", z.float(), w_o.T.reshape(nh, hs, w_o.shape[0]))  # (nh, C)
+
+
+def clamp_z_writes(attn, z: torch.Tensor, clamps: RowClamps | None) -> torch.Tensor | None:
+    """What the clamps of hook_z add through W_O at the query row whose heads' outputs are z
+    (nh, hs), per head (nh, C) float32 before any output norm; None without such a clamp."""
+    if clamps is None or not clamps.has("attn.hook_z"):
+        return None
+    _edited, delta = clamps.edit("attn.hook_z", z[None, None])  # hook_z's (1, 1, nh, hs)
+    return z_writes(attn, delta[0, 0])

@@ -17,8 +17,24 @@ before any final soft-cap. The split is the "direct" effect of each writer: what
 logit with everything else held fixed, not what it causes through later layers (patching and
 head scans measure that).
 
+**Feature clamps.** Under an Intervention's clamps each layer that applies one (a clamp of
+blocks.L.hook_resid_pre is applied by layer L - 1, at its output) gets one more term, "clamp":
+    embedding + positions + sum over layers of (heads + attention bias + MLP + clamps) + ...
+Heads, the attention's bias and the MLP are each writer's own write computed from its real
+inputs in the clamped run (the MLP reads a resid_mid that holds a clamp of the attention's
+output or of z; a post-sublayer norm is frozen at what it saw, the clamp included), without the
+clamp's own addition. The clamp term is the rest, every clamp of the layer together: a
+residual-stream SAE's addition (resid_pre, resid_mid, resid_post, attn_out, mlp_out) read
+through the frozen final norm; a z SAE's addition to the heads' outputs through W_O (and the
+frozen norm on the attention's output, where the family has one); an mlp.hook_post SAE's
+addition to the neurons through the MLP's output projection (and its output norm). The
+additions at p come from the layer's clamp hooks applied to the activations of row p
+(`row_clamps`): the same edit the clamped run made there. Without clamps there is no clamp
+term and every number is what it is without SAEs.
+
 Everything is recomputed from the session's cached residual stream of that run (the run under
-the mask, `Session.masked_residuals`), one query row per layer: no forward over the prompt.
+the mask and clamps, `Session.masked_residuals`), one query row per layer: no forward over the
+prompt.
 """
 
 from __future__ import annotations
@@ -30,13 +46,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from transformer_viewer.model.analysis.attribution import FrozenNorm, frozen_norm, raw_head_writes
+from transformer_viewer.model.analysis.attribution import (
+    FrozenNorm,
+    clamp_z_writes,
+    frozen_norm,
+    head_z,
+    z_writes,
+)
+from transformer_viewer.model.analysis.row_clamps import RowClamps, added, edit_row, row_clamps
 from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.decoder.gpt import ParallelBlock, sinusoidal_positions
+from transformer_viewer.model.decoder.hooks import hooks
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.kernels.attention_kernels import pattern_rows
 
-COMPONENTS = ("embedding", "position", "head", "attn_bias", "mlp", "norm_bias", "unembed_bias")
+COMPONENTS = ("embedding", "position", "head", "attn_bias", "mlp", "clamp", "norm_bias", "unembed_bias")
 
 
 @dataclass(frozen=True)
@@ -56,6 +80,12 @@ class LogitAttribution:
     mask: np.ndarray  # (L, nh) bool: heads ablated in the run
     ablation: str
     logit_cap: float = 0.0  # the model's final soft-cap (0: none)
+    clamp: np.ndarray | None = None  # (L,) float32: what each layer's feature clamps added (zeros: none)
+    clamped: tuple[int, ...] = ()  # the layers that apply a feature clamp: the only ones with a clamp term
+
+    def __post_init__(self):
+        if self.clamp is None:
+            object.__setattr__(self, "clamp", np.zeros(self.heads.shape[0], dtype=np.float32))
 
     def total(self) -> float:
         """The sum of every term, in float64: equals `logit` within float32 rounding."""
@@ -70,6 +100,8 @@ class LogitAttribution:
             out += [dict(component="head", layer=layer, head=h, value=float(v)) for h, v in enumerate(self.heads[layer])]
             out.append(dict(component="attn_bias", layer=layer, head=None, value=float(self.attn_bias[layer])))
             out.append(dict(component="mlp", layer=layer, head=None, value=float(self.mlp[layer])))
+            if layer in self.clamped:
+                out.append(dict(component="clamp", layer=layer, head=None, value=float(self.clamp[layer])))
         out.append(dict(component="norm_bias", layer=None, head=None, value=float(self.norm_bias)))
         out.append(dict(component="unembed_bias", layer=None, head=None, value=float(self.unembed_bias)))
         return out
@@ -129,29 +161,83 @@ def readout_for(model, final: torch.Tensor, tokens: tuple[int, ...]) -> Readout:
     return Readout(frozen_norm(model.ln_f, final), direction, bias)
 
 
-def block_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: str):
-    """What `block` writes at position p from its resid_pre x (1, T, C), in float32:
-    (heads (nh, C), attention bias (C,), MLP (C,)). The heads' writes and the bias pass through
-    the frozen norm on the attention's output where the block has one, and add up to the
-    attention's output; the MLP's write is its real output at p (through its own output norm)."""
-    raw = raw_head_writes(block, x, p, masked, ablation)  # (nh, C)
+@dataclass(frozen=True)
+class BlockWrites:
+    """What one block writes at one position, in float32, through any norms on its sublayers'
+    outputs: the parts add up to resid_post - resid_pre there."""
+
+    heads: torch.Tensor  # (nh, C): each head's z_h W_O,h, z before any clamp of it
+    attn_bias: torch.Tensor  # (C,): the output projection's bias (and a post-norm's bias)
+    mlp: torch.Tensor  # (C,): the MLP's output from its real input, without any clamp's addition
+    clamp: torch.Tensor | None  # (C,): everything the block's clamps added; None without any
+
+
+def block_writes(block, x: torch.Tensor, p: int, masked: np.ndarray, ablation: str,
+                 clamps: RowClamps | None = None) -> BlockWrites:
+    """What `block` writes at position p from its resid_pre x (1, T, C). The heads' writes and
+    the bias pass through the frozen norm on the attention's output where the block has one, and
+    add up to the attention's output; the MLP's write is its real output at p (through its own
+    output norm). With `clamps` (the block's, at p) each writer reads its real input in the
+    clamped run and the clamps' additions go to `clamp`, point by point as the block applies them."""
+    z = head_z(block, x, p, masked, ablation)  # (nh, hs)
+    heads, attn_bias, z_clamp = attention_writes(block, z, clamps)
+    attn_out = heads.sum(dim=0) + attn_bias  # (C,)
+    if z_clamp is not None:
+        attn_out = attn_out + z_clamp
+    attn_out, attn_clamp = edit_row(clamps, "hook_attn_out", attn_out)
+    mid, mid_clamp = edit_row(clamps, "hook_resid_mid", x[0, p].float() + attn_out)  # (C,)
+    if isinstance(block, ParallelBlock):  # both sublayers read the block's input
+        mlp_in = block.ln_1(x[:, p:p + 1]) if isinstance(block.ln_2, nn.Identity) else block.ln_2(x[:, p:p + 1])
+    else:  # the MLP reads resid_mid as the block had it, clamps included
+        mlp_in = block.ln_2(mid.to(x.dtype)[None, None])  # (1, 1, C)
+    mlp, neurons_clamp = mlp_writes(block, mlp_in, clamps)
+    mlp_out = mlp if neurons_clamp is None else mlp + neurons_clamp
+    mlp_out, out_clamp = edit_row(clamps, "hook_mlp_out", mlp_out)
+    _post, post_clamp = edit_row(clamps, "hook_resid_post", mid + mlp_out)
+    clamp = added(z_clamp, attn_clamp, mid_clamp, neurons_clamp, out_clamp, post_clamp)
+    return BlockWrites(heads, attn_bias, mlp, clamp)
+
+
+def attention_writes(block, z: torch.Tensor, clamps: RowClamps | None):
+    """(heads (nh, C), attention bias (C,), the clamps of z through W_O (C,) or None) from the
+    heads' outputs z (nh, hs) at the query row: through the frozen norm on the attention's
+    output where the block has one, which saw all three."""
+    raw = z_writes(block.attn, z)  # (nh, C)
+    z_clamp = clamp_z_writes(block.attn, z, clamps)  # (nh, C) or None
+    z_clamp = None if z_clamp is None else z_clamp.sum(dim=0)  # (C,)
     bias = block.attn.c_proj.bias
     bias = bias.float() if bias is not None else torch.zeros(raw.shape[1], device=raw.device)
     post = block.ln_post_attn
     if isinstance(post, nn.Identity):
-        heads, attn_bias = raw, bias
-    else:  # the norm saw the heads' sum plus the bias: each part through it, the norm's own bias with the bias
-        frozen = frozen_norm(post, raw.sum(dim=0) + bias)
-        heads = frozen.linear(raw)
-        attn_bias = frozen.linear(bias) + (frozen.bias if frozen.bias is not None else 0.0)
-    attn_out = heads.sum(dim=0) + attn_bias  # (C,)
-    row = x[0, p].float()  # (C,)
-    if isinstance(block, ParallelBlock):  # both sublayers read the block's input
-        mlp_in = block.ln_1(x[:, p:p + 1]) if isinstance(block.ln_2, nn.Identity) else block.ln_2(x[:, p:p + 1])
-    else:
-        mlp_in = block.ln_2((row + attn_out).to(x.dtype)[None, None])  # (1, 1, C)
-    mlp = block.ln_post_mlp(block.mlp(mlp_in))[0, 0].float()  # (C,)
-    return heads, attn_bias, mlp
+        return raw, bias, z_clamp
+    # The norm saw the heads' sum plus the bias (and the clamp): each part through it, the norm's own bias with the bias.
+    seen = raw.sum(dim=0) + bias
+    frozen = frozen_norm(post, seen if z_clamp is None else seen + z_clamp)
+    attn_bias = frozen.linear(bias) + (frozen.bias if frozen.bias is not None else 0.0)
+    return frozen.linear(raw), attn_bias, None if z_clamp is None else frozen.linear(z_clamp)
+
+
+def mlp_writes(block, mlp_in: torch.Tensor, clamps: RowClamps | None):
+    """(the MLP's write (C,), the clamps of its neurons through c_proj (C,) or None) from its
+    input mlp_in (1, 1, C), each through the frozen norm on the MLP's output where the block has
+    one (the norm saw both)."""
+    if clamps is None or not clamps.has("mlp.hook_post"):
+        return block.ln_post_mlp(block.mlp(mlp_in))[0, 0].float(), None
+    seen = {}
+
+    def clamp_neurons(_point, _inputs, post):  # (1, 1, n_mlp)
+        edited, seen["delta"] = clamps.edit("mlp.hook_post", post)
+        return edited
+
+    with hooks(block, [("mlp.hook_post", clamp_neurons)]):
+        out = block.mlp(mlp_in)[0, 0].float()  # (C,): c_proj of the clamped neurons, its bias included
+    neurons = seen["delta"][0, 0].float() @ block.mlp.c_proj.weight.float().T  # (C,): no bias, only the change
+    own = out - neurons
+    post = block.ln_post_mlp
+    if isinstance(post, nn.Identity):
+        return own, neurons
+    frozen = frozen_norm(post, out)
+    return frozen.linear(own) + (frozen.bias if frozen.bias is not None else 0.0), frozen.linear(neurons)
 
 
 def embedding_writes(model, ids: torch.Tensor, p: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -185,20 +271,24 @@ def logit_attribution(session, position: int | None = None, tokens=None, interve
     heads = np.empty((c.n_layer, c.n_head), dtype=np.float32)
     attn_bias = np.empty(c.n_layer, dtype=np.float32)
     mlp = np.empty(c.n_layer, dtype=np.float32)
+    clamp = np.zeros(c.n_layer, dtype=np.float32)
+    clamps = row_clamps(session, change, p)  # by layer
     for layer in range(c.n_layer):
         if step is not None:
             step(layer, c.n_layer)
-        h, b, m = block_writes(model.blocks[layer], resid[layer], p, mask[layer], ablation)
-        heads[layer] = readout.of(h).cpu().numpy()
-        attn_bias[layer] = float(readout.of(b))
-        mlp[layer] = float(readout.of(m))
+        w = block_writes(model.blocks[layer], resid[layer], p, mask[layer], ablation, clamps.get(layer))
+        heads[layer] = readout.of(w.heads).cpu().numpy()
+        attn_bias[layer] = float(readout.of(w.attn_bias))
+        mlp[layer] = float(readout.of(w.mlp))
+        if w.clamp is not None:
+            clamp[layer] = float(readout.of(w.clamp))
     norm_bias = float(readout.final_norm.bias @ readout.direction) if readout.final_norm.bias is not None else 0.0
     logit = float(raw[tokens[0]]) - (float(raw[tokens[1]]) if len(tokens) == 2 else 0.0)
     return LogitAttribution(
         position=p, tokens=tokens, logit=logit, embedding=float(readout.of(tok)),
         position_term=None if pos is None else float(readout.of(pos)), heads=heads, attn_bias=attn_bias, mlp=mlp,
         norm_bias=norm_bias, unembed_bias=readout.bias, mask=mask, ablation=ablation,
-        logit_cap=float(c.logit_softcap or 0.0))
+        logit_cap=float(c.logit_softcap or 0.0), clamp=clamp, clamped=tuple(sorted(clamps)))
 
 
 @torch.inference_mode()
@@ -240,7 +330,9 @@ def head_sources(session, layer: int, head: int, position: int | None = None, to
     # The frozen norm on the attention's output, if any, as the whole layer saw it at p.
     post = block.ln_post_attn
     if not isinstance(post, nn.Identity):
-        raw = raw_head_writes(block, x, p, mask[layer], ablation)  # (nh, C)
+        z = head_z(block, x, p, mask[layer], ablation)  # (nh, hs)
         bias = attn.c_proj.bias.float() if attn.c_proj.bias is not None else 0.0
-        parts = frozen_norm(post, raw.sum(dim=0) + bias).linear(parts)
+        seen = z_writes(attn, z).sum(dim=0) + bias
+        z_clamp = clamp_z_writes(attn, z, row_clamps(session, change, p).get(layer))  # the norm saw it too
+        parts = frozen_norm(post, seen if z_clamp is None else seen + z_clamp.sum(dim=0)).linear(parts)
     return readout.of(parts).cpu().numpy().astype(np.float32)

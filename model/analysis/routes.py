@@ -20,6 +20,15 @@ the sum of every part's proximity, the residual included (`contributions`).
   has one sum y = x_q + attention output + MLP output (resid_post) with the residual, every
   (k, h) piece and the MLP's write as its parts.
 
+**Feature clamps.** Each clamp's addition goes into the part of the layer whose output its SAE
+reads, so the attention's side is the real resid_mid - x and the MLP's part the rest of the
+real update x_next - resid_mid (x_next - x - the attention's side in a parallel block): a clamp
+of z adds head h's change through W_O (and the frozen output norm, whose scale saw it) to head
+h's piece at k = q, the head's own row, where the clamp edited its output; clamps of the
+attention's output and of resid_mid are in y (the attention's output) but, like b_O, in no
+piece; clamps of the neurons, of the MLP's output, of resid_post and of the next layer's
+resid_pre (applied at this layer's output) are in the MLP's part.
+
 **The graph (the paper's Algorithm 1, top-down).** Nodes are a residual stream at a position:
 the token embedding ("embed"), after a layer's attention ("attn", resid_mid), after the layer
 ("out", resid_post), and the MLP block ("mlp"). From the chosen position's last "out" node, each
@@ -49,7 +58,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from transformer_viewer.model.analysis.attribution import frozen_norm
+from transformer_viewer.model.analysis.attribution import clamp_z_writes, frozen_norm
+from transformer_viewer.model.analysis.row_clamps import RowClamps, edit_row, row_clamps
 from transformer_viewer.model.capture.interventions import Intervention, requested
 from transformer_viewer.model.decoder.gpt import ParallelBlock
 from transformer_viewer.model.errors import ModelError
@@ -125,12 +135,24 @@ class Routes:
                     expanded=self.expanded)
 
 
+@dataclass(frozen=True)
+class QueryAttention:
+    """What the attention parts of one query are made of."""
+
+    pattern: torch.Tensor  # (nh, q + 1): each head's pattern row (a masked head's is zero)
+    frozen: object  # the frozen norm on the attention's output (FrozenNorm), or None
+    out: torch.Tensor  # (C,): resid_mid - resid_pre at q, every clamp of the attention's side included
+    z_clamp: torch.Tensor | None  # (nh, C): each head's clamp of z through W_O (and the norm); None: none
+
+
 class LayerParts:
     """What one layer adds at a query position, split into the paper's parts, computed from the
     layer's resid_pre x (1, T, C) and the next layer's (its resid_post) for the queries asked."""
 
-    def __init__(self, block, x: torch.Tensor, x_next: torch.Tensor, last: int, masked: np.ndarray, ablation: str):
+    def __init__(self, block, x: torch.Tensor, x_next: torch.Tensor, last: int, masked: np.ndarray, ablation: str,
+                 clamps: Callable[[int], RowClamps | None] | None = None):
         attn = block.attn
+        self.clamps = clamps  # query -> the block's feature clamps at that row (None: no clamps)
         self.block, self.x, self.x_next = block, x[0].float(), x_next[0].float()
         self.parallel = isinstance(block, ParallelBlock)
         nh, hs = attn.n_head, attn.head_size
@@ -141,10 +163,12 @@ class LayerParts:
         w_o = attn.c_proj.weight.float().T.reshape(nh, hs, -1)  # (nh, hs, C): z_h @ w_o[h] is head h's write
         # Each head's v_k W_O,h for every key the queries can see: (T', nh, C).
         self.vo = torch.einsum("hkd,hdc->khc", vh[0].float(), w_o)
-        self.mean_z = None
+        self.vh = vh[0]  # (nh, T', hs): the heads' outputs at a clamped query are made of these
+        self.mean_z = self.mean_zh = None
         if mean_ablated:  # a mean-ablated head writes its mean output over every position, at every query
             z = attend_by_blocks(self.qh, self.kh, vh, attn.window, attn.softcap)[0]  # (nh, T, hs)
-            self.mean_z = torch.einsum("hd,hdc->hc", z.float().mean(dim=1), w_o)  # (nh, C)
+            self.mean_zh = z.float().mean(dim=1)  # (nh, hs)
+            self.mean_z = torch.einsum("hd,hdc->hc", self.mean_zh, w_o)  # (nh, C)
         self.bias = attn.c_proj.bias.float() if attn.c_proj.bias is not None else torch.zeros(
             self.vo.shape[-1], device=x.device)
 
@@ -154,23 +178,43 @@ class LayerParts:
                            self.block.attn.softcap)[0, :, 0].float()  # (nh, q + 1)
         return torch.where(self.masked[:, None], torch.zeros((), device=row.device), row)
 
-    def attention(self, q: int):
-        """(pattern row (nh, q + 1), frozen output norm or None, attention output at q (C,)):
-        what the parts of query q are made of."""
+    def attention(self, q: int) -> QueryAttention:
+        """What the parts of query q are made of."""
         a = self.pattern_row(q)
         raw = torch.einsum("hk,khc->c", a, self.vo[: q + 1])  # the heads' sum, before b_O
         if self.mean_z is not None:
             raw = raw + self.mean_z[self.masked].sum(dim=0)
+        clamps = self.clamps(q) if self.clamps is not None else None
+        z_clamp = clamp_z_writes(self.block.attn, self.z_row(q, a), clamps) if clamps is not None else None
+        if z_clamp is not None:
+            raw = raw + z_clamp.sum(dim=0)
         post = self.block.ln_post_attn
         if isinstance(post, nn.Identity):
-            return a, None, raw + self.bias
-        frozen = frozen_norm(post, raw + self.bias)
-        out = frozen.linear(raw + self.bias) + (frozen.bias if frozen.bias is not None else 0.0)
-        return a, frozen, out
+            frozen, out = None, raw + self.bias
+        else:
+            frozen = frozen_norm(post, raw + self.bias)
+            out = frozen.linear(raw + self.bias) + (frozen.bias if frozen.bias is not None else 0.0)
+            z_clamp = None if z_clamp is None else frozen.linear(z_clamp)
+        if clamps is not None:  # the clamps of the attention's output and of resid_mid: in the output, in no piece
+            out, _added = edit_row(clamps, "hook_attn_out", out)
+            mid, d_mid = edit_row(clamps, "hook_resid_mid", self.x[q] + out)
+            out = mid - self.x[q] if d_mid is not None else out
+        return QueryAttention(a, frozen, out, z_clamp)
 
-    def pieces_proximity(self, q: int, a: torch.Tensor, frozen, y: torch.Tensor) -> torch.Tensor:
+    def z_row(self, q: int, a: torch.Tensor) -> torch.Tensor:
+        """The heads' outputs at query q, (nh, hs), as hook_z holds them before any clamp, from
+        the pattern row a (nh, q + 1) (a masked head's is zero, or its mean output)."""
+        z = torch.einsum("hk,hkd->hd", a, self.vh[:, : q + 1].float())  # (nh, hs)
+        if self.mean_zh is not None:
+            z = torch.where(self.masked[:, None], self.mean_zh, z)
+        return z.to(self.vh.dtype)
+
+    def pieces_proximity(self, q: int, a: torch.Tensor, frozen, y: torch.Tensor,
+                         z_clamp: torch.Tensor | None = None) -> torch.Tensor:
         """Proximity of every (k, h) piece pattern[q, k] * v_k W_O,h to y, (q + 1, nh) float64,
-        by blocks of keys. A mean-ablated head's write is one piece of its own, at k = q."""
+        by blocks of keys. A mean-ablated head's write is one piece of its own, at k = q. A
+        clamp of z adds head h's change z_clamp[h] (nh, C) to its piece at k = q: the head's
+        own row, where the clamp edited its output."""
         out = torch.zeros(q + 1, a.shape[0], dtype=torch.float64, device=y.device)
         norm = y.double().abs().sum()
         for k0 in range(0, q + 1, KEY_BLOCK):
@@ -178,10 +222,14 @@ class LayerParts:
             pieces = a[:, k0:k1].T[:, :, None] * self.vo[k0:k1]  # (k1 - k0, nh, C)
             if frozen is not None:
                 pieces = frozen.linear(pieces)
+            if z_clamp is not None and k0 <= q < k1:
+                pieces[q - k0] += z_clamp
             dist = (y - pieces).abs().sum(dim=-1, dtype=torch.float64)  # (k1 - k0, nh)
             out[k0:k1] = (norm - dist).clamp_min(0.0)
         if self.mean_z is not None:
             write = self.mean_z if frozen is None else frozen.linear(self.mean_z)  # (nh, C)
+            if z_clamp is not None:
+                write = write + z_clamp
             prox = (norm - (y - write).abs().sum(dim=-1, dtype=torch.float64)).clamp_min(0.0)  # (nh,)
             out[q] = torch.where(self.masked, prox, out[q])
         return out
@@ -216,7 +264,8 @@ def information_routes(session, position: int | None = None, threshold: float = 
             step(i, L)
         if not frontier:
             break
-        parts = LayerParts(model.blocks[layer], resid[layer], resid[layer + 1], max(frontier), mask[layer], ablation)
+        parts = LayerParts(model.blocks[layer], resid[layer], resid[layer + 1], max(frontier), mask[layer], ablation,
+                           _layer_clamps(session, change, layer))
         below = set()
         for q in sorted(frontier):
             below |= _expand(graph, parts, layer, q, threshold, renormalize)
@@ -228,7 +277,8 @@ def _expand(graph: _Graph, parts: LayerParts, layer: int, q: int, threshold: flo
     """Expand layer `layer`'s nodes at query q; returns the positions of the layer below whose
     residual joins the route."""
     x, y_out = parts.x[q], parts.x_next[q]
-    a, frozen, attn_out = parts.attention(q)
+    attention = parts.attention(q)
+    a, frozen, attn_out = attention.pattern, attention.frozen, attention.out
     out_node = graph.node(OUT, layer, q)
 
     def source(pos: int) -> int:  # the residual stream entering this layer at pos
@@ -250,7 +300,7 @@ def _expand(graph: _Graph, parts: LayerParts, layer: int, q: int, threshold: flo
         if not kept.any():
             return set()
         target, y, mlp_out = mid_node, mid, None
-    pieces = parts.pieces_proximity(q, a, frozen, y)  # (q + 1, nh)
+    pieces = parts.pieces_proximity(q, a, frozen, y, attention.z_clamp)  # (q + 1, nh)
     extra = torch.stack([x] if mlp_out is None else [x, mlp_out])
     prox = torch.cat([pieces.reshape(-1), proximities(extra, y)])
     total = float(prox.sum())
@@ -270,6 +320,13 @@ def _expand(graph: _Graph, parts: LayerParts, layer: int, q: int, threshold: flo
         graph.edge(source(int(k)), target, ATTENTION, float(by_key[k].sum()), heads=by_key[k])
         below.add(int(k))
     return below
+
+
+def _layer_clamps(session, change: Intervention, layer: int) -> Callable[[int], RowClamps | None] | None:
+    """Query -> block `layer`'s feature clamps at that row; None where no clamp is in `change`."""
+    if not change.clamps:
+        return None
+    return lambda q: row_clamps(session, change, q).get(layer)
 
 
 class _Graph:

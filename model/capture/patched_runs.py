@@ -18,10 +18,18 @@ every layer run computes every row.
 
 Every patch is applied by a forward hook on its hook point, written so that a hook seeing the
 last t rows of a sequence of T' (a layer run from row T' - t) patches the right positions.
+
+Feature clamps (model/capture/feature_clamps.py) apply to both prompts' runs alike, as the head
+mask does: the runs a patch reads from are the clamped runs, and a patched run installs the clamp
+hooks of the layers it computes (placed by counting positions from the end, as the patches are)
+before its patch hooks, so a patch at a clamp's hook point writes the source's clamped value. Each
+clamp changes a token's activation from that token's alone, so skipping rows stays exact: rows
+before the first one computed are the clamped target run's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -62,24 +70,26 @@ def site_hook_names(model, sites) -> list[str]:
     return names
 
 
-def record_run(model, ids: torch.Tensor, mask, ablation: str, sites=SOURCE_SITES) -> RunActivations:
-    """Run `ids` (1, T) under the head mask `mask` (L, nh), keeping the residual stream and the
-    activations of `sites`."""
+def record_run(model, ids: torch.Tensor, mask, ablation: str, sites=SOURCE_SITES, clamps=()) -> RunActivations:
+    """Run `ids` (1, T) under the head mask `mask` (L, nh) and the feature clamps' hooks `clamps`
+    ((name, hook) pairs for a run from layer 0), keeping the residual stream and the activations
+    of `sites` as the run's hooks left them (clamped where a clamp's hook point is a site's)."""
     L = model.config.n_layer
     resid_names = [f"blocks.{layer}.hook_resid_pre" for layer in range(L)]
-    with (hooks(model, batched_head_mask_hooks(mask[None], ablation)),
+    with (hooks(model, batched_head_mask_hooks(mask[None], ablation) + list(clamps)),
           caching(model, resid_names + site_hook_names(model, sites)) as kept):
         final = model.run_blocks(model.embed(ids))
     resid = [kept.pop(n) for n in resid_names] + [final]
     return RunActivations(ids, resid, kept, set(sites))
 
 
-def record_sites(model, run: RunActivations, mask, ablation: str, sites) -> None:
-    """Add the activations of `sites` to a kept run: one more forward of its prompt."""
+def record_sites(model, run: RunActivations, mask, ablation: str, sites, clamps=()) -> None:
+    """Add the activations of `sites` to a kept run: one more forward of its prompt, under the
+    same head mask and clamp hooks `clamps` as `record_run`'s."""
     missing = [site for site in sites if site not in run.sites]
     names = site_hook_names(model, missing)
     if names:
-        with hooks(model, batched_head_mask_hooks(mask[None], ablation)), caching(model, names) as kept:
+        with hooks(model, batched_head_mask_hooks(mask[None], ablation) + list(clamps)), caching(model, names) as kept:
             model.run_blocks(model.embed(run.ids))
         run.acts.update(kept)
     run.sites.update(missing)
@@ -162,11 +172,21 @@ def _patch_hook(B: int, entries, src: torch.Tensor, align: Alignment, heads_dim:
     return hook
 
 
+# The hooks of feature clamps for a run from layer `start_layer` whose hooks see the last rows
+# of `total` positions: (start_layer, total) -> [(hook name, hook)].
+ClampHooks = Callable[[int, int], list]
+
+
+def no_clamps(_start_layer: int, _total: int) -> list:
+    return []
+
+
 @dataclass(frozen=True)
 class PatchedBatch:
     """What a batch of patched runs needs beside the patches: the head mask both runs share,
-    the target and source runs, how their positions meet, and whether rows before a patch may
-    be skipped (not under a mean-ablated mask)."""
+    the target and source runs, how their positions meet, whether rows before a patch may be
+    skipped (not under a mean-ablated mask), and the hooks of the feature clamps both runs
+    share (the ones the target and source runs were recorded under)."""
 
     mask: object  # (L, nh) bool
     ablation: str
@@ -174,6 +194,7 @@ class PatchedBatch:
     source: RunActivations
     align: Alignment
     skip_rows: bool = True
+    clamp_hooks: ClampHooks = no_clamps
 
 
 def patched_final(model, batch: PatchedBatch, runs: list[tuple[Patch, ...]]) -> torch.Tensor:
@@ -219,16 +240,20 @@ def patched_final(model, batch: PatchedBatch, runs: list[tuple[Patch, ...]]) -> 
     tgt = batch.target
     if not patches:
         return tgt.resid[L][:, m].expand(B, -1)  # (B, C)
-    with hooks(model, batched_head_mask_hooks(batch.mask[None], batch.ablation) + named):
+    if start == L and not embed:  # only the final residual stream is patched: the clamps are in it
+        x = tgt.resid[L][:, :T].expand(B, T, -1)
+        hook = [h for n, h in named if n == f"blocks.{L - 1}.hook_resid_post"][0]
+        return hook(None, (), x)[:, m]
+    if embed:
+        start = 0
+    # Clamps of layers before `start` are in the cached resid_pre it starts from; the others go
+    # before the patches, so that a patch at a clamp's hook point writes over the clamped value.
+    clamped = batch.clamp_hooks(start, T)
+    with hooks(model, batched_head_mask_hooks(batch.mask[None], batch.ablation) + clamped + named):
         if embed:
             x = model.embed(tgt.ids[:, :T].expand(B, T))  # (B, T, C)
-            start = 0
-        elif start < L:
+        else:
             x = tgt.resid[start][:, :T].expand(B, T, -1)  # (B, T, C)
-        if start == L:  # only the final residual stream is patched
-            x = tgt.resid[L][:, :T].expand(B, T, -1)
-            hook = [h for n, h in named if n == f"blocks.{L - 1}.hook_resid_post"][0]
-            return hook(None, (), x)[:, m]
         for layer in range(start, L):
             row = 0 if layer in pattern_layers else last_first if layer == L - 1 else first
             out = model.blocks[layer](x, row)  # (B, T - row, C)

@@ -1,6 +1,7 @@
 """The session's second prompt, for activation patching: the corrupted prompt beside the clean
-one (the session's own), both runs' patchable activations cached once per head mask, and
-runs of an Intervention with patches read from them.
+one (the session's own), both runs' patchable activations cached once per head mask and feature
+clamps (both apply to the two prompts alike), and runs of an Intervention with patches read
+from them.
 
 A mixin of `Session` (model/capture/session.py): setting either prompt drops what was cached
 for the pair; setting the clean prompt clears the corrupted one too (a pair is set together).
@@ -14,13 +15,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from transformer_viewer.model.capture.feature_clamps import clamp_hooks
 from transformer_viewer.model.capture.interventions import Intervention
 from transformer_viewer.model.capture.memory_budget import max_tokens, patch_sources_bytes, size_text
 from transformer_viewer.model.capture.patched_runs import (
     SOURCE_SITES,
     Alignment,
+    ClampHooks,
     PatchedBatch,
     RunActivations,
+    no_clamps,
     patched_final,
     record_run,
     record_sites,
@@ -57,9 +61,9 @@ class PromptPair:
 
 @dataclass
 class PatchSources:
-    """Both prompts' runs under one head mask, every patchable activation kept."""
+    """Both prompts' runs under one head mask and its feature clamps, every patchable activation kept."""
 
-    mask_intervention: Intervention  # the head mask both runs share (no patches)
+    mask_intervention: Intervention  # the head mask and clamps both runs share (no patches)
     runs: dict  # "clean" / "corrupted" -> RunActivations
 
 
@@ -112,16 +116,16 @@ class PatchedPredictions:
     @torch.inference_mode()
     def patch_sources(self, intervention: Intervention | None = None, patterns: bool = False,
                       sites=None) -> PatchSources:
-        """Both prompts' runs under `intervention`'s head mask (its patches aside), their residual
-        streams and the activations of `sites` (PATCH_SITES; None: every site but the pattern)
-        kept: computed once per (prompts, head mask), dropped when a prompt changes; a site asked
-        for later costs one more forward of each prompt. `patterns`: the "pattern" site too
-        (L x nh x T^2 floats a run). The whole is bounded by the memory budget."""
+        """Both prompts' runs under `intervention`'s head mask and feature clamps (its patches
+        aside; both apply to the two prompts alike, a clamp at a position past a prompt's end
+        only where it reaches), their residual streams and the activations of `sites`
+        (PATCH_SITES; None: every site but the pattern) kept: computed once per (prompts, head
+        mask and clamps), dropped when a prompt changes; a site asked for later costs one more
+        forward of each prompt. `patterns`: the "pattern" site too (L x nh x T^2 floats a run).
+        The whole is bounded by the memory budget."""
         clean, corrupted = self._require_pair()
         change = self._intervention(intervention, None).with_patches(())
-        if change.clamps:  # the patched runs apply the head mask alone: say so, never drop clamps silently
-            raise ModelError("activation patching does not apply SAE feature clamps; remove the clamps to patch "
-                             "(the head mask applies to both runs)")
+        clamps = self.clamp_hooks(change)  # checks the clamps against the SAEs held
         for ids in (clean, corrupted):  # each run is a capture's forward: bounded alike
             self._check_budget(ids.shape[1])
         sites = set(SOURCE_SITES if sites is None else sites) | ({"pattern"} if patterns else set())
@@ -133,12 +137,12 @@ class PatchedPredictions:
         # Kept patterns need a tensor each: the session's scratch attention reuses one buffer.
         with self._scratch_attention() if "pattern" not in sites else contextlib.nullcontext():
             if cached is None:
-                runs = {name: record_run(self.model, ids, change.mask, change.ablation, sites)
+                runs = {name: record_run(self.model, ids, change.mask, change.ablation, sites, clamps)
                         for name, ids in (("clean", clean), ("corrupted", corrupted))}
                 cached = self._patch_sources = PatchSources(change, runs)
             else:
                 for run in cached.runs.values():
-                    record_sites(self.model, run, change.mask, change.ablation, sites)
+                    record_sites(self.model, run, change.mask, change.ablation, sites, clamps)
         return cached
 
     def _check_patch_budget(self, T: int, sites) -> None:
@@ -172,6 +176,17 @@ class PatchedPredictions:
             same = int(differ[0, 0]) if len(differ) else target.T
         return Alignment(mt + 1, ms - mt, same_before=same)
 
+    def patch_clamp_hooks(self, change: Intervention) -> ClampHooks:
+        """`change`'s clamp hooks for a patched run (`PatchedBatch.clamp_hooks`): from a start
+        layer, over the last rows of a prompt's positions."""
+        if not change.clamps:
+            return no_clamps
+        self.clamp_hooks(change)  # checked once, and each SAE on the model's device
+
+        def clamped(start_layer: int, total: int) -> list:
+            return clamp_hooks(change.clamps, self.saes, start_layer, total)
+        return clamped
+
     def skip_rows(self, change: Intervention) -> bool:
         """Whether patched runs may skip rows before a patch and after the metric: not when a
         mean-ablated head averages over every position."""
@@ -180,8 +195,9 @@ class PatchedPredictions:
     @torch.inference_mode()
     def predict_patched(self, intervention: Intervention, position: int | None = None, top_k: int = 10):
         """The next-token distribution at `position` of the run `intervention`'s patches are
-        written into (the prompt that is not their source), under its head mask, each patch's
-        value read from the source prompt's run under the same mask."""
+        written into (the prompt that is not their source), under its head mask and feature
+        clamps, each patch's value read from the source prompt's run under the same mask and
+        clamps (a patch at a clamp's hook point writes the source's clamped value)."""
         change = self._intervention(intervention, None)
         if not change.patches:
             raise ModelError("this intervention has no patches; predict() runs it")
@@ -192,7 +208,7 @@ class PatchedPredictions:
         skip = self.skip_rows(change)
         align = self.patch_alignment(target, source, position, skip)
         check_positions(change.patches, target.T, source.T)
-        batch = PatchedBatch(change.mask, change.ablation, target, source, align, skip)
+        batch = PatchedBatch(change.mask, change.ablation, target, source, align, skip, self.patch_clamp_hooks(change))
         with self._scratch_attention():
             final = patched_final(self.model, batch, [change.patches])  # (1, C)
         logits = self.model.unembed(final).float()[0, : self.n_vocab]  # (V,)

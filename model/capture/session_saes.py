@@ -50,18 +50,22 @@ class SaeAttachments:
         sae.follow(self.device)
         return sae
 
-    def intervention_hooks(self, change: Intervention, start_layer: int = 0) -> list[tuple[str, object]]:
-        """(hook name, hook) pairs applying `change` (head mask, then clamps) to layers >= start_layer."""
-        return change.without_clamps().hooks(start_layer) + self.clamp_hooks(change, start_layer)
+    def intervention_hooks(self, change: Intervention, start_layer: int = 0,
+                           total: int | None = None) -> list[tuple[str, object]]:
+        """(hook name, hook) pairs applying `change` (head mask, then clamps) to layers >= start_layer;
+        `total`: as `clamp_hooks`'s."""
+        return change.without_clamps().hooks(start_layer) + self.clamp_hooks(change, start_layer, total)
 
-    def clamp_hooks(self, change: Intervention, start_layer: int = 0) -> list[tuple[str, object]]:
-        """The hooks of `change`'s feature clamps alone (none without clamps)."""
+    def clamp_hooks(self, change: Intervention, start_layer: int = 0,
+                    total: int | None = None) -> list[tuple[str, object]]:
+        """The hooks of `change`'s feature clamps alone (none without clamps). `total`: the
+        prompt's length where a run computes only its last rows (feature_clamps.clamp_hooks)."""
         if not change.clamps:
             return []
         check_clamps(change.clamps, self.saes)
         for index in {c.sae for c in change.clamps}:
             self.saes[index].follow(self.device)
-        return clamp_hooks(change.clamps, self.saes, start_layer)
+        return clamp_hooks(change.clamps, self.saes, start_layer, total)
 
     def _clamps_start(self, change: Intervention, other: Intervention) -> int:
         """The first layer whose computation the two Interventions' clamps make differ (n_layer: none)."""

@@ -25,16 +25,35 @@ class AttachedSae:
             raise ModelError(f"the SAE {loaded.name} reads {loaded.config.d_in:,}-wide activations, and {self.spec.name} "
                              f"of this model is {need:,} wide; open it again for this model")
         device = next(model.parameters()).device
-        self.module = loaded.module.to(device)
         self._model = model
-        self.input = ActivationInput(loaded.config.processing, self.spec, model)
+        with torch.inference_mode(False):  # ordinary tensors, whatever mode it is attached in
+            self.module = ordinary_tensors(loaded.module.to(device))
+            self.input = ActivationInput(loaded.config.processing, self.spec, model)
 
     def follow(self, device: torch.device) -> None:
         """Keep the module on the model's device (the model may move after attaching)."""
         if self.module.W_dec.device != device:
-            self.module.to(device)
-            self.input = ActivationInput(self.config.processing, self.spec, self._model)
+            # Ordinary tensors even when a run in inference mode moves it: attribution patching
+            # takes gradients through a clamp's hook, which inference tensors cannot record.
+            with torch.inference_mode(False):
+                ordinary_tensors(self.module.to(device))
+                self.input = ActivationInput(self.config.processing, self.spec, self._model)
 
     def features(self, x: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         """(..., d_sae) features of the hooked activation x, and what decoding needs."""
         return self.module.encode_with_stats(self.input(x))
+
+
+def ordinary_tensors(module: torch.nn.Module) -> torch.nn.Module:
+    """`module` with any inference tensor among its parameters and buffers (an SAE loaded inside
+    `torch.inference_mode`, as the command line loads) replaced by an ordinary copy: attribution
+    patching takes gradients through a clamp's hook, and autograd cannot record inference
+    tensors. Call outside inference mode."""
+    for part in module.modules():
+        for name, p in list(part._parameters.items()):
+            if p is not None and p.is_inference():
+                part._parameters[name] = torch.nn.Parameter(p.clone(), requires_grad=p.requires_grad)
+        for name, b in list(part._buffers.items()):
+            if b is not None and b.is_inference():
+                part._buffers[name] = b.clone()
+    return module

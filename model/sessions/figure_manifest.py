@@ -1,14 +1,20 @@
 """`FILE.manifest.json`: what regenerates an exported figure or data file.
 
 A manifest holds the session parts the export depends on (the checkpoint with its fingerprint,
-the prompt, the intervention, the environment that computed it) and an `export` part: the view,
-its options, and the sha256 of the file written. `transformer-viewer export --from-manifest`
-reads it back as untrusted input (untrusted_json, every field checked) and runs the same export:
-the same bytes of data on the same machine with the same kernel path and threads, within
-float32 rounding elsewhere (environment_part.py).
+the prompt, the intervention with its feature clamps, the SAEs those clamps name, the
+environment that computed it) and an `export` part: the view, its options, and the sha256 of
+the file written. `transformer-viewer export --from-manifest` reads it back as untrusted input
+(untrusted_json, every field checked) and runs the same export: the same bytes of data on the
+same machine with the same kernel path and threads, within float32 rounding elsewhere
+(environment_part.py).
 
-`private=True` leaves the prompt and every local path out (they may not be the user's to share);
-such a manifest records the rest, and regenerating it needs `--prompt` and the checkpoint given.
+The `saes` part is a session's (saes_part.py): each SAE's spec, hook point, widths and the
+fingerprint of its files. Like the checkpoint's path, a spec is only text here: regenerating
+opens it through the same load as a typed `--sae` and compares the fingerprint once loaded.
+
+`private=True` leaves the prompt and every local path out (they may not be the user's to share):
+the checkpoint's and each SAE's path and labels file keep only their file names. Such a manifest
+records the rest, and regenerating it needs `--prompt`, the checkpoint and each `--sae` given.
 
 A manifest can also travel inside the figure (`embed`): base64 JSON in an SVG's `<metadata>` or
 a PDF's XMP packet, between fixed markers; `--from-manifest FIGURE.svg` reads it back from there.
@@ -28,7 +34,7 @@ from dataclasses import dataclass, replace
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.files import atomic_write, regular_file, untrusted_json
 from transformer_viewer.model.files.file_errors import read_errors
-from transformer_viewer.model.sessions import checkpoint_part, environment_part, prompt_part
+from transformer_viewer.model.sessions import checkpoint_part, environment_part, prompt_part, saes_part
 from transformer_viewer.model.sessions.fields import Fields
 from transformer_viewer.model.sessions.parts import Part
 from transformer_viewer.model.sessions.registry import decode, encode
@@ -93,7 +99,7 @@ def _export_from_json(f: Fields) -> ExportRecord:
 
 EXPORT = Part("export", 1, _export_to_json, _export_from_json)
 PARTS: dict[str, Part] = {p.name: p for p in (checkpoint_part.PART, prompt_part.PROMPT, prompt_part.INTERVENTION,
-                                               environment_part.PART, EXPORT)}
+                                               saes_part.PART, environment_part.PART, EXPORT)}
 
 
 def manifest_path(out: str) -> str:
@@ -116,9 +122,20 @@ def manifest_text(records: dict[str, object], private: bool = False) -> str:
         if (c := records.get("checkpoint")) is not None and c.source is not None and os.path.isabs(c.source):
             records["checkpoint"] = replace(c, source=os.path.basename(c.source),
                                             tokenizer=c.tokenizer if c.tokenizer == "gpt2" else "")
+        if (s := records.get("saes")) is not None:
+            records["saes"] = replace(s, saes=tuple(replace(r, spec=_private_path(r.spec), labels=_private_path(r.labels))
+                                                    for r in s.saes))
     doc = {"format": FORMAT, "version": f"{VERSION[0]}.{VERSION[1]}", "private": private,
            "parts": encode(records, PARTS)}
     return json.dumps(doc, ensure_ascii=False, allow_nan=False, indent=1) + "\n"
+
+
+def _private_path(path: str | None) -> str | None:
+    """A local path as its file name alone (a folder's: its own name); anything else (None, a
+    REPO_ID/SUBFOLDER of the Hugging Face cache) as it is."""
+    if path is None or not os.path.isabs(path):
+        return path
+    return os.path.basename(os.path.normpath(path))
 
 
 def write_manifest(out: str, records: dict[str, object], private: bool = False) -> str:

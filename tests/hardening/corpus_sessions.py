@@ -12,7 +12,7 @@ import os
 from dataclasses import replace
 
 from tests.hardening.cli_cases import CliCase
-from tests.helpers.hardening import save_tiny
+from tests.helpers.hardening import TINY, save_tiny
 from tests.helpers.sessions import hostile_sessions
 
 GROUPS = ("sessions", "manifests")
@@ -35,13 +35,14 @@ def not_a_checkpoint_file(root: str) -> str:
 
 def _sae_record(root: str):
     """The record of a small SAE for the tiny model, written under `root`."""
-    from tests.helpers.hardening import TINY
     from tests.helpers.saes import random_weights, saelens_cfg, write_saelens
     from transformer_viewer.model.sessions.fingerprint import sae_fingerprint
     from transformer_viewer.model.sessions.saes_part import SaeRecord
 
     hook = "blocks.0.hook_resid_post"
-    folder = write_saelens(os.path.join(root, "sae"), saelens_cfg("standard", TINY.n_embd, 16, hook),
+    # model_from_pretrained_kwargs said (none: an unprocessed model), so a load prints no note before its one line
+    folder = write_saelens(os.path.join(root, "sae"), saelens_cfg("standard", TINY.n_embd, 16, hook,
+                                                                  model_from_pretrained_kwargs={}),
                            random_weights("standard", TINY.n_embd, 16, seed=1))
     return SaeRecord(0, folder, hook, TINY.n_embd, 16, sae_fingerprint(folder))
 
@@ -113,9 +114,65 @@ def build(root: str) -> list[CliCase]:
         ("not_a_checkpoint", variant("not_ckpt", lambda d: d["parts"]["checkpoint"].__setitem__(
             "source", not_a_checkpoint)), "notes.txt"),
     ]
+    manifests += _sae_manifests(root, {**records, "export": ExportRecord("attention", ".png")}, sae, not_a_checkpoint)
     cases += [CliCase(f"manifest_{name}", "manifests", regenerate(path), expect.lower(), keep=(out,))
               for name, path, expect in manifests]
     good_manifest = _manifest(root, "good", valid)
     cases.append(CliCase("manifest_valid", "manifests", ("export", "--from-manifest", good_manifest, "--out",
                                                         os.path.join(root, "again.png")), None))
+    good_sae_manifest = _manifest(root, "good_sae", _sae_manifest({**records, "export": ExportRecord("attention", ".png")},
+                                                                  sae))
+    cases.append(CliCase("manifest_sae_valid", "manifests", ("export", "--from-manifest", good_sae_manifest, "--out",
+                                                            os.path.join(root, "again_sae.png")), None))
     return cases
+
+
+def _sae_manifest(records: dict, sae) -> dict:
+    """A manifest of a figure exported with `sae` open and one of its features clamped."""
+    from transformer_viewer.model.capture.interventions import FeatureClamp
+    from transformer_viewer.model.sessions.figure_manifest import manifest_text
+    from transformer_viewer.model.sessions.prompt_part import InterventionRecord
+    from transformer_viewer.model.sessions.saes_part import SaesRecord
+
+    clamped = InterventionRecord(TINY.n_layer, TINY.n_head, (), "zero", (FeatureClamp(0, 3, "set", 2.0),))
+    return json.loads(manifest_text({**records, "intervention": clamped, "saes": SaesRecord((sae,))}))
+
+
+def _sae_manifests(root: str, records: dict, sae, not_an_sae: str) -> list[tuple[str, str, str]]:
+    """(name, manifest, expected fragment): a manifest's SAE fields made hostile, each refused in
+    one line before the figure is written; its path untrusted as a typed --sae is."""
+    valid = _sae_manifest(records, sae)
+
+    def variant(name: str, change) -> str:
+        doc = json.loads(json.dumps(valid))
+        change(doc)
+        return _manifest(root, f"sae_{name}", doc)
+
+    def set_sae(key, value):
+        return lambda d: d["parts"]["saes"]["saes"][0].__setitem__(key, value)
+
+    def set_clamp(key, value):
+        return lambda d: d["parts"]["intervention"]["clamps"][0].__setitem__(key, value)
+
+    return [
+        ("sae_gone", variant("gone", set_sae("spec", os.path.join(root, "gone_sae"))), "is not on this machine"),
+        ("sae_not_an_sae", variant("not_an_sae", set_sae("spec", not_an_sae)), "not an sae file"),
+        ("sae_system_file", variant("system_file", set_sae("spec", "/etc/passwd")), "not an sae file"),
+        ("sae_width_huge", variant("width_huge", set_sae("d_sae", 10 ** 12)), "saes.saes[0].d_sae: is"),
+        ("sae_hook_long", variant("hook_long", set_sae("hook", "blocks." * 1000)), "characters long"),
+        ("sae_fingerprint_method", variant("fingerprint", set_sae("fingerprint", {"method": "trust-me"})),
+         "fingerprint.method: is 'trust-me'"),
+        ("sae_index_twice", variant("index_twice", lambda d: d["parts"]["saes"]["saes"].append(
+            d["parts"]["saes"]["saes"][0])), "which another sae of the session has"),
+        ("sae_private_no_path", variant("private", _private_without_paths),
+         "is private and leaves the paths of its saes out"),
+        ("sae_clamp_past_width", variant("clamp_feature", set_clamp("feature", 4000)), "sae 0 has features 0..15"),
+        ("sae_clamp_value_huge", variant("clamp_value", set_clamp("value", 1e300)), "clamps[0].value: is 1e+300"),
+    ]
+
+
+def _private_without_paths(doc: dict) -> None:
+    """What `--manifest-private` writes: the SAE's folder named, its path left out."""
+    doc["private"] = True
+    doc["parts"]["export"]["private"] = True
+    doc["parts"]["saes"]["saes"][0]["spec"] = "a-private-sae-folder"

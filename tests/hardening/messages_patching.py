@@ -169,17 +169,7 @@ def run_pair_of(clean, corrupted, direction="denoise"):
     return trigger
 
 
-def clamped_grid(ctx):
-    from transformer_viewer.model.analysis.patching.exact import patch_grid
-    from transformer_viewer.model.capture.interventions import FeatureClamp, Intervention
-
-    s = pair(ctx)
-    iv = Intervention.make(s.config, clamps=(FeatureClamp(0, 1, "set", 0.0),))
-    return raised(lambda: patch_grid(s, "heads", kl(), intervention=iv))
-
-
 CASES = [
-    Case("patching under feature clamps", clamped_grid, "activation patching does not apply SAE feature clamps"),
     # patch values
     Case("a patch that is no Patch", make_patch(patches=["z 0"]), "a patch must be a Patch, got str"),
     Case("a patch from a third run", make_patch("other", "z", 0), "a patch's source must be one of clean, corrupted"),

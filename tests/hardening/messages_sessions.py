@@ -78,6 +78,30 @@ def _manifest(ctx, change):
     return ctx.cli("export", "--from-manifest", str(path), "--out", str(ctx.tmp / "m.png"))
 
 
+def _sae_manifest(ctx, *extra, spec: str | None = "", private: bool = False):
+    """`export --from-manifest` (with `extra`) of a manifest that opened one SAE of the tiny
+    model from `spec` ("": a folder written here; None: none at all)."""
+    from tests.helpers.saes import random_weights, saelens_cfg, write_saelens
+    from transformer_viewer.model.checkpoints.checkpoint import load_checkpoint
+    from transformer_viewer.model.sessions.checkpoint_part import record_of
+    from transformer_viewer.model.sessions.figure_manifest import ExportRecord, manifest_text
+    from transformer_viewer.model.sessions.fingerprint import sae_fingerprint
+    from transformer_viewer.model.sessions.prompt_part import PromptRecord
+    from transformer_viewer.model.sessions.saes_part import SaeRecord, SaesRecord
+
+    loaded, hook = load_checkpoint(ctx.ckpt), "blocks.0.hook_resid_post"
+    folder = write_saelens(ctx.tmp / "sae", saelens_cfg("standard", loaded.config.n_embd, 16, hook),
+                           random_weights("standard", loaded.config.n_embd, 16))
+    records = {"checkpoint": record_of(loaded), "prompt": PromptRecord("The cat sat"),
+               "export": ExportRecord("residual", ".npy", private=private)}
+    if spec is not None:
+        sae = SaeRecord(0, spec or folder, hook, loaded.config.n_embd, 16, sae_fingerprint(folder))
+        records["saes"] = SaesRecord((sae,))
+    path = ctx.tmp / "sae.manifest.json"
+    path.write_text(manifest_text(records))
+    return ctx.cli("export", "--from-manifest", str(path), "--out", str(ctx.tmp / "r.npy"), *extra)
+
+
 def _manifest_unwritable(ctx):
     def full(*_a, **_k):
         raise OSError(28, "No space left on device")
@@ -190,4 +214,13 @@ CASES = [
          lambda c: _manifest(c, lambda d: d["parts"]["export"].__setitem__("view", "hologram")),
          "cannot be exported by this version"),
     Case("figure manifest that cannot be written", _manifest_unwritable, "manifest.json: No space left on device"),
+    Case("figure manifest whose SAE is gone", lambda c: _sae_manifest(c, spec=str(c.tmp / "gone_sae")),
+         "SAE 0 of the manifest"),
+    Case("private figure manifest without --sae", lambda c: _sae_manifest(c, spec="my-sae", private=True),
+         "is private and leaves the paths of its SAEs out; give each of its 1 SAEs with --sae"),
+    Case("figure manifest given more --sae than it opens",
+         lambda c: _sae_manifest(c, "--sae", str(c.tmp / "sae"), "--sae", str(c.tmp / "sae")),
+         "opens 1 SAEs, and 2 --sae are given"),
+    Case("figure manifest of no SAE given --sae", lambda c: _sae_manifest(c, "--sae", str(c.tmp / "x"), spec=None),
+         "opens no SAE; regenerate it without --sae"),
 ]

@@ -55,11 +55,12 @@ def _copy_into(act: torch.Tensor, src: torch.Tensor, patch: Patch, shift: int) -
 
 @torch.no_grad()
 def reference_logits(model, target_ids, source_ids, patches, mask=None, ablation: str = "zero",
-                     position: int = -1) -> torch.Tensor:
+                     position: int = -1, clamps=()) -> torch.Tensor:
     """The logits (V,) at `position` of a plain forward of `target_ids` (1, T) with `patches`
-    written by hand from a plain forward of `source_ids` under the same head mask, the two lined
-    up at `position` (counted from the end)."""
-    mask_hooks = head_mask_hooks(mask, ablation) if mask is not None else []
+    written by hand from a plain forward of `source_ids` under the same head mask and the same
+    hand-written clamp hooks `clamps` (after the mask's, before the patches'), the two lined up
+    at `position` (counted from the end)."""
+    mask_hooks = (head_mask_hooks(mask, ablation) if mask is not None else []) + list(clamps)
     names = [n for p in patches for n in hook_names(model, p)]
     with hooks(model, mask_hooks):
         _, cache = run_with_cache(model, source_ids, names)
@@ -94,19 +95,21 @@ def metric_atol(session, scale: float) -> float:
 
 
 def assert_grid_matches_hand_patches(session, what, metric, direction="denoise", mask=None, ablation="zero",
-                                     layer=1):
-    """Every cell of a `what` grid equals the same patch written by hand in a plain forward."""
-    change = Intervention.make(session.config, mask, ablation)
+                                     layer=1, clamps=(), clamp_hooks=()):
+    """Every cell of a `what` grid equals the same patch written by hand in a plain forward;
+    under feature `clamps` (the session's), `clamp_hooks` are their hooks written by hand."""
+    change = Intervention.make(session.config, mask, ablation, clamps=clamps)
     grid = patch_grid(session, what, metric, direction, change, layer=layer)
     source = "clean" if direction == "denoise" else "corrupted"
     target = "corrupted" if source == "clean" else "clean"
     cells = layout(session.config, what, source, len(session.tokens.ids), range(len(session.tokens.ids)), layer)
     position = -1 if metric.position is None else metric.position
     clean_ids, target_ids, source_ids = (prompt_ids(session, n) for n in ("clean", target, source))
-    reference_clean = reference_logits(session.model, clean_ids, clean_ids, [], mask, ablation, position)
+    reference_clean = reference_logits(session.model, clean_ids, clean_ids, [], mask, ablation, position, clamp_hooks)
     atol = metric_atol(session, float(reference_clean.abs().max()))
     for cell, patches in cells.cell_patches.items():
-        logits = reference_logits(session.model, target_ids, source_ids, patches, mask, ablation, position)
+        logits = reference_logits(session.model, target_ids, source_ids, patches, mask, ablation, position,
+                                  clamp_hooks)
         expected = metric_of(metric, logits, reference_clean, session.n_vocab)
         assert abs(grid.raw[cell] - expected) <= atol, (what, cell, grid.raw[cell], expected)
     return grid

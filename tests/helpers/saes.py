@@ -72,3 +72,32 @@ def write_npz(path, weights: dict[str, np.ndarray]) -> str:
     with open(path, "wb") as f:
         np.savez(f, **weights)
     return str(path)
+
+
+def attach_random_sae(session, folder, hook: str, d_sae: int = 64, seed: int = 0) -> tuple[int, dict]:
+    """A random standard SAE at `hook` of the session's model, attached: its index and its
+    weights as torch tensors (for `standard_clamp_hook`)."""
+    from transformer_viewer.model.sae.loading import load_sae
+
+    d_in = session.config.n_embd
+    w = random_weights("standard", d_in, d_sae, seed=seed)
+    path = write_saelens(os.path.join(str(folder), f"sae{seed}"), saelens_cfg("standard", d_in, d_sae, hook), w)
+    return session.attach_sae(load_sae(path, session.config)), {k: torch.from_numpy(v) for k, v in w.items()}
+
+
+def standard_clamp_hook(w: dict, clamps, seen: dict | None = None):
+    """A clamp of a standard SAE (`w` as torch tensors) written out: x + (a' - a) W_dec with a
+    the SAE's features of x and a' those the clamps set or scaled (positions are the prompt's).
+    `seen`, when given, keeps the activation before ("in") and after ("out") the clamp."""
+    def hook(_m, _i, x):
+        flat = x.float().reshape(*x.shape[:2], -1)  # (B, T, d_in): hook_z's heads concatenated
+        a = torch.relu((flat - w["b_dec"]) @ w["W_enc"] + w["b_enc"])  # (B, T, d_sae)
+        a2 = a.clone()
+        for c in clamps:
+            rows = slice(None) if c.position is None else c.position
+            a2[:, rows, c.feature] = c.value if c.kind == "set" else a2[:, rows, c.feature] * c.value
+        out = x + ((a2 - a) @ w["W_dec"]).view(x.shape).to(x.dtype)
+        if seen is not None:
+            seen["in"], seen["out"] = x, out
+        return out
+    return hook

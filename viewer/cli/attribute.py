@@ -1,10 +1,13 @@
 """`transformer-viewer attribute [CHECKPOINT] --prompt TEXT [--position P] [--tokens A [B]]
-[--mask L.H ...] [--ablation zero|mean] [--top N] [--json | --out FILE.json|.csv]`: every
-component's direct effect on one logit (or logit difference) at one position.
+[--mask L.H ...] [--ablation zero|mean] [--sae PATH[@HOOK] ... --clamp [SAE:]FEATURE=VALUE|xSCALE[@POSITION] ...]
+[--top N] [--json | --out FILE.json|.csv]`: every component's direct effect on one logit (or
+logit difference) at one position, in the run with the heads ablated and the SAE features clamped.
 
 `--json` prints {"tokens": [ids], "position": P, "logit": the model's logit (difference) before
-any final soft-cap, "terms": [{"component", "layer", "head", "value"}...]}, whose values sum to
-"logit" (components: embedding, position, head, attn_bias, mlp, norm_bias, unembed_bias).
+any final soft-cap, "clamps": ["SAE:FEATURE=VALUE"...], "terms": [{"component", "layer", "head",
+"value"}...]}, whose values sum to "logit" (components: embedding, position, head, attn_bias,
+mlp, clamp, norm_bias, unembed_bias; a "clamp" term for each layer that applies a clamp: what
+its clamps added, read straight through the final norm).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from transformer_viewer.viewer.cli.common import (
     add_session_argument,
     add_token_pair_argument,
 )
+from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,20 +35,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
                    help="ablate head H of layer L in the run that is split, e.g. 3.1 or 0.*")
     add_ablation_argument(p)
+    add_sae_argument(p, required=False)
+    add_clamp_argument(p)
     p.add_argument("--top", type=int, default=15, help="how many of the largest terms the text lists (default: 15)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the terms as one JSON object")
     out.add_argument("--out", default=None, help="write the terms to FILE.json or FILE.csv")
 
 
-def result(a, session) -> dict:
+def result(a, session, clamps: tuple = ()) -> dict:
     tok = session.tokenizer
     return {"model": session.loaded.name, "source": session.loaded.source, "kernel_path": session.kernel_path,
             "prompt": session.tokens.text,
             "tokens": list(a.tokens), "token_text": [tok.token_bytes(t).decode("utf-8", "replace") for t in a.tokens],
             "position": a.position, "logit": a.logit, "logit_cap": a.logit_cap or None,
             "mask": [f"{layer}.{head}" for layer, head in zip(*a.mask.nonzero(), strict=True)],
-            "ablation": a.ablation if a.mask.any() else None, "terms": a.terms()}
+            "ablation": a.ablation if a.mask.any() else None, "clamps": [c.describe() for c in clamps],
+            "terms": a.terms()}
 
 
 def run(args) -> int:
@@ -58,20 +65,25 @@ def run(args) -> int:
         write_json_or_print,
     )
 
-    session_arguments(args)  # --session: the checkpoint, prompt and mask it saved
+    session_arguments(args)  # --session: the checkpoint, prompt, mask, SAEs and clamps it saved
     if args.top < 1:
         raise ModelError(f"--top must be at least 1, got {args.top}")
     if args.out is not None and not args.out.lower().endswith((".json", ".csv")):
         raise ModelError(f"--out {args.out}: the terms are written as .json or .csv")
     check_mask_syntax(args.mask)
+    from transformer_viewer.viewer.cli.sae_options import attach_saes, check_sae_syntax, clamps_from_args
+
+    check_sae_syntax(args)
     session = session_for_prompt(args)
+    attach_saes(args, session)
+    intervention = intervention_from_args(args, session.config, clamps=clamps_from_args(args, len(session.tokens.ids)))
     from transformer_viewer.model.analysis.logit_attribution import logit_attribution
 
     tokens = parse_token_pair(args.tokens, session.tokenizer, session.n_vocab)
     a = logit_attribution(session, position=args.position, tokens=tokens,
-                          intervention=intervention_from_args(args, session.config))
+                          intervention=intervention)
     refuse_non_finite("direct effects", [a.logit], [t["value"] for t in a.terms()])
-    obj = result(a, session)
+    obj = result(a, session, intervention.clamps)
     if args.json:
         write_json_or_print(obj, None)
     elif args.out is not None and args.out.lower().endswith(".json"):
@@ -85,25 +97,28 @@ def run(args) -> int:
         data = ("\n".join(lines) + "\n").encode("utf-8")
         print(f"wrote {write_file(args.out, data)}", file=sys.stderr)
     else:
-        print(format_text(a, session, args.top))
+        print(format_text(a, session, args.top, intervention.clamps))
     return 0
 
 
 def _name(t: dict) -> str:
     if t["component"] == "head":
         return f"head {t['layer']}.{t['head']}"
+    if t["component"] == "clamp":
+        return f"clamps L{t['layer']}"
     if t["layer"] is not None:
         return f"{t['component'].replace('_', ' ')} {t['layer']}"
     return t["component"].replace("_", " ")
 
 
-def format_text(a, session, top: int) -> str:
+def format_text(a, session, top: int, clamps: tuple = ()) -> str:
     labels = session.tokens.labels
     tok = session.tokenizer
     what = tok.label(a.tokens[0]) + (f" - {tok.label(a.tokens[1])}" if len(a.tokens) == 2 else "")
     lines = [f"direct effects on logit({what}) at position {a.position} ({labels[a.position]}): {a.logit:.4f}"
              + (f" (before the soft-cap of {a.logit_cap:g})" if a.logit_cap else ""),
              "  each writer read through the final norm with its scale frozen at that position",
+             *([f"  clamped features: {' '.join(c.describe() for c in clamps)}"] if clamps else []),
              f"  the {len(a.terms())} terms sum to {a.total():.4f}; the largest {min(top, len(a.terms()))}:"]
     for t in a.top(top):
         lines.append(f"  {_name(t):<20} {t['value']:+10.4f}  ({100 * t['share']:.1f}%)")

@@ -314,8 +314,10 @@ def fill_from_records(args, records: dict, origin: str) -> None:
     if own_prompt:
         args.prompt = records["prompt"].text
     patching = records.get("patching")
+    own_clean = False  # `patch`: the clean prompt is the session's, so are its clamps' positions
     if hasattr(args, "clean") and args.clean is None and args.pairs is None and records.get("prompt") is not None:
         args.clean = records["prompt"].text  # `patch`: the session's prompt is the clean one
+        own_clean = True
         if args.corrupted is None and patching is not None and patching.corrupted:
             args.corrupted = patching.corrupted
     i = records.get("intervention")
@@ -338,7 +340,7 @@ def fill_from_records(args, records: dict, origin: str) -> None:
         args.expected_environment = env
     from transformer_viewer.viewer.cli.sae_options import fill_from_session
 
-    fill_from_session(args, records, origin, own_prompt)
+    fill_from_session(args, records, origin, own_prompt or own_clean)
 
 
 def check_expected_checkpoint(args, loaded) -> None:

@@ -11,6 +11,17 @@ dark` as on screen), titled with the model, the view and the mask, sized in logi
 view's data export is exact: the head's whole (T, T) float32 pattern recomputed and streamed
 to the file (or the mean of the heads' patterns, for the mean modes); `--pooled` writes the
 pooled overview the heatmap draws instead, with a `.json` sidecar that says the pooling.
+
+`--sae PATH[@HOOK]` (repeatable) attaches SAEs to the export's session, numbered in order, and
+`--clamp` clamps their features (viewer/cli/sae_options.py): the state's Intervention holds
+the clamps, so the trace and every request a view makes are computed under them, as in the
+window. `--session` brings the session's SAEs and clamps for those not given.
+
+`--write-manifest` writes OUT.manifest.json (model/sessions/figure_manifest.py): the checkpoint,
+prompt, mask and clamps, the SAEs they name, the machine and these options. `--from-manifest`
+takes all of them back (`manifest_arguments`): its SAEs are opened through the same load as
+`--sae` and their fingerprints compared, and `--sae` given stand in for their paths, in order
+(what a private manifest, which leaves them out, needs).
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from transformer_viewer.viewer.cli.common import (
     session_arguments,
 )
 from transformer_viewer.viewer.cli.export_views import configure_view
+from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
 from transformer_viewer.viewer.figure import THEMES
 from transformer_viewer.viewer.views.registry import exportable
 from transformer_viewer.viewer.worker.inline import InlineWorker
@@ -70,6 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
                         help="heads to ablate, e.g. 3.1 or 0.* for a layer; repeatable")
     add_ablation_argument(parser, "how masked heads are ablated")
+    add_sae_argument(parser, required=False)
+    add_clamp_argument(parser)
     parser.add_argument("--colormap", default="viridis", help="viridis, inferno, magma, plasma, cividis, CET-D1, ...")
     parser.add_argument("--log", action="store_true", help="log colour scale (1e-4 .. 1)")
     parser.add_argument("--theme", default="light", choices=sorted(THEMES),
@@ -90,10 +104,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m = parser.add_argument_group("reproducible figures")
     m.add_argument("--write-manifest", action="store_true",
                    help="also write OUT.manifest.json: the checkpoint and its fingerprint, the prompt, the mask, "
-                        "these options and the machine, from which --from-manifest regenerates the file")
+                        "the SAEs and clamps, these options and the machine, from which --from-manifest "
+                        "regenerates the file")
     m.add_argument("--manifest-private", action="store_true",
-                   help="leave the prompt and local paths out of the manifest (regenerating then needs --prompt "
-                        "and the checkpoint)")
+                   help="leave the prompt and local paths out of the manifest (regenerating then needs --prompt, "
+                        "the checkpoint and each --sae)")
     m.add_argument("--embed-manifest", action="store_true",
                    help="embed the manifest in the .svg's or .pdf's own metadata (with --manifest-private, "
                         "without the prompt and local paths)")
@@ -139,6 +154,7 @@ def run(args) -> int:
     import torch
 
     torch.set_num_threads(min(4, torch.get_num_threads()))
+    from transformer_viewer.viewer.cli.sae_options import clamps_from_args
     from transformer_viewer.viewer.worker.handlers import WorkerSession
 
     loaded = load_from_args(args)
@@ -146,8 +162,10 @@ def run(args) -> int:
     for name, value, top in (("layer", args.layer, c.n_layer), ("head", args.head, c.n_head)):
         if value is not None and not 0 <= value < top:
             raise ModelError(f"--{name} {value} does not exist; the model has {name}s 0..{top - 1}")
-    intervention = intervention_from_args(args, c)
     session = WorkerSession(loaded)  # views ask for full patterns and activations as they draw
+    saes = _open_saes(args, session)
+    clamps = clamps_from_args(args, len(session.tokens.ids)) if saes else ()  # a clamp needs an SAE
+    intervention = intervention_from_args(args, c, clamps=clamps)
 
     app = _qt_app()
     bar = TerminalBar("head")  # for the requests that report progress (the scan)
@@ -157,6 +175,7 @@ def run(args) -> int:
     note_truncated(trace.dropped_tokens, trace.n_tokens, c.block_size)
     entry = exportable()[args.view]
     widget = entry.build(state, worker)
+    worker.hold_errors()  # a view's request fails inside Qt's events: raised below, as one line
     try:
         configure_view(args.view, widget, args)
         base = entry.export_size or (widget.sizeHint().width(), widget.sizeHint().height())
@@ -168,12 +187,14 @@ def run(args) -> int:
         if args.embed_manifest:
             from transformer_viewer.model.sessions.figure_manifest import manifest_text
 
-            records = export_records(args, loaded, state, args.out, "")
+            records = export_records(args, loaded, state, args.out, "", saes)
             records["export"] = replace(records["export"], file="")  # the file holding it: any name
             args.embedded = manifest_text(records, private=args.manifest_private)
+        worker.raise_held()
         path = _write(widget, entry, state, session, args)
+        worker.raise_held()
         if args.write_manifest:
-            write_export_manifest(args, loaded, state, path)
+            write_export_manifest(args, loaded, state, path, saes)
     finally:
         bar.close()
         _dispose(widget, app)
@@ -181,11 +202,24 @@ def run(args) -> int:
     return 0
 
 
+def _open_saes(args, session) -> tuple:
+    """Attach each --sae to the session (SAE i is the i-th, as the clamps name them), with the
+    prompt set first for the notes of an SAE trained on shorter contexts; their SaeRecords."""
+    from transformer_viewer.viewer.cli.sae_options import attach_saes, sae_records
+
+    if not args.sae:
+        return ()
+    session.ensure_prompt(args.prompt)
+    return sae_records(args, attach_saes(args, session))
+
+
 def manifest_arguments(args) -> None:
-    """Take the export's options, checkpoint, prompt and mask from `--from-manifest`; the
-    checkpoint and prompt given on the command line win (a private manifest has neither)."""
+    """Take the export's options, checkpoint, prompt, mask, SAEs and clamps from
+    `--from-manifest`; the checkpoint and prompt given on the command line win (a private
+    manifest has neither), and `--sae` given replace the paths of its SAEs, in order."""
     from transformer_viewer.model.sessions.figure_manifest import read_manifest
     from transformer_viewer.viewer.cli.common import fill_from_records
+    from transformer_viewer.viewer.cli.sae_options import fill_from_manifest
 
     records, notes = read_manifest(args.from_manifest)
     for note in notes:
@@ -201,15 +235,20 @@ def manifest_arguments(args) -> None:
     args.manifest_private = args.manifest_private or e.private
     args.head = None if e.head is None else str(e.head)  # as typed: check_arguments parses it
     args.mask = []
-    fill_from_records(args, records, f"the manifest {args.from_manifest}")
+    origin = f"the manifest {args.from_manifest}"
+    saes = records.pop("saes", None)  # its SAEs and clamps: fill_from_manifest's, not a session's
+    fill_from_records(args, records, origin)
+    fill_from_manifest(args, saes, records.get("intervention"), origin, e.private)
 
 
-def export_records(args, loaded, state, path: str, sha256: str) -> dict:
-    """The manifest's records of the export to `path` (see model/sessions/figure_manifest.py)."""
+def export_records(args, loaded, state, path: str, sha256: str, saes: tuple = ()) -> dict:
+    """The manifest's records of the export to `path` (see model/sessions/figure_manifest.py);
+    `saes`: the SaeRecords of the SAEs open, whose features the state's clamps name."""
     from transformer_viewer.model.sessions.checkpoint_part import record_of
     from transformer_viewer.model.sessions.environment_part import current_environment
     from transformer_viewer.model.sessions.figure_manifest import ExportRecord
     from transformer_viewer.model.sessions.prompt_part import InterventionRecord, PromptRecord
+    from transformer_viewer.model.sessions.saes_part import SaesRecord
     from transformer_viewer.viewer.export import extension
 
     st = state
@@ -220,16 +259,19 @@ def export_records(args, loaded, state, path: str, sha256: str) -> dict:
                           diff=args.diff, target=args.target, distractor=args.distractor, show=args.show,
                           sort=args.sort, rows=args.rows, file=os.path.basename(path), sha256=sha256,
                           embed=args.embed_manifest, private=args.manifest_private)
-    return {"checkpoint": record_of(loaded), "prompt": PromptRecord(args.prompt),
-            "intervention": InterventionRecord(st.n_layer, st.n_head, masked, st.ablation),
-            "environment": current_environment(loaded.model), "export": export}
+    records = {"checkpoint": record_of(loaded), "prompt": PromptRecord(args.prompt),
+               "intervention": InterventionRecord(st.n_layer, st.n_head, masked, st.ablation, tuple(st.clamps)),
+               "environment": current_environment(loaded.model), "export": export}
+    if saes:
+        records["saes"] = SaesRecord(tuple(saes))
+    return records
 
 
-def write_export_manifest(args, loaded, state, path: str) -> str:
+def write_export_manifest(args, loaded, state, path: str, saes: tuple = ()) -> str:
     """`path`.manifest.json for what was just written, with the file's sha256."""
     from transformer_viewer.model.sessions.figure_manifest import file_sha256, write_manifest
 
-    records = export_records(args, loaded, state, path, file_sha256(path))
+    records = export_records(args, loaded, state, path, file_sha256(path), saes)
     try:
         written = write_manifest(path, records, private=args.manifest_private)
     except OSError as e:
@@ -347,8 +389,9 @@ def widen_for_cell_texts(widget, app, max_width: int = MAX_WIDENED) -> None:
 
 def check_arguments(args) -> None:
     """Every argument that can be judged without the model: the output file, the numbers, the
-    mask's syntax and the colormap."""
+    mask's and the clamps' syntax and the colormap."""
     from transformer_viewer.viewer.cli.common import check_mask_syntax
+    from transformer_viewer.viewer.cli.sae_options import check_sae_syntax
     from transformer_viewer.viewer.export import check_writable, extension
     from transformer_viewer.viewer.figure import parse_length
 
@@ -380,6 +423,7 @@ def check_arguments(args) -> None:
         if value is not None and value < 0:
             raise ModelError(f"--{flag} {value}: counts from 0; give 0 or more")
     check_mask_syntax(args.mask)
+    check_sae_syntax(args)
     if getattr(args, "rows", 1) < 1:
         raise ModelError(f"--rows must be at least 1, got {args.rows}")
     if args.colormap:

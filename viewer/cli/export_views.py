@@ -72,8 +72,9 @@ def _configure_attribution(view, args) -> None:
 
 
 def _configure_diff(view, _args) -> None:
-    if not view.state.is_masked:
-        print("note: nothing is masked (--mask L.H), so the difference is exactly zero", file=sys.stderr)
+    if not view.state.is_masked and not view.state.clamps:
+        print("note: nothing is masked (--mask L.H) or clamped (--clamp), so the difference is exactly zero",
+              file=sys.stderr)
 
 
 CONFIGURE: dict[str, Callable] = {

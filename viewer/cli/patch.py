@@ -1,13 +1,20 @@
 """`transformer-viewer patch [CHECKPOINT] --clean TEXT --corrupted TEXT [--metric logit-diff|logprob|kl]
 [--tokens A [B]] [--position P] [--direction denoise|noise] [--what WHAT] [--layer L]
 [--receiver L.H --input q|k|v] [--estimate] [--pairs FILE] [--mask L.H ...] [--ablation zero|mean]
+[--sae PATH[@HOOK] ... --clamp [SAE:]FEATURE=VALUE|xSCALE[@POSITION] ...] [--session FILE]
 [--json | --out FILE.npy|.csv|.png|.svg|.pdf]`: activation patching between a clean and a
 corrupted prompt, every cell of one grid.
+
+The head mask and the feature clamps apply to both prompts' runs and every patched run alike; a
+clamp's position is a token position of the clean prompt (negative: from its end), and applies
+to the corrupted prompt where it has that position. `--session` brings its SAEs and clamps as
+`predict` does.
 
 Default tokens: for logit-diff, the clean run's top prediction against the corrupted run's; for
 logprob, the clean run's top prediction. `--json` prints both prompts, the model, the metric's
 clean and corrupted values and, per cell, the raw and the normalised value (corrupted = 0,
-clean = 1) with the axes labelled. `.npy`/`.csv` hold the raw values, with a `.json` sidecar
+clean = 1) with the axes labelled, the head mask and the clamps (`"clamps"`: each as `--clamp`
+spells it). `.npy`/`.csv` hold the raw values, with a `.json` sidecar
 saying everything else; figures are drawn by the window's patching view.
 """
 
@@ -26,6 +33,7 @@ from transformer_viewer.viewer.cli.common import (
     add_token_pair_argument,
     session_arguments,
 )
+from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
 
 DATA_SUFFIXES = (".npy", ".csv")
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
@@ -63,6 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
                    help="heads ablated in both runs and every patched run, e.g. 3.1 or 0.*")
     add_ablation_argument(p)
+    add_sae_argument(p, required=False)
+    add_clamp_argument(p)
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the result as one JSON object")
     out.add_argument("--out", default=None, help="write the grid to FILE.npy or FILE.csv (raw values, with a "
@@ -100,6 +110,9 @@ def check_arguments(args) -> None:
     if args.tokens and args.metric == "kl":
         raise ModelError("the kl metric compares whole distributions and takes no --tokens")
     check_mask_syntax(args.mask)
+    from transformer_viewer.viewer.cli.sae_options import check_sae_syntax
+
+    check_sae_syntax(args)
 
 
 def metric_for(args, session, intervention=None):
@@ -162,7 +175,7 @@ def compute_grid(args, session, metric, intervention, progress):
 
 
 def run(args) -> int:
-    session_arguments(args)  # --session: the checkpoint, the clean and corrupted prompts and the mask it saved
+    session_arguments(args)  # --session: the checkpoint, the clean and corrupted prompts, the mask, SAEs and clamps
     check_arguments(args)
     import torch  # only once the arguments are good
 
@@ -173,6 +186,7 @@ def run(args) -> int:
         note_truncated,
         refuse_non_finite,
     )
+    from transformer_viewer.viewer.cli.sae_options import attach_saes, clamps_from_args
 
     pairs = None
     if args.pairs is not None:
@@ -181,19 +195,21 @@ def run(args) -> int:
         pairs = read_pairs(args.pairs)
     loaded = load_from_args(args)
     session = Session(loaded)
-    intervention = intervention_from_args(args, loaded.config)
 
-    def set_pair(clean: str, corrupted: str) -> None:
+    def set_pair(clean: str, corrupted: str):
+        """Both prompts set, and the Intervention for them (clamp positions are the clean prompt's)."""
         session.set_prompt(clean)
         session.set_corrupted(corrupted)
         if not session.tokens.ids or not session.corrupted.ids:
             raise ModelError("a prompt is empty; give both a clean and a corrupted text")
         note_truncated(session.dropped, len(session.tokens.ids), loaded.config.block_size)
         note_truncated(session.corrupted_dropped, len(session.corrupted.ids), loaded.config.block_size)
+        return intervention_from_args(args, loaded.config, clamps=clamps_from_args(args, len(session.tokens.ids)))
 
     with TerminalBar("run", after_s=0.5, enabled=not args.no_progress) as bar, torch.inference_mode():
         if pairs is None:
-            set_pair(args.clean, args.corrupted)
+            intervention = set_pair(args.clean, args.corrupted)
+            attach_saes(args, session)  # for the session's model, its prompt set (an SAE notes a long one)
             metric = metric_for(args, session, intervention)
             grid = compute_grid(args, session, metric, intervention, bar.update)
             metrics = [metric]
@@ -202,7 +218,9 @@ def run(args) -> int:
 
             grids, metrics = [], []
             for i, (clean, corrupted) in enumerate(pairs):
-                set_pair(clean, corrupted)
+                intervention = set_pair(clean, corrupted)
+                if i == 0:
+                    attach_saes(args, session)
                 metrics.append(metric_for(args, session, intervention))
                 grids.append(compute_grid(args, session, metrics[-1], intervention, None))
                 bar.update(i + 1, len(pairs), "pair")
@@ -241,6 +259,7 @@ def as_json(grid, session, pairs, metrics, args, intervention) -> dict:
             "normalisation": "(raw - corrupted_metric) / (clean_metric - corrupted_metric): corrupted = 0, clean = 1",
             "normalisable": grid.normalisable,
             "intervention": intervention.describe(),
+            "clamps": [c.describe() for c in intervention.clamps],
             "note": grid.note, "row_axis": grid.row_axis, "col_axis": grid.col_axis,
             "rows": list(grid.rows), "cols": list(grid.cols), "cells": cells}
 

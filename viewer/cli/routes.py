@@ -1,11 +1,13 @@
 """`transformer-viewer routes [CHECKPOINT] --prompt TEXT [--position P] [--threshold X]
-[--no-renormalize] [--mask L.H ...] [--ablation zero|mean] [--json | --out FILE.json|.svg|.pdf|.png]`:
-the information-flow routes (Ferrando & Voita 2024) from one position down to the input tokens.
+[--no-renormalize] [--mask L.H ...] [--ablation zero|mean] [--sae PATH[@HOOK] ... --clamp SPEC ...]
+[--json | --out FILE.json|.svg|.pdf|.png]`: the information-flow routes (Ferrando & Voita 2024)
+from one position down to the input tokens, in the run with the heads ablated and the SAE
+features clamped (each clamp folded into the part of its layer whose output its SAE reads).
 `--out` with .svg, .pdf or .png writes the graph as the window's Routes tab draws it.
 
 `--json` prints {"model", "source", "prompt", "tokens", "position", "threshold", "renormalized",
 "nodes": [{"id", "kind", "layer", "position"}...], "edges": [{"source", "target", "kind",
-"contribution", "heads"?}...], "token_share": [...], "expanded"}; see model/analysis/routes.py
+"contribution", "heads"?}...], "token_share": [...], "expanded", "clamps": ["SAE:FEATURE=VALUE"...]}; see model/analysis/routes.py
 for what each means.
 """
 
@@ -20,6 +22,7 @@ from transformer_viewer.viewer.cli.common import (
     add_checkpoint_arguments,
     add_session_argument,
 )
+from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
 
 FIGURES = (".svg", ".pdf", ".png")
 FIGURE_SIZE = (1000, 700)  # the export command's size for the Routes view
@@ -39,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mask", nargs="+", action="extend", default=[], metavar="L.H",
                    help="ablate head H of layer L in the run, e.g. 3.1 or 0.*")
     add_ablation_argument(p)
+    add_sae_argument(p, required=False)
+    add_clamp_argument(p)
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the graph as one JSON object")
     out.add_argument("--out", default=None,
@@ -55,7 +60,7 @@ def run(args) -> int:
         write_json_or_print,
     )
 
-    session_arguments(args)  # --session: the checkpoint, prompt and mask it saved
+    session_arguments(args)  # --session: the checkpoint, prompt, mask, SAEs and clamps it saved
     if not 0.0 <= args.threshold < 1.0:
         raise ModelError(f"--threshold {args.threshold}: give a contribution from 0 up to (not including) 1")
     figure = args.out is not None and args.out.lower().endswith(FIGURES)
@@ -66,18 +71,23 @@ def run(args) -> int:
 
         check_writable(args.out)
     check_mask_syntax(args.mask)
+    from transformer_viewer.viewer.cli.sae_options import attach_saes, check_sae_syntax, clamps_from_args
+
+    check_sae_syntax(args)
     session = session_for_prompt(args)
+    attach_saes(args, session)
+    intervention = intervention_from_args(args, session.config, clamps=clamps_from_args(args, len(session.tokens.ids)))
     from transformer_viewer.model.analysis.routes import information_routes
 
     with TerminalBar("layer", after_s=0.5) as bar:
         r = information_routes(session, position=args.position, threshold=args.threshold,
-                               renormalize=args.renormalize, intervention=intervention_from_args(args, session.config),
+                               renormalize=args.renormalize, intervention=intervention,
                                step=lambda i, n: bar.update(i, n, "routes"))
     if figure:
         print(f"wrote {write_figure(r, session.tokens.labels, args.out)}", file=sys.stderr)
         return 0
     obj = dict(r.to_json(), model=session.loaded.name, source=session.loaded.source, prompt=session.tokens.text,
-               tokens=list(session.tokens.labels))
+               tokens=list(session.tokens.labels), clamps=[c.describe() for c in intervention.clamps])
     if args.json or args.out is not None:
         write_json_or_print(obj, args.out)
     else:

@@ -2,7 +2,8 @@
 by the commands that open SAEs: their syntax checked before the model loads, the SAEs attached
 to the session in the order given (SAE i is the i-th `--sae`), the clamps made into the
 Intervention's FeatureClamps against the prompt's tokens. With `--session`, the session's SAEs
-and clamps fill in for options not given (`fill_from_session`)."""
+and clamps fill in for options not given (`fill_from_session`); `export --from-manifest` takes
+the figure's own (`fill_from_manifest`), and `sae_records` says what a manifest records of them."""
 
 from __future__ import annotations
 
@@ -106,7 +107,7 @@ def fill_from_session(args, records: dict, origin: str, own_prompt: bool) -> Non
     if not hasattr(args, "sae"):
         if i is not None and i.clamps:
             print(f"note: {origin} clamps {len(i.clamps)} SAE features; this command runs without SAEs, so without "
-                  "them (predict and features apply them)", file=sys.stderr)
+                  "them (predict, features, attribute, routes, patch and export apply them)", file=sys.stderr)
         return
     if saes is None or args.sae:
         return  # typed SAEs win, and the session's clamps name the session's SAEs
@@ -129,10 +130,16 @@ def fill_from_session(args, records: dict, origin: str, own_prompt: bool) -> Non
         args.top = saes.top
     if i is None or not hasattr(args, "clamp") or args.clamp:
         return
+    _add_clamps(args, i.clamps, order, origin, own_prompt)
+
+
+def _add_clamps(args, clamps, order: dict, origin: str, own_prompt: bool) -> None:
+    """`clamps` (FeatureClamps naming the saved SAE indices) as --clamp texts naming the --sae
+    each SAE became (`order`); `own_prompt`: their positions are of the prompt that runs."""
     args.session_clamps = {}
-    for c in i.clamps:
+    for c in clamps:
         if c.sae not in order:
-            print(f"note: {origin}: a clamp names SAE {c.sae}, which the session does not open; dropped",
+            print(f"note: {origin}: a clamp names SAE {c.sae}, which it does not open; dropped",
                   file=sys.stderr)
             continue
         if c.position is not None and not own_prompt:
@@ -143,6 +150,70 @@ def fill_from_session(args, records: dict, origin: str, own_prompt: bool) -> Non
                 + ("" if c.position is None else f"@{c.position}"))
         args.clamp.append(text)
         args.session_clamps.setdefault(order[c.sae], []).append(text)
+
+
+# -- from a figure manifest -----------------------------------------------------------------
+def fill_from_manifest(args, saes, intervention, origin: str, private: bool) -> None:
+    """The SAEs and clamps a figure manifest recorded, as --sae and --clamp: each SAE through the
+    same load as a typed --sae (its fingerprint compared once loaded: a changed SAE is a note
+    and its clamps are dropped), the clamps always (a manifest's clamps are its figure's, at
+    positions of its prompt, which a private manifest's user gives again). `--sae` given
+    replace the manifest's paths, one for each of its SAEs in order: what a private manifest,
+    which leaves its paths out, needs."""
+    from transformer_viewer.model.checkpoints.bundled import bundled_sae_path
+
+    records = sorted(saes.saes, key=lambda s: s.index) if saes is not None else []
+    typed = list(args.sae)
+    if typed and not records:
+        raise ModelError(f"--sae: {origin} opens no SAE; regenerate it without --sae")
+    if typed and len(typed) != len(records):
+        raise ModelError(f"--sae: {origin} opens {len(records)} SAEs, and {len(typed)} --sae are given; give one "
+                         "--sae for each, in the order of its SAEs")
+    args.sae, args.clamp, args.expected_saes, order = [], [], {}, {}
+    for k, s in enumerate(records):
+        order[s.index] = k
+        args.expected_saes[k] = (s, origin)
+        if typed:
+            args.sae.append(typed[k])
+            continue
+        path = bundled_sae_path() if s.spec is None else s.spec
+        if not _sae_available(path):
+            where = "the bundled SAE" if s.spec is None else s.spec
+            if private and s.spec is not None:
+                raise ModelError(f"{where}: {origin} is private and leaves the paths of its SAEs out; give each of "
+                                 f"its {len(records)} SAEs with --sae PATH[@HOOK], in order (SAE {s.index} reads "
+                                 f"{s.hook})")
+            raise ModelError(f"{where}: SAE {s.index} of {origin} is not on this machine; give it with --sae "
+                             "PATH[@HOOK] (one --sae for each of its SAEs, in order)")
+        args.sae.append(f"{path}@{s.hook}")
+    if intervention is not None:
+        _add_clamps(args, intervention.clamps, order, origin, own_prompt=True)
+
+
+def sae_records(args, saes) -> tuple:
+    """SaeRecords (model/sessions/saes_part.py) of the SAEs `attach_saes` opened from --sae: where
+    each was opened from (a path made absolute; None: the bundled SAE), its hook point, widths
+    and the fingerprint of its files."""
+    import os
+
+    from transformer_viewer.model.checkpoints.bundled import bundled_sae_path
+    from transformer_viewer.model.sae.sources import parse_sae_spec
+    from transformer_viewer.model.sessions.fingerprint import SAMPLED, Fingerprint, sae_fingerprint
+    from transformer_viewer.model.sessions.saes_part import SaeRecord
+
+    records = []
+    for index, (spec, sae) in enumerate(zip(args.sae, saes, strict=True)):
+        path, _hook = parse_sae_spec(spec)
+        where = os.path.abspath(path) if os.path.exists(path) else path
+        c = sae.config
+        try:
+            fingerprint = sae_fingerprint(c.source)
+        except (OSError, ModelError):
+            fingerprint = Fingerprint(SAMPLED, "", 0)  # its files went since the load: nothing to compare
+        bundled = where == os.path.abspath(bundled_sae_path())
+        records.append(SaeRecord(index=index, spec=None if bundled else where, hook=c.hook, d_in=int(c.d_in),
+                                 d_sae=int(c.d_sae), fingerprint=fingerprint))
+    return tuple(records)
 
 
 def _sae_available(path: str) -> bool:

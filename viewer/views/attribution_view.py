@@ -4,8 +4,9 @@ at that position (model/analysis/logit_attribution.py).
 
 - the heads, layers x heads on a diverging scale (red raises the logit, blue lowers it); a
   click on a cell selects that head in every view;
-- one bar per layer for the attention's output bias and one for the MLP, beside the embedding,
-  the positions, the final norm's bias and the unembedding's bias;
+- one bar per layer for the attention's output bias and one for the MLP (and, under feature
+  clamps, one for what each clamped layer's clamps added), beside the embedding, the
+  positions, the final norm's bias and the unembedding's bias;
 - the top contributors, sorted, with their share of the sum of magnitudes;
 - the selected head's term split by the key position it read, over the tokens (the parts sum
   to the head's term).
@@ -13,7 +14,7 @@ at that position (model/analysis/logit_attribution.py).
 The token (A) and the one subtracted (B) are typed (text that is one token, or an id) or picked
 from the next-token panel's candidates; A left empty is the top predicted token. Computed on the
 worker (an AttributionRequest per trace, position and tokens; a HeadSourcesRequest per head)
-while the view is shown, from the cached run, masked or not. A result of an earlier prompt
+while the view is shown, from the cached run, masked or clamped or not. A result of an earlier prompt
 stays drawn until the new one arrives, under a strip that says so.
 """
 
@@ -46,6 +47,8 @@ FROZEN_NOTE = ("Direct effects read through the final norm with its scale frozen
                "(and each post-sublayer norm's, where the model has one): with the scales fixed the "
                "terms add up to the logit{diff}{cap}.")
 _UP, _DOWN = (200, 60, 50), (50, 90, 200)
+_BIAS, _MLP, _CLAMP = (120, 170, 220), (240, 150, 40), (150, 90, 190)
+BARS_TITLE = "other writers (blue: attention bias, orange: MLP{clamps})"
 
 
 def term_name(t: dict) -> str:
@@ -57,6 +60,8 @@ def term_name(t: dict) -> str:
         return f"L{layer} attention bias"
     if c == "mlp":
         return f"L{layer} MLP"
+    if c == "clamp":
+        return f"clamps L{layer}"
     return {"embedding": "token embedding", "position": "positions", "norm_bias": "final norm bias",
             "unembed_bias": "unembedding bias"}[c]
 
@@ -136,8 +141,7 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         bar = view_bar(self.info, self.export_button, QtWidgets.QLabel("Token"), self.token_a,
                        QtWidgets.QLabel("\u2212"), self.token_b)
 
-        self.bars = depth_plot("other writers (blue: attention bias, orange: MLP)",
-                               left="direct effect")
+        self.bars = depth_plot(BARS_TITLE.format(clamps=""), left="direct effect")
         self.bar_items: list[pg.BarGraphItem] = []
         self.table = QtWidgets.QTableWidget(0, 3)
         self.table.setHorizontalHeaderLabels(["contributor", "effect", "share"])
@@ -356,14 +360,21 @@ class AttributionView(HeatmapExport, QtWidgets.QWidget):
         other = np.array(values + [0.0] * L + [r.norm_bias, r.unembed_bias])
         other_x = np.r_[x[:start], x[start + L:]]
         other_v = np.r_[other[:start], other[start + L:]]
-        items = [pg.BarGraphItem(x=other_x, height=other_v, width=0.6, brush=(110, 110, 110)),
-                 pg.BarGraphItem(x=x[start:start + L] - 0.18, height=r.attn_bias, width=0.34, brush=(120, 170, 220)),
-                 pg.BarGraphItem(x=x[start:start + L] + 0.18, height=r.mlp, width=0.34, brush=(240, 150, 40))]
+        layers = x[start:start + L]
+        per_layer = [(r.attn_bias, _BIAS), (r.mlp, _MLP)]
+        if r.clamped:  # a third bar in each layer: what its clamps added (0 in a layer without clamps)
+            per_layer.append((r.clamp, _CLAMP))
+        width = 0.68 / len(per_layer)  # the bars of a layer side by side, a small gap between them
+        offsets = (np.arange(len(per_layer)) - (len(per_layer) - 1) / 2) * (width + 0.02)
+        items = [pg.BarGraphItem(x=other_x, height=other_v, width=0.6, brush=(110, 110, 110))]
+        items += [pg.BarGraphItem(x=layers + dx, height=v, width=width, brush=colour)
+                  for dx, (v, colour) in zip(offsets, per_layer, strict=True)]
         for item in items:
             plot.addItem(item)
         self.bar_items = items
-        lo = float(min(0.0, other.min(), r.attn_bias.min(), r.mlp.min()))
-        hi = float(max(0.0, other.max(), r.attn_bias.max(), r.mlp.max()))
+        plot.setTitle(BARS_TITLE.format(clamps=", purple: feature clamps" if r.clamped else ""), size="9pt")
+        lo = float(min(0.0, other.min(), *(v.min() for v, _c in per_layer)))
+        hi = float(max(0.0, other.max(), *(v.max() for v, _c in per_layer)))
         set_depth_ticks(self.bars, labels)
         plot.setYRange(lo, hi, padding=0.05)
 

@@ -67,11 +67,13 @@ class AttentionDiffView(RefreshWhenShown, HeatmapExport, QtWidgets.QWidget):
                               pooling="mean")
         self.heatmap.highlight_row(st.query_index)
         self._set_tiles(trace, clean, layer, head)
-        if not trace.mask.any():
+        clamped = bool(trace.intervention.clamps)
+        if not trace.mask.any() and not clamped:
             self.info.setText("No head is masked: the difference is exactly zero. Mask a head to see "
                               "how the heads of later layers change where they look.")
         else:
-            first = int(np.flatnonzero(trace.mask.any(axis=1))[0])
+            # A clamp changes the run from its SAE's layer on, which the view does not know: no "unchanged" then.
+            first = int(np.flatnonzero(trace.mask.any(axis=1))[0]) if not clamped else -1
             note = (" — unchanged: no masked head's output reaches this layer's attention"
                     if layer <= first else "")
             what = "largest change" if cell == 1 else "largest change of a block mean"

@@ -106,11 +106,13 @@ def shortened_pair(clean: str, corrupted: str, limit: int = 40) -> tuple[str, st
     return cut(a), cut(b)
 
 
-def plot_title(grid, normalised: bool) -> str:
-    """The heatmap's own short title: what was patched, how, and on which scale."""
+def plot_title(grid, normalised: bool, clamps: int = 0) -> str:
+    """The heatmap's own short title: what was patched, how, on which scale, and under how many
+    feature clamps (both runs clamped alike)."""
     kind = "estimate (attribution patching)" if grid.estimate else "exact patches"
     scale = "normalised" if normalised else "raw"
-    return f"{grid.what}, {grid.direction}: {kind}, {scale}"
+    under = f", under {clamps} feature clamp{'s' if clamps != 1 else ''}" if clamps else ""
+    return f"{grid.what}, {grid.direction}: {kind}, {scale}{under}"
 
 
 def grid_title(grid, clean: str, corrupted: str, normalised: bool, pairs_name: str = "") -> str:

@@ -11,7 +11,9 @@ then the exact grid; above the long-prompt threshold only the estimate is comput
 those cells. A click reads one cell, its exact value beside the estimate, and selects its layer,
 head and position in every view. Computed on the worker (PatchRequest, PatchCellsRequest) while
 the view is shown, with progress; Stop or the status bar's Cancel stops it within one batch of
-patched runs, and a new prompt supersedes it.
+patched runs, and a new prompt supersedes it. The state's head mask and feature clamps apply to
+both runs and every patched run: a change of either asks again, and the title says how many
+clamps the grid is under.
 """
 
 from __future__ import annotations
@@ -263,9 +265,11 @@ class PatchingView(CellRequests, HeatmapExport, QtWidgets.QWidget):
             self.readout.setText(" ")
             self.notes.setText("")
             return
+        clamps = len(self.state.clamps)
         self.heatmap.set_data(shown_values(grid, p.normalised), grid.rows, grid.cols, levels=None, diverging=True,
-                              title=plot_title(grid, p.normalised), row_name=grid.row_axis, col_name=grid.col_axis)
-        notes = [metric_line(grid), p.mask_line(int(self.state.mask.sum()))]
+                              title=plot_title(grid, p.normalised, clamps), row_name=grid.row_axis,
+                              col_name=grid.col_axis)
+        notes = [metric_line(grid), p.mask_line(int(self.state.mask.sum()), clamps)]
         if grid.note:
             notes.append(grid.note)
         if self.estimate_failure:

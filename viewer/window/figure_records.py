@@ -128,12 +128,12 @@ def export_record(window, view_id: str, view, path: str, scale: float, theme: st
 
 
 def manifest_records(window, export: ExportRecord) -> dict:
-    """The manifest's records: the window's checkpoint, intervention and environment, its
-    prompt, and `export`."""
+    """The manifest's records: the window's checkpoint, intervention (the mask and feature
+    clamps), the SAEs the clamps name, the environment, its prompt, and `export`."""
     from transformer_viewer.viewer.window.session_binding import capture
 
     session = capture(window)
-    records = {k: session[k] for k in ("checkpoint", "intervention", "environment") if k in session}
+    records = {k: session[k] for k in ("checkpoint", "intervention", "saes", "environment") if k in session}
     records.update(prompt=PromptRecord(window.state.prompt), export=export)
     return records
 

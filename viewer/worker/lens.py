@@ -42,6 +42,7 @@ def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensRe
 
     from transformer_viewer.model.analysis.diff import lens_diff
     from transformer_viewer.model.analysis.lens import logit_lens
+    from transformer_viewer.model.capture.feature_clamps import clamp_layers
     from transformer_viewer.model.capture.interventions import as_intervention
 
     session.prepare_analysis(request.text)
@@ -65,8 +66,10 @@ def handle_lens(session, request: LensRequest, progress, is_cancelled) -> LensRe
     done = dict(text=request.text, start=window[0], n_tokens=T)
     if change.is_empty:
         return LensResult(lens=clean, clean=clean, diff=np.zeros_like(clean.top_probs), intervention=change, **done)
-    # A head in layer l changes resid_pre of layer l + 1 on: rows 0..l are the clean lens's.
-    first = int(np.flatnonzero(mask.any(axis=1))[0])
+    # A head in layer l changes resid_pre of layer l + 1 on: rows 0..l are the clean lens's; a
+    # feature clamp changes the run from its SAE's layer on (a clamp alone masks no head).
+    first = min((*np.flatnonzero(mask.any(axis=1)).tolist(), *clamp_layers(change.clamps, session.saes)),
+                default=0)
 
     def masked_part(a, b):
         part = clean.columns(a - window[0], b - window[0])

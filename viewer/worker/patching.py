@@ -31,7 +31,7 @@ class PatchRequest(Request):
     what: str = "heads"
     metric: Any = None  # PatchMetric (model/analysis/patching/metric.py)
     direction: str = "denoise"
-    intervention: Any = None  # Intervention; None: the whole model, in both runs
+    intervention: Any = None  # Intervention (head mask and feature clamps), in both runs; None: the whole model
     layer: int | None = None  # heads-by-pos: the layer shown
     receiver: tuple[int, int] | None = None  # path: the receiver head (layer, head)
     input: str = "v"  # path: the receiver's input

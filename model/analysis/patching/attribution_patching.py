@@ -32,11 +32,14 @@ import torch
 from transformer_viewer.model.analysis.patching.grid import PatchGrid
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 from transformer_viewer.model.analysis.patching.run_pair import (
+    RunHooks,
     RunPair,
     clean_logprobs,
+    mask_hooks,
     metric_logits,
     plain_run,
     run_pair,
+    session_hooks,
 )
 from transformer_viewer.model.capture.interventions import Intervention, as_intervention, requested
 from transformer_viewer.model.capture.memory_budget import (
@@ -65,7 +68,7 @@ _SITE = {"attn": "attn_out", "mlp": "mlp_out", "heads": "z", "heads-by-pos": "z"
 
 # Shown under every estimated grid.
 ESTIMATE_NOTE = ("attribution patching: a first-order estimate, (source - patched activation) . gradient "
-                 "on the patched run, not exact patches; the head mask applies to both runs")
+                 "on the patched run, not exact patches; the head mask and feature clamps apply to both runs")
 KL_NOISE_NOTE = ("; with the KL metric in the noising direction the gradient at the clean run is zero, "
                  "so the estimate is zero everywhere")
 
@@ -94,8 +97,8 @@ def estimate_grid(session, what: str, metric: PatchMetric, direction: str = "den
                   intervention: Intervention | None = None, layer: int | None = None, progress=None,
                   is_cancelled=None) -> PatchGrid:
     """The attribution-patching estimate of the grid of `what` (one of ESTIMATE_WHATS) for the
-    session's clean and corrupted prompts (of one length), under `intervention`'s head mask in
-    both runs. Both runs come from the session's cache of patch sources (`Session.patch_sources`,
+    session's clean and corrupted prompts (of one length), under `intervention`'s head mask and
+    feature clamps in both runs (the gradient goes through the clamps' hooks). Both runs come from the session's cache of patch sources (`Session.patch_sources`,
     which the exact grid shares), so a grid costs one layer-by-layer backward; `estimate_grid_of`
     says what each grid holds."""
     config = session.config
@@ -113,8 +116,8 @@ def estimate_grid(session, what: str, metric: PatchMetric, direction: str = "den
     source, patched = (runs["clean"], runs["corrupted"]) if direction == "denoise" else (runs["corrupted"], runs["clean"])
     labels = session.tokens.labels if direction == "noise" else session.corrupted.labels
     with torch.inference_mode(False):  # the backward needs tensors autograd may record
-        est, clean_m, corrupted_m, patched_m = _estimate(session.model, pair, what, metric, change, session.n_vocab,
-                                                         source, patched, progress, is_cancelled)
+        est, clean_m, corrupted_m, patched_m = _estimate(session.model, pair, what, metric, session_hooks(session, change),
+                                                         session.n_vocab, source, patched, progress, is_cancelled)
     return _grid(config, pair, what, metric.describe(session.tokenizer.label), metric.kind, est, clean_m,
                  corrupted_m, patched_m, tuple(f"{p} {labels[p]}" for p in range(pair.n_tokens)), layer)
 
@@ -123,7 +126,8 @@ def estimate_grid_of(model, clean_ids, corrupted_ids, what: str, metric: PatchMe
                      intervention: Intervention | None = None, layer: int | None = None, n_vocab: int | None = None,
                      memory_budget: int = DEFAULT_MEMORY_BUDGET, progress=None, is_cancelled=None) -> PatchGrid:
     """`estimate_grid` for a model and two prompts' ids, (T,) or (1, T) each, of equal length,
-    without a session: both runs are made here.
+    without a session: both runs are made here, under `intervention`'s head mask (feature clamps
+    need the session that holds their SAEs: an Intervention with clamps is refused).
 
     The grids, rows x columns: resid, (n_layer + 1) x T (the resid_pre of each layer, then the
     final resid_post); attn and mlp, n_layer x T; heads, n_layer x n_head (each head patched at
@@ -135,15 +139,16 @@ def estimate_grid_of(model, clean_ids, corrupted_ids, what: str, metric: PatchMe
     _check_what(config, what, layer)
     n_vocab = config.vocab_size if n_vocab is None else n_vocab
     change = requested(config, intervention)
+    run_hooks = mask_hooks(change)
     pair = run_pair(clean_ids, corrupted_ids, metric, direction, change, "attribution patching")
     check_budget(lambda t: estimate_bytes(config, t), memory_budget, config.block_size, pair.clean.shape[1])
     points = _points(config, what)
     with torch.inference_mode(False):  # the backward needs tensors autograd may record
-        source = plain_run(model, pair.source, change, points)
+        source = plain_run(model, pair.source, run_hooks, points)
         stop_if_cancelled(is_cancelled)
-        patched = plain_run(model, pair.patched, change)
-        est, clean_m, corrupted_m, patched_m = _estimate(model, pair, what, metric, change, n_vocab, source, patched,
-                                                         progress, is_cancelled)
+        patched = plain_run(model, pair.patched, run_hooks)
+        est, clean_m, corrupted_m, patched_m = _estimate(model, pair, what, metric, run_hooks, n_vocab, source,
+                                                         patched, progress, is_cancelled)
     return _grid(config, pair, what, metric.describe(), metric.kind, est, clean_m, corrupted_m, patched_m,
                  tuple(str(t) for t in range(pair.n_tokens)), layer)
 
@@ -162,7 +167,7 @@ def _points(config, what: str) -> list[str]:
     return [f"blocks.{layer}.{_POINT[what]}" for layer in range(config.n_layer)] if what in _POINT else []
 
 
-def _estimate(model, pair: RunPair, what: str, metric: PatchMetric, change: Intervention, n_vocab: int,
+def _estimate(model, pair: RunPair, what: str, metric: PatchMetric, run_hooks: RunHooks, n_vocab: int,
               source, patched, progress, is_cancelled):
     """The estimated change of the metric per cell, (rows, T') float64 (heads: (L, nh)), and
     the clean, corrupted and patched runs' metrics. `source` and `patched` are the two runs
@@ -193,8 +198,10 @@ def _estimate(model, pair: RunPair, what: str, metric: PatchMetric, change: Inte
         stop_if_cancelled(is_cancelled)
         x = patched_resid[layer].clone().requires_grad_()
         point = points[layer] if points else None
-        # The activation after the head mask's hooks: the value the layer passes on.
-        with torch.enable_grad(), hooks(model, change.hooks(layer)), caching(model, [point] if point else []) as kept:
+        # The activation after the head mask's and the clamps' hooks: the value the layer passes on.
+        # A clamp at the block's output (an SAE of the next block's input) is in the output too.
+        named = run_hooks(layer, keep)
+        with torch.enable_grad(), hooks(model, named), caching(model, [point] if point else []) as kept:
             out = model.blocks[layer](x)  # (1, T', C)
             inputs = [x, kept[point]] if point else [x]
             grads = torch.autograd.grad(out, inputs, grad_outputs=grad)

@@ -2,8 +2,8 @@
 path patching (path_patching.py), in both directions.
 
 Each cell is a run of the target prompt (the corrupted one when denoising, the clean one when
-noising) with one activation written from the source prompt's run, under the head mask both runs
-share; its value is the metric at the metric's position. The runs go through
+noising) with one activation written from the source prompt's run, under the head mask and the
+feature clamps both runs share; its value is the metric at the metric's position. The runs go through
 `model/capture/patched_runs.py` in batches sized to the memory budget, reusing the cached target
 run below the patched layer and before the patched position.
 
@@ -110,7 +110,7 @@ def metric_values(session, sources, metric: PatchMetric) -> tuple[float, float, 
 @torch.inference_mode()
 def metric_top_tokens(session, position: int | None = None, intervention=None) -> tuple[int, int]:
     """The clean and the corrupted run's top predicted token at the metric's `position` (None:
-    the last; negative: from the end), under `intervention`'s head mask: a logit-diff metric's
+    the last; negative: from the end), under `intervention`'s head mask and clamps: a logit-diff metric's
     default tokens."""
     change = as_intervention(session.config, intervention).with_patches(())
     sources = session.patch_sources(change, sites=())
@@ -141,8 +141,8 @@ def _prepare(session, metric: PatchMetric, source: str, change, sites) -> _Pair:
     skip = session.skip_rows(change)
     align = session.patch_alignment(tgt, src, metric.position, skip)
     clean, corrupted, clean_lp = metric_values(session, sources, metric)
-    return _Pair(PatchedBatch(change.mask, change.ablation, tgt, src, align, skip), clean, corrupted, clean_lp,
-                 corrupted if target == "corrupted" else clean)
+    batch = PatchedBatch(change.mask, change.ablation, tgt, src, align, skip, session.patch_clamp_hooks(change))
+    return _Pair(batch, clean, corrupted, clean_lp, corrupted if target == "corrupted" else clean)
 
 
 def _run_batches(session, pair: _Pair, metric: PatchMetric, runs: list, progress, is_cancelled) -> np.ndarray:
@@ -170,7 +170,7 @@ def _run_batches(session, pair: _Pair, metric: PatchMetric, runs: list, progress
 @torch.inference_mode()
 def patched_metrics(session, interventions, metric: PatchMetric, progress=None, is_cancelled=None) -> np.ndarray:
     """The metric of each run an Intervention with patches describes (all patches of all from
-    one source run, all under one head mask), batched as a grid's cells are; (N,) float32."""
+    one source run, all under one head mask and clamps), batched as a grid's cells are; (N,) float32."""
     interventions = [as_intervention(session.config, i) for i in interventions]
     if not interventions:
         return np.zeros(0, dtype=np.float32)
@@ -189,7 +189,8 @@ def patched_metrics(session, interventions, metric: PatchMetric, progress=None, 
 def patch_grid(session, what: str, metric: PatchMetric, direction: str = "denoise", intervention=None,
                layer: int | None = None, progress=None, is_cancelled=None, cells=None) -> PatchGrid:
     """Patch every cell of a `what` grid (one of WHATS but "path") between the session's clean
-    and corrupted prompts, in `direction`, under `intervention`'s head mask (both runs).
+    and corrupted prompts, in `direction`, under `intervention`'s head mask and feature clamps
+    (both runs alike; a patch at a clamp's hook point writes the source's clamped value).
 
     `cells`: (row, col) pairs to compute, the others NaN (exact cells on demand); None: all.
     `progress(done, total)` hears of each batch of patched runs; once `is_cancelled()` is true

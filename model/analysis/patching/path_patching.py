@@ -14,6 +14,12 @@ s < R, head h) is patched along the path sender -> receiver's input alone. In th
   nothing else);
 - the receiver's output then flows forward: layer R and every layer after it are recomputed.
 
+Feature clamps apply to both runs alike, as the head mask does: the senders' outputs and the
+receiver's copy of its resid_pre are the clamped runs', and layers R.. are recomputed under the
+clamps of those layers. A sender's path into the receiver is direct: its change does not pass
+through a clamp's hook point between the two (a clamp's edit is a function of the run's own
+activation there, which the path leaves as it was).
+
 The grid is layers x heads of senders; `raw[s, h]` is the metric of that patched run. A sender in
 layer R or above has no path into the receiver: its cell is the unpatched run's metric.
 
@@ -46,11 +52,14 @@ import torch
 from transformer_viewer.model.analysis.patching.grid import PatchGrid
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 from transformer_viewer.model.analysis.patching.run_pair import (
+    RunHooks,
     RunPair,
     clean_logprobs,
+    mask_hooks,
     metric_logits,
     plain_run,
     run_pair,
+    session_hooks,
 )
 from transformer_viewer.model.capture.interventions import Intervention, as_intervention, requested
 from transformer_viewer.model.capture.memory_budget import DEFAULT_MEMORY_BUDGET
@@ -81,7 +90,8 @@ def path_patch_grid(session, receiver: tuple[int, int], input: str, metric: Patc
                     is_cancelled=None) -> PatchGrid:
     """Path patching of every sender head into `receiver` (layer, head)'s `input` (q, k or v)
     for the session's clean and corrupted prompts (of one length), under `intervention`'s head
-    mask in both runs, read from the session's cache of patch sources; see the module docstring."""
+    mask and feature clamps in both runs, read from the session's cache of patch sources; see
+    the module docstring."""
     config = session.config
     change = as_intervention(config, intervention).with_patches(())
     receiver_slot(config, receiver, input)  # a bad receiver is refused before any run
@@ -94,8 +104,9 @@ def path_patch_grid(session, receiver: tuple[int, int], input: str, metric: Patc
     runs = session.patch_sources(change, sites=("z",)).runs
     source, patched = (runs["clean"], runs["corrupted"]) if direction == "denoise" else (runs["corrupted"], runs["clean"])
     with torch.inference_mode():
-        return _path_grid(session.model, pair, receiver, input, metric, change, session.n_vocab, session.memory_budget,
-                          source, patched, metric.describe(session.tokenizer.label), progress, is_cancelled)
+        return _path_grid(session.model, pair, receiver, input, metric, session_hooks(session, change),
+                          session.n_vocab, session.memory_budget, source, patched,
+                          metric.describe(session.tokenizer.label), progress, is_cancelled)
 
 
 def receiver_slot(config, receiver: tuple[int, int], input: str) -> tuple[int, int, str]:  # noqa: A002
@@ -122,23 +133,25 @@ def path_patch_grid_of(model, clean_ids, corrupted_ids, receiver: tuple[int, int
                        metric: PatchMetric, direction: str = "denoise", intervention: Intervention | None = None,
                        n_vocab: int | None = None, memory_budget: int = DEFAULT_MEMORY_BUDGET, progress=None,
                        is_cancelled=None) -> PatchGrid:
-    """`path_patch_grid` for a model and two prompts' ids, (T,) or (1, T) each, of equal length.
-    `progress(done, total)` counts sender runs; once `is_cancelled()` is true it raises
+    """`path_patch_grid` for a model and two prompts' ids, (T,) or (1, T) each, of equal length,
+    under `intervention`'s head mask (feature clamps need the session that holds their SAEs: an
+    Intervention with clamps is refused). `progress(done, total)` counts sender runs; once `is_cancelled()` is true it raises
     `Cancelled` before the next batch."""
     config = model.config
     n_vocab = config.vocab_size if n_vocab is None else n_vocab
     receiver_slot(config, receiver, input)
     change = requested(config, intervention)
+    run_hooks = mask_hooks(change)
     pair = run_pair(clean_ids, corrupted_ids, metric, direction, change, "path patching")
     z_names = [f"blocks.{s}.attn.hook_z" for s in range(int(receiver[0]))]
     with torch.no_grad():
-        source = plain_run(model, pair.source, change, z_names)
-        patched = plain_run(model, pair.patched, change, z_names)
-        return _path_grid(model, pair, receiver, input, metric, change, n_vocab, memory_budget, source, patched,
+        source = plain_run(model, pair.source, run_hooks, z_names)
+        patched = plain_run(model, pair.patched, run_hooks, z_names)
+        return _path_grid(model, pair, receiver, input, metric, run_hooks, n_vocab, memory_budget, source, patched,
                           metric.describe(), progress, is_cancelled)
 
 
-def _path_grid(model, pair: RunPair, receiver, input: str, metric: PatchMetric, change: Intervention,  # noqa: A002
+def _path_grid(model, pair: RunPair, receiver, input: str, metric: PatchMetric, run_hooks: RunHooks,  # noqa: A002
                n_vocab: int, memory_budget: int, source, patched, metric_line: str, progress,
                is_cancelled) -> PatchGrid:
     """The grid from the two runs (`.resid`, every layer's resid_pre and the final resid_post;
@@ -163,7 +176,7 @@ def _path_grid(model, pair: RunPair, receiver, input: str, metric: PatchMetric, 
         stop_if_cancelled(is_cancelled)
         chunk = senders[i: i + batch]
         forks = _receiver_inputs(model, chunk, source_z, patched_z, x, R, input, slot)
-        values = _run_from_receiver(model, pair, x, R, input, slot, forks, change, metric, clean_lp, n_vocab)
+        values = _run_from_receiver(model, pair, x, R, input, slot, forks, run_hooks, metric, clean_lp, n_vocab)
         for (s, h), value in zip(chunk, values.tolist(), strict=True):
             raw[s, h] = value
         if progress is not None:
@@ -201,7 +214,7 @@ def _receiver_inputs(model, senders, source_z: dict, patched_z: dict, x: torch.T
 
 
 def _run_from_receiver(model, pair: RunPair, x: torch.Tensor, R: int, input: str, slot: int,  # noqa: A002
-                       forks: torch.Tensor, change: Intervention, metric: PatchMetric, clean_lp, n_vocab: int):
+                       forks: torch.Tensor, run_hooks: RunHooks, metric: PatchMetric, clean_lp, n_vocab: int):
     """The metric of each sender's run, (S,): layers R.. of the patched run with the receiver's
     input replaced by that sender's fork."""
     S = forks.shape[0]
@@ -213,7 +226,8 @@ def _run_from_receiver(model, pair: RunPair, x: torch.Tensor, R: int, input: str
 
     # The last layer computes the metric's row alone, unless a head's mean over positions needs them all.
     last_only = pair.causal and pair.position == x.shape[1] - 1
-    named = [(f"blocks.{R}.attn.hook_{input}", patch), *change.hooks(R)]
+    # The clamps count positions from the end: the last layer may compute the last row alone.
+    named = [(f"blocks.{R}.attn.hook_{input}", patch), *run_hooks(R, x.shape[1])]
     with hooks(model, named):
         final = model.run_blocks(x.expand(S, -1, -1), R, last_only=last_only)  # (S, T or 1, C)
     at = final.shape[1] - 1 if last_only else pair.position

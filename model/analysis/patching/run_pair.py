@@ -3,11 +3,14 @@ one pair of token ids, the run that is patched and the run its values come from,
 forward of either that keeps the residual stream and the activations asked for.
 
 Denoising patches the corrupted run with the clean run's values; noising, the clean run with the
-corrupted run's. Both runs are made under the same head mask (the Intervention applies to both).
+corrupted run's. Both runs are made under the same head mask and feature clamps (the Intervention
+applies to both). Clamps need the SAEs a session holds: `session_hooks` gives a session's hooks
+of an Intervention; without a session (`mask_hooks`) an Intervention with clamps is refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +21,30 @@ from transformer_viewer.model.capture.interventions import Intervention
 from transformer_viewer.model.capture.patched_runs import RunActivations
 from transformer_viewer.model.decoder.hooks import caching, hooks
 from transformer_viewer.model.errors import ModelError
+
+# The hooks applying an Intervention to a run from layer `start_layer` whose hooks see the last
+# rows of `total` positions (None: every row from position 0): (start_layer, total) -> [(name, hook)].
+RunHooks = Callable[[int, "int | None"], list]
+
+
+def mask_hooks(change: Intervention) -> RunHooks:
+    """The hooks of `change`'s head mask, for runs without a session: clamps need the SAEs a
+    session holds, so `change.hooks` refuses an Intervention with clamps, in one line."""
+    change.hooks()  # refuses clamps (and patches) before any run
+
+    def named(start_layer: int, _total: int | None = None) -> list:
+        return change.hooks(start_layer)
+    return named
+
+
+def session_hooks(session, change: Intervention) -> RunHooks:
+    """The hooks of `change`'s head mask and then its feature clamps, from `session`, which holds
+    the clamps' SAEs."""
+    session.clamp_hooks(change)  # checked once before any run
+
+    def named(start_layer: int, total: int | None = None) -> list:
+        return session.intervention_hooks(change, start_layer, total)
+    return named
 
 
 @dataclass(frozen=True)
@@ -67,14 +94,15 @@ def run_pair(clean_ids, corrupted_ids, metric: PatchMetric, direction: str, chan
 
 
 @torch.no_grad()
-def plain_run(model, ids: torch.Tensor, change: Intervention, names=()) -> RunActivations:
-    """A forward of `ids` (1, T) under `change`, keeping resid_pre of each layer and the final
-    resid_post, (1, T, C) each, and the activations at hook points `names` by name: what the
+def plain_run(model, ids: torch.Tensor, run_hooks: RunHooks, names=()) -> RunActivations:
+    """A forward of `ids` (1, T) under the hooks `run_hooks` gives from layer 0 (`mask_hooks`,
+    `session_hooks`), keeping resid_pre of each layer and the final resid_post, (1, T, C) each,
+    and the activations at hook points `names` by name, as the hooks left them: what the
     session's patch sources keep, for callers without a session."""
     L = model.config.n_layer
     resid_names = [f"blocks.{layer}.hook_resid_pre" for layer in range(L)]
     wanted = list(dict.fromkeys([*resid_names, *names]))
-    with hooks(model, change.hooks(0)), caching(model, wanted) as kept:
+    with hooks(model, run_hooks(0, None)), caching(model, wanted) as kept:
         final = model.run_blocks(model.embed(ids.to(_device(model))))
     return RunActivations(ids, [kept[n] for n in resid_names] + [final], {n: kept[n] for n in names})
 

@@ -1,5 +1,6 @@
 """Patched runs (model/capture/patched_runs.py): the layer-reuse and row-skipping paths, and
-batches of unlike patches, equal a plain forward with the patch written by hand."""
+batches of unlike patches, equal a plain forward with the patch written by hand, also under
+feature clamps (their hooks written by hand too)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import numpy as np
 import torch
 
 from tests.helpers.models import tiny_session
+from tests.helpers.patch_clamps import clamped_session
 from tests.helpers.patch_references import CLEAN, CORRUPTED, reference_logits
 from tests.helpers.tolerances import assert_float32_close, model_reduction
-from transformer_viewer.model.capture.interventions import Patch
+from transformer_viewer.model.capture.interventions import Intervention, Patch
 from transformer_viewer.model.capture.patched_runs import Alignment, PatchedBatch, patched_final
 
 
@@ -88,3 +90,43 @@ def test_rows_before_the_prompts_differ_are_not_recomputed():
                                 [Patch("clean", "z", 0, 1, None)])
     assert_float32_close(_logits(s, final)[0], expected, reduction=model_reduction(s.config),
                          depth=s.config.n_layer + 1, what="patched logits")
+
+
+def test_under_clamps_reuse_skipped_rows_and_the_final_resid_equal_a_full_forward(tmp_path):
+    """Clamps at a position before the first computed row (in the cached rows), at one after it
+    and at every position: batches skipping rows, whole runs, and runs up to an earlier metric
+    position all equal a full forward with the clamp hooks and the patch hook in place."""
+    s, clamps, hand = clamped_session(tmp_path)
+    mask = np.zeros((s.config.n_layer, s.config.n_head), dtype=bool)
+    mask[1, 2] = True
+    change = Intervention.make(s.config, mask, clamps=clamps)
+    sources = s.patch_sources(change)
+    target, source = sources.runs["corrupted"], sources.runs["clean"]
+    T = target.T
+    differ = s.prompt_pair().differing[0]
+    assert 4 < differ < 11 < T - 1  # one clamp in the cached rows, one among the computed ones
+    runs = [(Patch("clean", "resid_pre", 1, None, (9,)),), (Patch("clean", "z", 1, 2, (9, T - 1)),),
+            (Patch("clean", "attn_out", 0, None, (9, 11)),), (Patch("clean", "k", 1, 0, (12,)),),
+            (Patch("clean", "embed", 0, None, (9,)),), (Patch("clean", "resid_pre", 2, None, (T - 1,)),),
+            (Patch("clean", "attn_out", 0, None, None),)]
+    clamped = s.patch_clamp_hooks(change)
+
+    def final(align, skip, batch):
+        with torch.no_grad():
+            return patched_final(s.model, PatchedBatch(mask, "zero", target, source, align, skip, clamped), batch)
+
+    skipped = final(Alignment(T, same_before=differ), True, runs)
+    whole = final(Alignment(T, 0, T - 1), False, runs)
+    alone = torch.cat([final(Alignment(T, same_before=differ), True, [r]) for r in runs])
+    ids = torch.tensor([s.corrupted.ids]), torch.tensor([s.tokens.ids])
+    expected = torch.stack([reference_logits(s.model, *ids, list(r), mask, clamps=hand) for r in runs])
+    for got in (skipped, whole, alone):
+        assert_float32_close(_logits(s, got), expected, reduction=model_reduction(s.config),
+                             depth=s.config.n_layer + 1, what="patched logits under clamps")
+    unclamped = torch.stack([reference_logits(s.model, *ids, list(r), mask) for r in runs])
+    assert (expected - unclamped).abs().amax(dim=-1).min() > 1e-3  # every run feels the clamps
+    # Up to an earlier metric position (12): the run's T is 13, and the clamps count from it.
+    early = final(Alignment(13, same_before=differ), True, runs)
+    expected = torch.stack([reference_logits(s.model, *ids, list(r), mask, position=12, clamps=hand) for r in runs])
+    assert_float32_close(_logits(s, early), expected, reduction=model_reduction(s.config),
+                         depth=s.config.n_layer + 1, what="patched logits at position 12 under clamps")

@@ -370,3 +370,32 @@ def test_scan_notes_a_prompt_over_the_context_as_predict_does(ckpt, capsys, qapp
     note = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
     assert main(["scan", "--checkpoint", ckpt, "--prompt", long_prompt, "--top", "1"]) == 0
     assert note and note[0] in capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize("view", ["logit-lens", "mlp"])
+def test_a_view_request_failing_inside_qt_events_is_one_line(ckpt, capsys, tmp_path, qapp, monkeypatch, view):
+    """A view asks the worker from a show or resize event, where Qt would print the error as a
+    traceback (or the process would die): the export command says it in one line instead, and
+    writes nothing."""
+    from transformer_viewer.model.errors import ModelError
+    from transformer_viewer.viewer.worker import inline
+    from transformer_viewer.viewer.worker.lens import LensRequest
+    from transformer_viewer.viewer.worker.mlp import MlpActivationsRequest
+
+    failing = LensRequest if view == "logit-lens" else MlpActivationsRequest
+    real = inline.lookup_handler
+
+    def lookup(kind):
+        if kind is failing:
+            def refuse(*_args):
+                raise ModelError("the view's request was refused; try again")
+            return refuse, True
+        return real(kind)
+
+    monkeypatch.setattr(inline, "lookup_handler", lookup)
+    out = tmp_path / "view.png"
+    rc, stdout, err = export(capsys, ckpt, out, "--view", view)
+    assert rc == 2
+    assert err.strip() == "error: the view's request was refused; try again"
+    assert "Traceback" not in err and stdout == ""
+    assert not out.exists()

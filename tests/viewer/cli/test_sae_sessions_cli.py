@@ -1,4 +1,4 @@
-"""`features` and `predict` with `--session`: a session's SAEs, clamps, BOS choice and top-k
+"""`features`, `predict`, `attribute` and `routes` with `--session`: a session's SAEs, clamps, BOS choice and top-k
 give what the same options typed by hand give; typed options win; a missing SAE is one line, a
 changed one a note that drops its clamps."""
 
@@ -67,6 +67,20 @@ def test_predict_and_features_take_the_sessions_saes_and_clamps_as_typed(ckpt, t
     assert f == g and max(len(t) for t in f["features"]) == 7 and f["features"][0]  # BOS listed
 
 
+def test_attribute_and_routes_take_the_sessions_saes_and_clamps_as_typed(ckpt, tmp_path, capsys):
+    folder = _sae(tmp_path / "sae")
+    session = _session(tmp_path / "s.tvsession", ckpt, folder)
+    clamps = ("--clamp", "0:5x3.0", "--clamp", "0:9=2.5@4")
+    a, _ = _json(capsys, "attribute", "--session", session, "--position", "4", "--json")
+    b, _ = _json(capsys, "attribute", ckpt, *TYPED, folder, *clamps, "--position", "4", "--json")
+    assert a == b and a["clamps"] == ["0:5x3", "0:9=2.5@4"]
+    assert [t["layer"] for t in a["terms"] if t["component"] == "clamp"] == [0]
+    r, _ = _json(capsys, "routes", "--session", session, "--json")
+    q, _ = _json(capsys, "routes", ckpt, *TYPED, folder, *clamps, "--position", "5", "--json")
+    plain, _ = _json(capsys, "routes", ckpt, *TYPED, folder, "--position", "5", "--json")
+    assert r == q and r["clamps"] == a["clamps"] and plain["token_share"] != r["token_share"]
+
+
 def test_typed_clamps_and_saes_win_over_the_sessions(ckpt, tmp_path, capsys):
     folder = _sae(tmp_path / "sae")
     other = _sae(tmp_path / "other", seed=9)
@@ -95,7 +109,8 @@ def test_a_missing_sae_is_one_line_and_a_changed_one_drops_its_clamps(ckpt, tmp_
 
 def test_a_command_without_saes_says_it_runs_without_the_sessions_clamps(ckpt, tmp_path, capsys):
     session = _session(tmp_path / "s.tvsession", ckpt, _sae(tmp_path / "sae"))
-    a, err = _json(capsys, "attribute", "--session", session, "--json")
-    assert "clamps 2 SAE features; this command runs without SAEs, so without them" in err
-    b, _ = _json(capsys, "attribute", ckpt, *TYPED[:-1], "--position", "5", "--json")
-    assert a == b
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    rc, _out, err = cli(capsys, "rollout", "--session", session, "--out", str(a))
+    assert rc == 0 and "clamps 2 SAE features; this command runs without SAEs, so without them" in err
+    rc, _out, err = cli(capsys, "rollout", ckpt, *TYPED[:-1], "--query", "5", "--out", str(b))
+    assert rc == 0 and json.loads(a.read_text()) == json.loads(b.read_text())

@@ -130,3 +130,33 @@ def test_a_pair_picked_from_the_candidates_and_a_stale_answer_dropped(qtbot, tin
     view.token_a.setEditText(" the cat")  # two tokens: said in the view's line, nothing asked
     view.apply_tokens()
     assert "not one" in view.info.text() and len(worker.held) == asked
+
+
+def test_under_a_feature_clamp_the_view_draws_the_clamp_term(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    """A clamp of the SAE at layer 0's output: the view's terms are the library's under it, with
+    a clamp term for layer 0 in the table and a purple bar per layer."""
+    from tests.helpers.sae_window import close, opened, reference
+    from transformer_viewer.model.capture.interventions import FeatureClamp, Intervention
+    from transformer_viewer.viewer.export import export_view
+    from transformer_viewer.viewer.views.attribution_view import term_name
+
+    with shown_view(qtbot, tmp_path, tiny_ckpt, VIEW_ID) as (w, view):
+        opened(qtbot, w, sae_folder)
+        clamp = FeatureClamp(0, 5, "set", 40.0)
+        w.state.set_clamps((clamp,))
+        wait_idle(qtbot, w, lambda: view.result is not None and view.result.clamped == (0,))
+        ref = reference(tiny_ckpt, sae_folder)
+        change = Intervention.make(ref.config, clamps=(clamp,))
+        want = logit_attribution(ref, view.result.position, view.result.tokens, intervention=change)
+        close(view.result.clamp, want.clamp, "the clamp terms")
+        close(view.matrix(), want.heads, "the heads under the clamp")
+        assert view.result.total() == pytest.approx(view.result.logit, rel=1e-4, abs=1e-4)
+        names = [row[0] for row in view.top_rows()]
+        assert "clamps L0" in names and term_name(want.top(1)[0]) == names[0]
+        assert len(view.bar_items) == 4 and "purple: feature clamps" in view.bars.getPlotItem().titleLabel.text
+        view.resize(1000, 650)
+        out = export_view(view, str(tmp_path / "attribution_clamped.png"))
+        assert open(out, "rb").read(4) == b"\x89PNG"
+        w.state.set_clamps(())
+        wait_idle(qtbot, w, lambda: view.result is not None and not view.result.clamped)
+        assert len(view.bar_items) == 3 and "purple" not in view.bars.getPlotItem().titleLabel.text

@@ -1,6 +1,7 @@
 """The patching view: a grid from the worker drawn as a diverging heatmap (normalised or raw), a
 click that selects the cell's layer, head and position everywhere, prompts of different lengths,
-answers it no longer wants dropped, cancel within one batch, and a new prompt superseding a job."""
+answers it no longer wants dropped, cancel within one batch, a new prompt superseding a job, and
+feature clamps applied to both runs (a change of them patches again)."""
 
 from __future__ import annotations
 
@@ -266,5 +267,35 @@ def test_key_value_heads_of_a_grouped_query_model(qtbot, tmp_path):
         assert "2 query heads share each key/value head" in view.notes.text()
         view.click(1, 1)  # key/value head 1 is query heads 2 and 3: the first of them is selected
         assert (w.state.layer, w.state.head) == (1, 2)
+    finally:
+        w.close()
+
+
+def test_feature_clamps_apply_to_both_runs_and_a_change_of_them_patches_again(qtbot, tmp_path, tiny_ckpt,
+                                                                              sae_folder):
+    from tests.helpers.sae_window import close, opened, reference
+    from transformer_viewer.model.capture.interventions import FeatureClamp, Intervention
+
+    w, view = _window_comparing(qtbot, tmp_path, tiny_ckpt, what="resid")
+    try:
+        sae = opened(qtbot, w, sae_folder)
+        wait_idle(qtbot, w, lambda: view.exact is not None)
+        plain = view.exact
+        clamps = (FeatureClamp(sae.index, 5, "scale", 3.0), FeatureClamp(sae.index, 9, "set", 2.5, 11))
+        w.state.set_clamps(clamps)
+        wait_idle(qtbot, w, lambda: view.exact is not None and view.exact is not plain)
+        session = reference(tiny_ckpt, sae_folder)
+        session.set_prompt(CLEAN)
+        session.set_corrupted(SWAPPED)
+        want = patch_grid(session, "resid", PatchMetric.make("logit-diff", _ids(" Mary", " John")),
+                          intervention=Intervention.make(session.config, clamps=clamps))
+        close(view.exact.raw, want.raw, "the resid grid under clamps")
+        assert np.abs(want.raw - plain.raw).max() > 1e-3  # the clamps change the grid
+        assert "under 2 feature clamps" in view.heatmap.plot.titleLabel.text
+        assert "2 feature clamps apply to both runs" in view.notes.text()
+        w.state.set_clamps(())  # the clamps gone: the grid without them again
+        wait_idle(qtbot, w, lambda: view.exact is not None and "clamp" not in view.notes.text())
+        np.testing.assert_allclose(view.exact.raw, plain.raw, rtol=1e-5, atol=1e-5)
+        assert "feature clamp" not in view.heatmap.plot.titleLabel.text
     finally:
         w.close()

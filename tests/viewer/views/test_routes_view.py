@@ -122,3 +122,22 @@ def test_export_writes_the_graph(tiny_ckpt, capsys, tmp_path):
     got = np.load(csv)
     assert rc == 0 and got.shape == (len(want.edges), 8)
     np.testing.assert_allclose(got[:, 7], want.weight, rtol=1e-5, atol=1e-6)
+
+
+def test_the_routes_follow_a_feature_clamp(qtbot, tmp_path, tiny_ckpt, sae_folder):
+    """A clamp set in the window reaches the routes: the view's graph is the library's under it."""
+    from tests.helpers.sae_window import opened, reference
+    from transformer_viewer.model.capture.interventions import FeatureClamp, Intervention
+
+    with shown_view(qtbot, tmp_path, tiny_ckpt, VIEW_ID) as (w, view):
+        view.set_threshold(0.0)
+        wait_idle(qtbot, w, lambda: view.result is not None and view.result.threshold == 0.0)
+        plain = view.result
+        opened(qtbot, w, sae_folder)
+        clamp = FeatureClamp(0, 5, "set", 40.0)
+        w.state.set_clamps((clamp,))
+        wait_idle(qtbot, w, lambda: view.result is not plain and w.state.trace.intervention.clamps == (clamp,))
+        ref = reference(tiny_ckpt, sae_folder)
+        want = information_routes(ref, threshold=0.0, intervention=Intervention.make(ref.config, clamps=(clamp,)))
+        _same_graph(view.result, want)
+        assert not np.allclose(view.result.token_share, plain.token_share, atol=1e-4)

@@ -1,7 +1,7 @@
 """Attribution patching: each estimated cell is the metric's derivative along the patch (a
 finite-difference check on a tiny model), the estimate approaches the exact patch as the two
-prompts' difference shrinks, and the head mask, the kl metric's noising note, cancel and bad
-input behave as documented."""
+prompts' difference shrinks (under feature clamps too, on a session), and the head mask, the kl
+metric's noising note, cancel and bad input behave as documented."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tests.helpers.hook_patches import (
     replacing,
 )
 from tests.helpers.models import randomize_, tiny_gpt
+from tests.helpers.saes import attach_random_sae, random_weights, saelens_cfg, write_saelens
 from tests.helpers.tolerances import F32_EPS, SAFETY, assert_float32_close, largest_logit, model_reduction
 from transformer_viewer.model.analysis.patching.attribution_patching import (
     ESTIMATE_WHATS,
@@ -30,7 +31,7 @@ from transformer_viewer.model.analysis.patching.attribution_patching import (
 )
 from transformer_viewer.model.analysis.patching.exact import patch_grid
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
-from transformer_viewer.model.capture.interventions import Intervention
+from transformer_viewer.model.capture.interventions import FeatureClamp, Intervention
 from transformer_viewer.model.decoder.config import GPTConfig
 from transformer_viewer.model.errors import Cancelled, CaptureTooLargeError, ModelError
 
@@ -284,3 +285,55 @@ def test_each_family_switchs_head_estimates_are_the_metrics_derivatives(name):
                 for row, col, n, i in cells("heads", 6))
     assert worst <= atol, f"{name}: off the derivative by {worst:.3g} (bound {atol:.3g})"
     assert np.abs(grid.raw - grid.corrupted).max() > 20 * atol
+
+
+@pytest.mark.parametrize("what", ["resid", "heads", "attn"])
+def test_under_feature_clamps_the_estimate_approaches_the_exact_grid(tmp_path, what):
+    """The gradient goes through the clamps' hooks: with a positional clamp and an all-positions
+    one, the estimate converges to the exact grid under the same clamps as the prompts'
+    difference shrinks, and the clamps move both."""
+    clean, corrupted = prompt_pair(T=6, vocab=TINY.vocab_size)
+    metric = METRICS["logit-diff"]
+    errors = []
+    for delta in (0.01, 0.001):
+        session = pair_session(_shrunk_model(delta, clean, corrupted), clean, corrupted)
+        resid, _ = attach_random_sae(session, tmp_path / str(delta), "blocks.1.hook_resid_pre", seed=1)
+        attn, _ = attach_random_sae(session, tmp_path / str(delta), "blocks.0.hook_attn_out", seed=2)
+        change = Intervention.make(TINY, clamps=(FeatureClamp(resid, 5, "set", 4.0, 3),
+                                                 FeatureClamp(attn, 7, "scale", 3.0), FeatureClamp(attn, 2, "set", 0.0)))
+        estimate, exact = estimate_grid(session, what, metric, intervention=change), patch_grid(session, what, metric,
+                                                                                              intervention=change)
+        errors.append(np.abs(estimate.raw - exact.raw).max() / np.abs(exact.raw - exact.corrupted).max())
+        plain = estimate_grid(session, what, metric)
+        assert np.abs(estimate.raw - plain.raw).max() > 1e-4 * np.abs(plain.raw - plain.corrupted).max()
+    assert errors[1] < errors[0] / 4 and errors[1] < 0.02, errors
+
+
+def test_without_a_session_feature_clamps_are_refused_in_one_line():
+    model = tiny_gpt(TINY)
+    clean, corrupted = prompt_pair(T=6, vocab=TINY.vocab_size)
+    change = Intervention.make(TINY, clamps=(FeatureClamp(0, 1, "set", 0.0),))
+    with pytest.raises(ModelError, match="applied by the session that holds their SAEs") as caught:
+        estimate_grid_of(model, clean, corrupted, "heads", METRICS["kl"], intervention=change)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_sae_loaded_and_attached_in_inference_mode_still_takes_the_gradient(tmp_path):
+    """The command line loads SAEs inside torch.inference_mode; a TopK SAE's encoder then enters
+    the backward whole. The attached SAE holds ordinary tensors, so the estimate is the one of an
+    SAE attached outside it."""
+    from transformer_viewer.model.sae.loading import load_sae
+
+    model = tiny_gpt(TINY)
+    clean, corrupted = prompt_pair(T=6, vocab=TINY.vocab_size)
+    folder = write_saelens(tmp_path / "topk", saelens_cfg("topk", TINY.n_embd, 48, "blocks.1.hook_resid_pre", k=8),
+                           random_weights("topk", TINY.n_embd, 48, seed=5))
+    grids = []
+    for mode in (True, False):
+        session = pair_session(model, clean, corrupted)
+        with torch.inference_mode(mode):
+            index = session.attach_sae(load_sae(folder, TINY))
+        assert not any(p.is_inference() for p in session.saes[index].module.parameters())
+        change = Intervention.make(TINY, clamps=(FeatureClamp(index, 3, "scale", 4.0),))
+        grids.append(estimate_grid(session, "attn", METRICS["logit-diff"], intervention=change).raw)
+    np.testing.assert_array_equal(grids[0], grids[1])

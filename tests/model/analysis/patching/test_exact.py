@@ -1,6 +1,6 @@
 """Exact activation patching (model/analysis/patching/exact.py) on the tiny GPT-2: each kind
-equals the same patch written by hand in a plain forward, and the end cases are the runs they
-must be."""
+equals the same patch written by hand in a plain forward (under a head mask and feature clamps
+too), and the end cases are the runs they must be."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.models import TINY, tiny_session
+from tests.helpers.patch_clamps import clamped_session
 from tests.helpers.patch_references import CLEAN, CORRUPTED, assert_grid_matches_hand_patches, metric_atol
 from transformer_viewer.model.analysis.patching.exact import EXACT_WHATS, patch_grid, patched_metrics
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
@@ -84,6 +85,23 @@ def test_the_head_mask_applies_to_both_runs(session, what, ablation):
     mask[0, 1] = mask[1, 3] = True
     assert_grid_matches_hand_patches(session, what, PatchMetric.make("logprob", (MARY,)), mask=mask,
                                       ablation=ablation)
+
+
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+@pytest.mark.parametrize("what, direction", [("resid", "denoise"), ("heads-by-pos", "noise"), ("attn", "denoise"),
+                                             ("heads", "noise"), ("embed", "denoise")])
+def test_feature_clamps_apply_to_both_runs_with_the_head_mask(tmp_path, what, direction, ablation):
+    """A positional clamp before the prompts differ, one after, and one at every position at the
+    hook point attn grids patch: each cell equals a full forward with the clamps' hooks, then
+    the patch's, written by hand."""
+    s, clamps, hand = clamped_session(tmp_path)
+    mask = np.zeros((TINY.n_layer, TINY.n_head), dtype=bool)
+    mask[1, 2] = True
+    metric = PatchMetric.make("logit-diff", (MARY, JOHN))
+    grid = assert_grid_matches_hand_patches(s, what, metric, direction, mask, ablation, clamps=clamps,
+                                            clamp_hooks=hand)
+    plain = patch_grid(s, what, metric, direction, Intervention.make(TINY, mask, ablation), layer=1)
+    assert np.abs(grid.raw - plain.raw).max() > 1e-3 and grid.clean != plain.clean
 
 
 def test_cells_computes_only_those_asked_for(session):

@@ -2,7 +2,8 @@
 the patched prompt with every head's and MLP's output frozen at its own values except the
 sender's output, taken from the source run, read at the receiver's input; then a run of the
 patched prompt with only that input replaced. On GPT-2's layout and on the family switches
-(grouped and multi-query heads, sandwich and post norms, parallel blocks, QK-norms)."""
+(grouped and multi-query heads, sandwich and post norms, parallel blocks, QK-norms); under feature
+clamps, with each clamp's edit frozen along the path."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.helpers.hook_patches import (
     replacing,
 )
 from tests.helpers.models import randomize_, tiny_gpt
+from tests.helpers.saes import attach_random_sae, standard_clamp_hook
 from tests.helpers.tolerances import assert_float32_close, largest_logit, model_reduction
 from transformer_viewer.model.analysis.patching.metric import PatchMetric
 from transformer_viewer.model.analysis.patching.path_patching import (
@@ -27,7 +29,7 @@ from transformer_viewer.model.analysis.patching.path_patching import (
     path_patch_grid_of,
     receiver_slot,
 )
-from transformer_viewer.model.capture.interventions import Intervention
+from transformer_viewer.model.capture.interventions import FeatureClamp, Intervention
 from transformer_viewer.model.decoder.config import GPTConfig
 from transformer_viewer.model.errors import Cancelled, ModelError
 
@@ -197,3 +199,72 @@ def test_the_session_refuses_prompts_of_different_lengths_in_one_line():
     session = pair_session(model, clean, corrupted[:4])
     with pytest.raises(ModelError, match=r"differ in length \(6 and 4 tokens\)"):
         path_patch_grid(session, (1, 0), "q", METRICS["kl"])
+
+
+def _clamp_edit_recorders(points, seen):
+    """Around each clamp hook point: hooks that keep the activation before and after the clamp."""
+    def keep(key):
+        def hook(_m, _i, act):
+            seen[key] = act
+        return hook
+    return {name: ((name, keep((name, "before"))), (name, keep((name, "after")))) for name in points}
+
+
+def clamped_reference(model, clean, corrupted, receiver, input, sender, metric, direction, mask_hooks, clamp_hooks):
+    """The path sender -> receiver's input under clamps, by the two forwards: both runs under the
+    head mask and the clamps; along the path every head's and MLP's output and every clamp's
+    edit are frozen at the patched run's, so the sender's change reaches the receiver directly."""
+    L = model.config.n_layer
+    patched, source = (corrupted, clean) if direction == "denoise" else (clean, corrupted)
+    z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
+    mlp_names = [f"blocks.{layer}.hook_mlp_out" for layer in range(L)]
+    seen = {}
+    around = _clamp_edit_recorders({name for name, _ in clamp_hooks}, seen)
+    recorded = [*mask_hooks, *[h for name, hook in clamp_hooks for h in (around[name][0], (name, hook),
+                                                                         around[name][1])]]
+    own = cache_of(model, patched, z_names + mlp_names, recorded)
+    theirs = cache_of(model, source, z_names, [*mask_hooks, *clamp_hooks])
+    edits = {name: seen[(name, "after")] - seen[(name, "before")] for name in around}  # each clamp's own edit
+    s, h = sender
+    frozen = [(name, lambda _m, _i, act, d=d: act + d) for name, d in edits.items()]
+    for layer in range(L):
+        z = own[f"blocks.{layer}.attn.hook_z"].clone()
+        if layer == s:
+            z[:, :, h] = theirs[f"blocks.{layer}.attn.hook_z"][:, :, h]
+        frozen += [(f"blocks.{layer}.attn.hook_z", replacing(z, slice(None))),
+                   (f"blocks.{layer}.hook_mlp_out", replacing(own[f"blocks.{layer}.hook_mlp_out"], slice(None)))]
+    R, r = receiver
+    name = f"blocks.{R}.attn.hook_{input}"
+    fork = cache_of(model, patched, [name], frozen)[name]
+    everything = [*mask_hooks, *clamp_hooks]
+    clean_lp = clean_logprobs_of(model, clean, metric, everything)
+    return metric_of(model, patched, metric, [*everything, (name, replacing(fork, (slice(None), slice(None), r)))],
+                     clean_lp)
+
+
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+def test_feature_clamps_apply_to_both_runs_and_a_path_is_direct(tmp_path, direction):
+    model = tiny_gpt(GPT3)
+    clean, corrupted = prompt_pair(T=6, vocab=GPT3.vocab_size, changed=(1, 3))
+    session = pair_session(model, clean, corrupted)
+    resid, w_resid = attach_random_sae(session, tmp_path, "blocks.1.hook_resid_pre", seed=1)
+    attn, w_attn = attach_random_sae(session, tmp_path, "blocks.0.hook_attn_out", seed=2)
+    mlp, w_mlp = attach_random_sae(session, tmp_path, "blocks.2.hook_mlp_out", seed=3)
+    at_resid = (FeatureClamp(resid, 5, "set", 4.0, 2), FeatureClamp(resid, 9, "set", 3.0, 4))
+    at_attn = (FeatureClamp(attn, 7, "scale", 3.0),)
+    at_mlp = (FeatureClamp(mlp, 3, "set", 5.0, 5), FeatureClamp(mlp, 11, "scale", 0.0))
+    mask = np.zeros((GPT3.n_layer, GPT3.n_head), dtype=bool)
+    mask[1, 0] = True
+    change = Intervention.make(GPT3, mask, clamps=at_resid + at_attn + at_mlp)
+    hand = [("blocks.0.hook_resid_post", standard_clamp_hook(w_resid, at_resid)),
+            ("blocks.0.hook_attn_out", standard_clamp_hook(w_attn, at_attn)),
+            ("blocks.2.hook_mlp_out", standard_clamp_hook(w_mlp, at_mlp))]
+    metric, receiver = METRICS["logit-diff"], (2, 1)
+    grid = path_patch_grid(session, receiver, "v", metric, direction, change)
+    expected = np.array([[clamped_reference(model, clean, corrupted, receiver, "v", (s, h), metric, direction,
+                                            change.without_clamps().hooks(), hand)
+                          for h in range(GPT3.n_head)] for s in range(2)])
+    assert_float32_close(grid.raw[:2], expected, reduction=model_reduction(GPT3), depth=GPT3.n_layer + 1,
+                         scale=max(1.0, largest_logit(model, corrupted)), what="path under clamps")
+    plain = path_patch_grid(session, receiver, "v", metric, direction, Intervention.make(GPT3, mask))
+    assert np.abs(grid.raw[:2] - plain.raw[:2]).max() > 1e-3 and grid.clean != plain.clean
