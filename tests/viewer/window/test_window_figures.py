@@ -12,6 +12,7 @@ import pytest
 from PySide6 import QtWidgets
 
 from tests.helpers.figures import png_pixels, regenerate, without_embedded_manifest
+from tests.helpers.sae_window import opened
 from tests.helpers.window import PROMPT, mask_of, new_window, wait_idle
 from transformer_viewer.model.sessions.figure_manifest import read_manifest
 from transformer_viewer.viewer.views.export_options import ExportOptionsDialog
@@ -211,3 +212,21 @@ def test_a_heads_full_pattern_has_its_manifest_and_regenerates_bit_for_bit(qtbot
     again = regenerate(capsys, path + ".manifest.json", tmp_path / "again.npy")
     a, b = np.load(path), np.load(again)
     assert a.shape == (w.state.trace.n_tokens,) * 2 and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_a_figure_exported_under_a_feature_clamp_regenerates_pixel_for_pixel(qtbot, tmp_path, capsys, tiny_ckpt,
+                                                                               sae_folder):
+    w = new_window(qtbot, tmp_path / "w", tiny_ckpt)
+    st = w.state
+    opened(qtbot, w, sae_folder)
+    st.saes.set_feature(5)
+    controls = w.views["token-features"].clamp_controls
+    controls.set_choice("scale", 3.0)
+    clamp = controls.clamp()
+    wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,))
+    _front(qtbot, w, "logit-lens")
+    first = export(w, "logit-lens", str(tmp_path / "lens.png"), manifest=True)
+    w.close()
+    assert read_manifest(first + ".manifest.json")[0]["intervention"].clamps == (clamp,)
+    again = regenerate(capsys, first + ".manifest.json", tmp_path / "again.png")
+    assert np.array_equal(png_pixels(first), png_pixels(again))
