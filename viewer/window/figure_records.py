@@ -2,23 +2,25 @@
 manifest `transformer-viewer export --write-manifest` writes, so `export --from-manifest`
 regenerates it), and a FigureRecord in `window.exported_figures`, which a saved session lists.
 
-Every export of the window goes through `export_from_window`: File > Export and each view's own
-Export button alike. The manifest's `export` part is the export command's arguments that build
-the same view in the same state: the selection (layer, head, query), and each view's own
-settings as `viewer/cli/export_views.py` applies them (`view_settings` reads them back from the
-window's view). A figure is laid out at the view's on-screen size and the manifest records that
-size (`size`, the whole figure with its title and note bands) and the PNG's pixels per logical
-pixel (`scale`), so the export command lays it out exactly so: on the same machine the PNG it
-regenerates is the same pixels, an SVG or PDF the same drawing. What a manifest cannot say (a
-heatmap zoomed in on screen is drawn whole; a row or cell the mouse is over is not marked in
-any figure) is said by `regeneration_notes`, which the export dialog shows.
+Every export of the window goes through `viewer/window/actions.py`'s `export` and then
+`record_export` here: File > Export and each view's own Export button alike. The manifest's
+`export` part is the export command's arguments that build the same view in the same state: the
+selection (layer, head, query) and each view's own settings as `viewer/cli/export_views.py`
+applies them (`view_settings` reads them back from the window's view). A figure is laid out at
+the view's on-screen size, and the manifest records that size (`size`: the whole figure, its
+title and note bands included) and the PNG's pixels per logical pixel (`scale`), so the export
+command lays its own view out at exactly that size: on the same machine the PNG it regenerates
+is the same pixels and an SVG the same bytes outside an embedded manifest. What the export
+command's arguments cannot say (a heatmap zoomed in, a marked key column, an overview pooled
+by its mean, the rollout's and the routes' own settings) is listed by `regeneration_notes`, which the export dialog shows before anything
+is written; the mouse's hover is drawn in no figure.
 
 The window's heatmap data (.npy/.csv) is the matrix it draws, the trace's overview: its
 manifest says `pooled`, which is what the export command writes for the same request; the
 head's full pattern (File > Export > "Current head's full pattern") is the export command's
-exact attention data, and its manifest says so. Views
-the export command cannot build (the patching view needs two prompts: `transformer-viewer patch
---out` writes it) are exported without a manifest, and the export dialog says why.
+exact attention data, and its manifest says so. A view the export command cannot build (the
+patching view needs two prompts: `transformer-viewer patch --out` writes it) is exported
+without a manifest, and the export dialog says why.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from transformer_viewer.model.sessions.figures_part import FigureRecord
 from transformer_viewer.model.sessions.prompt_part import PromptRecord
 
 FIGURE_FORMATS = (".png", ".svg", ".pdf")
+ROUTES_THRESHOLD_STEP = 8  # the routes view's threshold slider as it is built (0.04)
 NOT_REGENERABLE = ("No manifest: the export command cannot rebuild this view (the patching view needs two "
                    "prompts; `transformer-viewer patch --out` writes it).")
 
@@ -99,6 +102,14 @@ def regeneration_notes(view_id: str, view) -> tuple[str, ...]:
     if view_id == "attention" and pooled and view.pooling() != "max":
         notes.append(f"the overview pools each block by its {view.pooling()} here; regenerated from the manifest "
                      "by its max")
+    if view_id == "rollout" and (view.first_layer.value() != 0 or view.last_layer.value() != view.state.n_layer - 1
+                                 or view.heads.currentData() != "mean" or not view.residual.isChecked()):
+        notes.append("the rollout's layers, heads or residual are set here; regenerated from the manifest it rolls "
+                     "out every layer's mean head with the residual")
+    if view_id == "routes" and (view.threshold.value() != ROUTES_THRESHOLD_STEP or not view.renormalize.isChecked()
+                                or view.position is not None):
+        notes.append("the routes' threshold, renormalisation or position is set here; regenerated from the manifest "
+                     "they take their defaults and lead to the query")
     return tuple(notes)
 
 

@@ -230,3 +230,15 @@ def test_a_figure_exported_under_a_feature_clamp_regenerates_pixel_for_pixel(qtb
     assert read_manifest(first + ".manifest.json")[0]["intervention"].clamps == (clamp,)
     again = regenerate(capsys, first + ".manifest.json", tmp_path / "again.png")
     assert np.array_equal(png_pixels(first), png_pixels(again))
+
+
+def test_rollout_and_routes_settings_export_cannot_set_are_said(qtbot, window):
+    from transformer_viewer.viewer.window.figure_records import regeneration_notes
+
+    w = window
+    rollout, routes = _front(qtbot, w, "rollout"), _front(qtbot, w, "routes")
+    assert regeneration_notes("rollout", rollout) == () and regeneration_notes("routes", routes) == ()
+    rollout.residual.setChecked(False)
+    routes.threshold.setValue(20)
+    assert "rollout's layers, heads or residual" in regeneration_notes("rollout", rollout)[0]
+    assert "routes' threshold" in regeneration_notes("routes", routes)[0]
