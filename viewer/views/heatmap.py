@@ -293,3 +293,10 @@ class HeatmapView(QtWidgets.QWidget):
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(640, 600)
+
+
+def main_heatmap(view) -> HeatmapView | None:
+    """The heatmap a view draws its matrix in (its `heatmap`, or the view itself), or None: what
+    a figure's `region` zooms (`transformer-viewer export --region`)."""
+    heatmap = view if isinstance(view, HeatmapView) else getattr(view, "heatmap", None)
+    return heatmap if isinstance(heatmap, HeatmapView) else None

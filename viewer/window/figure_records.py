@@ -5,15 +5,17 @@ regenerates it), and a FigureRecord in `window.exported_figures`, which a saved 
 Every export of the window goes through `viewer/window/actions.py`'s `export` and then
 `record_export` here: File > Export and each view's own Export button alike. The manifest's
 `export` part is the export command's arguments that build the same view in the same state: the
-selection (layer, head, query) and each view's own settings as `viewer/cli/export_views.py`
-applies them (`view_settings` reads them back from the window's view). A figure is laid out at
-the view's on-screen size, and the manifest records that size (`size`: the whole figure, its
-title and note bands included) and the PNG's pixels per logical pixel (`scale`), so the export
-command lays its own view out at exactly that size: on the same machine the PNG it regenerates
-is the same pixels and an SVG the same bytes outside an embedded manifest. What the export
-command's arguments cannot say (a heatmap zoomed in, a marked key column, an overview pooled
-by its mean, the rollout's and the routes' own settings) is listed by `regeneration_notes`, which the export dialog shows before anything
-is written; the mouse's hover is drawn in no figure.
+selection (layer, head, query), each view's own settings as `viewer/cli/export_views.py`
+applies them (`view_settings` reads them back from the window's view) and the part of its
+heatmap a zoomed view shows (`region`, `zoom_region`). A figure is laid out at the view's
+on-screen size, and the manifest records that size (`size`: the whole figure, its title and
+note bands included) and the PNG's pixels per logical pixel (`scale`), so the export command
+lays its own view out at exactly that size: on the same machine the PNG it regenerates is the
+same pixels and an SVG the same bytes outside an embedded manifest. What the export command's
+arguments cannot say (a long prompt's overview zoomed in, a marked key column, an overview
+pooled by its mean, the rollout's and the routes' own settings) is listed by
+`regeneration_notes`, which the export dialog shows before anything is written; the mouse's
+hover is drawn in no figure.
 
 The window's heatmap data (.npy/.csv) is the matrix it draws, the trace's overview: its
 manifest says `pooled`, which is what the export command writes for the same request; the
@@ -87,14 +89,30 @@ def view_settings(view_id: str, view) -> ViewSettings:
     return ViewSettings()
 
 
+def zoom_region(view) -> tuple[float, float, float, float] | None:
+    """The part (x0, x1, y0, y1) of the view's heatmap in view when it is zoomed in, for the
+    manifest's `region`; None when it shows all of it, or when it is a long prompt's pooled
+    overview (the full-resolution tile drawn over a zoomed overview comes later, from the worker,
+    and a regenerated figure would not wait for it)."""
+    from transformer_viewer.viewer.views.heatmap import main_heatmap
+
+    heatmap = main_heatmap(view)
+    if heatmap is None or not heatmap.is_zoomed() or heatmap.cell() > 1:
+        return None
+    (x0, x1), (y0, y1) = heatmap.view.viewRange()
+    R, C = heatmap.token_size()
+    return max(0.0, float(x0)), min(float(C), float(x1)), max(0.0, float(y0)), min(float(R), float(y1))
+
+
 def regeneration_notes(view_id: str, view) -> tuple[str, ...]:
     """What a figure regenerated from this view's manifest shows differently from the window:
     the window's state the export command's arguments cannot say."""
-    from transformer_viewer.viewer.views.heatmap import HeatmapView
+    from transformer_viewer.viewer.views.heatmap import HeatmapView, main_heatmap
 
     notes = []
     heatmaps = view.findChildren(HeatmapView) if not isinstance(view, HeatmapView) else [view]
-    if any(h.is_zoomed() for h in heatmaps):
+    recorded = zoom_region(view)
+    if any(h.is_zoomed() for h in heatmaps if recorded is None or h is not main_heatmap(view)):
         notes.append("the heatmap is zoomed in here; regenerated from the manifest it is drawn whole")
     if any(getattr(h, "highlighted_col", lambda: None)() is not None for h in heatmaps):
         notes.append("a key column is marked here; regenerated from the manifest it is not")
@@ -134,8 +152,8 @@ def export_record(window, view_id: str, view, path: str, scale: float, theme: st
         log=s.log, theme=theme, scale=round(float(scale), 6) if ext == ".png" else None,
         size=tuple(int(v) for v in size) if figure and size is not None else None,
         pooled=view_id == "attention" and not figure, diff=s.diff, target=s.target, distractor=s.distractor,
-        show=s.show, sort=s.sort, rows=s.rows, file=os.path.basename(path), sha256=sha256, embed=embed,
-        private=private)
+        show=s.show, sort=s.sort, rows=s.rows, region=zoom_region(view) if figure else None,
+        file=os.path.basename(path), sha256=sha256, embed=embed, private=private)
 
 
 def manifest_records(window, export: ExportRecord) -> dict:

@@ -162,16 +162,38 @@ def test_the_dialog_of_a_view_export_cannot_rebuild_writes_no_manifest_and_says_
     assert window.figure_options.manifest  # the box stays on for the next export
 
 
+@pytest.mark.parametrize("view_id", ["attention", "logit-lens"])
+def test_a_zoomed_heatmap_regenerates_zoomed_pixel_for_pixel(qtbot, tmp_path, capsys, window, view_id):
+    from transformer_viewer.viewer.window.figure_records import regeneration_notes
+
+    w = window
+    view = _front(qtbot, w, view_id)
+    R, C = view.heatmap.token_size()
+    view.heatmap.view.setRange(xRange=(1.25, C - 2.5), yRange=(0.5, R - 0.75), padding=0)  # as a wheel leaves it
+    qtbot.wait(30)
+    (x0, x1), (y0, y1) = view.heatmap.view.viewRange()
+    assert view.heatmap.is_zoomed() and regeneration_notes(view_id, view) == ()
+    first = export(w, view_id, str(tmp_path / "zoomed.png"), scale=1.5, manifest=True)
+    region = read_manifest(first + ".manifest.json")[0]["export"].region
+    assert region == (x0, x1, y0, y1) and region == pytest.approx((1.25, C - 2.5, 0.5, R - 0.75))
+    again = regenerate(capsys, first + ".manifest.json", tmp_path / "again.png")
+    assert np.array_equal(png_pixels(first), png_pixels(again))
+    view.heatmap.reset_view()
+    whole = export(w, view_id, str(tmp_path / "whole.png"), scale=1.5, manifest=True)
+    assert read_manifest(whole + ".manifest.json")[0]["export"].region is None
+    assert png_pixels(whole).shape == png_pixels(first).shape and not np.array_equal(png_pixels(whole),
+                                                                                     png_pixels(first))
+
+
 def test_what_a_manifest_cannot_say_is_said_in_the_dialog(qtbot, tmp_path, window, monkeypatch):
     from transformer_viewer.viewer.window.figure_records import regeneration_notes
 
     w = window
     heatmap = _front(qtbot, w, "attention").heatmap
     assert regeneration_notes("attention", w.attention) == ()
-    heatmap.view.setRange(xRange=(0, 3), yRange=(0, 3), padding=0)
     heatmap.highlight_col(2)
     notes = regeneration_notes("attention", w.attention)
-    assert [n.split(";")[0] for n in notes] == ["the heatmap is zoomed in here", "a key column is marked here"]
+    assert [n.split(";")[0] for n in notes] == ["a key column is marked here"]
     seen = {}
     original = ExportOptionsDialog.__init__
 
@@ -180,10 +202,9 @@ def test_what_a_manifest_cannot_say_is_said_in_the_dialog(qtbot, tmp_path, windo
         seen["text"] = self.notes_label.text()
 
     monkeypatch.setattr(ExportOptionsDialog, "__init__", spy)
-    _answer_dialogs(monkeypatch, tmp_path / "zoomed.png")
+    _answer_dialogs(monkeypatch, tmp_path / "marked.png")
     w.actions_.export_dialog("heatmap", ".png")
-    assert "The heatmap is zoomed in here" in seen["text"] and "key column" in seen["text"]
-    heatmap.reset_view()
+    assert seen["text"].startswith("A key column is marked here")
     heatmap.highlight_col(None)
     assert regeneration_notes("attention", w.attention) == ()
 
