@@ -38,7 +38,7 @@ class ExportOptionsDialog(QtWidgets.QDialog):
     def __init__(self, parent, ext: str, on_screen: tuple[int, int], start: FigureOptions | None = None,
                  no_manifest: str = "", notes: tuple[str, ...] = ()):
         super().__init__(parent)
-        start = start or FigureOptions()
+        start = self.start = start or FigureOptions()  # a box this format lacks keeps its last choice
         self.setWindowTitle(f"Export as {ext[1:].upper()}")
         form = QtWidgets.QFormLayout(self)
         self.theme_combo = QtWidgets.QComboBox()
@@ -99,7 +99,7 @@ class ExportOptionsDialog(QtWidgets.QDialog):
     def options(self) -> FigureOptions:
         return FigureOptions(theme=self.theme_combo.currentData(), dpi=float(self.dpi_spin.value()),
                              manifest=self.manifest_box.isChecked(), private=self.private_box.isChecked(),
-                             embed=self.embed_box.isChecked() and self.embeddable)
+                             embed=self.embed_box.isChecked() if self.embeddable else self.start.embed)
 
 
 def ask_figure_options(parent, ext: str, on_screen: tuple[int, int], start: FigureOptions | None = None,
