@@ -84,3 +84,10 @@ def laid_out(target, size=None, style=None):
         yield fig.width, fig.height, fig.paint
     finally:
         context.__exit__(None, None, None)
+
+
+def layout_size(target, style=None) -> tuple[int, int]:
+    """(w, h) logical pixels of the figure `target` makes at its on-screen size in `style`: the
+    size that, given to `laid_out`, lays it out exactly as it is laid out now."""
+    with laid_out(target, None, style) as (w, h, _paint):
+        return w, h

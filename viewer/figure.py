@@ -303,6 +303,33 @@ def _flush() -> None:
         app.processEvents()
 
 
+def _settle_axes(views) -> None:
+    """Measure every axis afresh from the ticks it shows at the figure's size. An axis keeps the
+    room of the widest tick text it has shown (it gives room back only once 10 pixels would be
+    freed), so on screen its width depends on what the view drew before; measured afresh, a
+    figure is the same whatever its view went through: the window's, and the export command's
+    drawn once."""
+    import pyqtgraph as pg
+    from PySide6 import QtCore, QtGui
+
+    axes = [item for view in views for item in view.scene().items()
+            if isinstance(item, pg.AxisItem) and item.isVisible()]
+    if not axes:
+        return
+    for axis in axes:
+        axis.textWidth, axis.textHeight = 0, 0
+        axis.picture = None
+    for _round in range(2):  # the new widths move the other axes' ticks: once more with those
+        for view in views:
+            scratch = QtGui.QImage(max(1, view.width()), max(1, view.height()), QtGui.QImage.Format.Format_ARGB32)
+            painter = QtGui.QPainter(scratch)
+            try:
+                view.scene().render(painter, QtCore.QRectF(scratch.rect()), view.mapToScene(view.viewport().rect()).boundingRect())
+            finally:
+                painter.end()
+        _flush()
+
+
 @contextlib.contextmanager
 def figure(target, size: tuple[int, int] | None = None, style: FigureStyle | None = None):
     """Inside the block `target` (a QGraphicsView, or a widget holding some) is laid out and
@@ -351,6 +378,7 @@ def figure(target, size: tuple[int, int] | None = None, style: FigureStyle | Non
             if (target.width(), target.height()) != (width, plots_h):  # a layout that would not follow
                 target.resize(width, plots_h)
                 _flush()
+        _settle_axes(views)
         restyled.fit_titles(views)
         _flush()
         for item in texts:

@@ -8,6 +8,10 @@ cells, in the image's place in the stacking order. Larger images stay images (mi
 rectangles would be no better a figure) at their native resolution, marked
 `image-rendering: pixelated` / `crisp-edges` so renderers scale them by nearest neighbour.
 
+A line plot's markers are drawn on screen as pieces of one bitmap of every marker the plot has
+drawn; Qt's SVG engine would embed that whole bitmap, squeezed, for each marker. While a figure
+is rendered they are drawn as vector shapes instead (`vector_markers`).
+
 Text asks for the generic `sans-serif` family: Qt writes its own name for the default font
 ("Sans Serif"), which browsers do not know and replace with a serif face.
 
@@ -69,6 +73,22 @@ def _argb(qimage) -> np.ndarray:
     h, w = image.height(), image.width()
     data = np.frombuffer(image.constBits(), dtype=np.uint8, count=image.sizeInBytes())
     return data.reshape(h, image.bytesPerLine())[:, : 4 * w].copy().view(np.uint32).reshape(h, w)
+
+
+@contextlib.contextmanager
+def vector_markers(scenes):
+    """Inside the block, the scatter markers in `scenes` are painted as shapes, not cut from
+    their bitmap atlas (pyqtgraph's own exporters do the same)."""
+    import pyqtgraph as pg
+
+    items = [it for sc in scenes for it in sc.items() if isinstance(it, pg.ScatterPlotItem)]
+    try:
+        for item in items:
+            item.setExportMode(True, {"antialias": True})
+        yield len(items)
+    finally:
+        for item in items:
+            item.setExportMode(False)
 
 
 @contextlib.contextmanager
@@ -288,7 +308,7 @@ def render_svg(target, size=None, style=None) -> bytes:
 
     buffer = QtCore.QBuffer()
     buffer.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
-    with laid_out(target, size, style) as (w, h, paint), vector_cells(_scenes(target)):
+    with laid_out(target, size, style) as (w, h, paint), vector_cells(_scenes(target)), vector_markers(_scenes(target)):
         gen = QSvgGenerator()
         gen.setOutputDevice(buffer)
         gen.setSize(QtCore.QSize(w, h))
@@ -313,7 +333,7 @@ def render_pdf(target, size=None, style=None) -> bytes:
 
     buffer = QtCore.QBuffer()
     buffer.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
-    with laid_out(target, size, style) as (w, h, paint), vector_cells(_scenes(target)):
+    with laid_out(target, size, style) as (w, h, paint), vector_cells(_scenes(target)), vector_markers(_scenes(target)):
         writer = QtGui.QPdfWriter(buffer)
         writer.setResolution(96)
         writer.setTitle(_document_title(style))

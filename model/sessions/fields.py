@@ -88,6 +88,18 @@ class Fields:
         value, given = self._get(key, default, required)
         return int_pair(value, f"{self.where}.{key}", lo, hi) if given else value
 
+    def span(self, key: str, lo: float, hi: float, default=None) -> tuple[float, float, float, float] | None:
+        """[x0, x1, y0, y1], four numbers in lo..hi with x0 < x1 and y0 < y1: a rectangle."""
+        value, given = self._get(key, default, False)
+        if not given:
+            return value
+        if (not isinstance(value, list) or len(value) != 4
+                or any(isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi for v in value)
+                or not (value[0] < value[1] and value[2] < value[3])):
+            raise bad_field(f"{self.where}.{key}", f"is {_short(value)}, not [x0, x1, y0, y1] with x0 < x1 and "
+                                                   f"y0 < y1, each in {lo:g}..{hi:g}")
+        return tuple(float(v) for v in value)
+
     def items(self, key: str, max_items: int = MAX_ITEMS) -> list:
         """A JSON array's elements (empty when absent), at most `max_items` of them."""
         value, given = self._get(key, [], False)

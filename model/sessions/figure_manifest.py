@@ -71,6 +71,7 @@ class ExportRecord:
     show: str = "effect"
     sort: str = "max"
     rows: int = 64
+    region: tuple[float, float, float, float] | None = None  # the heatmap's part drawn (x0, x1, y0, y1), zoomed
     file: str = ""  # the file's name
     sha256: str = ""  # of the file's bytes
     embed: bool = False  # the manifest is embedded in the SVG or PDF itself
@@ -80,6 +81,7 @@ class ExportRecord:
 def _export_to_json(r: ExportRecord) -> dict:
     d = dict(r.__dict__)
     d["size"] = None if r.size is None else list(r.size)
+    d["region"] = None if r.region is None else list(r.region)
     return d
 
 
@@ -93,8 +95,8 @@ def _export_from_json(f: Fields) -> ExportRecord:
         pooled=f.flag("pooled"), diff=f.flag("diff"), target=f.text("target", None, 200),
         distractor=f.text("distractor", None, 200), show=f.choice("show", ("effect", "kl", "prob"), "effect"),
         sort=f.choice("sort", ("max", "token", "index"), "max"), rows=f.integer("rows", 1, 1 << 16, 64),
-        file=f.text("file", ""), sha256=f.text("sha256", "", 64), embed=f.flag("embed"),
-        private=f.flag("private"))
+        region=f.span("region", 0, 1 << 24), file=f.text("file", ""), sha256=f.text("sha256", "", 64),
+        embed=f.flag("embed"), private=f.flag("private"))
 
 
 EXPORT = Part("export", 1, _export_to_json, _export_from_json)

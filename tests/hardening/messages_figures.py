@@ -51,6 +51,11 @@ def _non_scaling_text(_ctx):
 
 
 CASES = [
+    Case("export --region of a view without a heatmap", lambda c: _export(c, "--view", "grid", "--region", "0,1,0,1",
+                                                                            out="g.png"),
+         "--region: the grid view has no heatmap to zoom"),
+    Case("export --region past the heatmap", lambda c: _export(c, "--region", "0,99,0,1", out="r.png"),
+         "--region 0,99,0,1 is outside the heatmap's 3 columns and 3 rows"),
     Case("export --head L.H against another --layer", lambda c: _export(c, "--layer", "0", "--head", "1.2"),
          "--head 1.2 names layer 1 but --layer is 0"),
     Case("export --head that is no head", lambda c: _export(c, "--head", "two"), "give a head as LAYER.HEAD"),

@@ -174,6 +174,7 @@ def window_export_without_trace(ctx, what, path):
         class state:  # noqa: N801 - mimics the window's attribute
             trace = None
         attention = head_grid = object()
+        views = {"attention": attention, "grid": head_grid}
         status = None
 
         def show_error(self, message):
@@ -194,11 +195,33 @@ def window_export_grid_as_npy(ctx):
         class state:  # noqa: N801
             trace = object()
         attention = head_grid = object()
+        views = {"attention": attention, "grid": head_grid}
 
         def show_error(self, message):
             messages.append(message)
 
     export(FakeWindow(), "grid", str(ctx.tmp / "g.npy"))
+    return messages[-1]
+
+
+def window_export_of_an_empty_view(ctx):
+    from transformer_viewer.viewer.window.actions import export
+
+    messages = []
+
+    class EmptyScan:
+        def matrix(self):
+            return np.zeros((0, 0), dtype=np.float32)
+
+    class FakeWindow:
+        class state:  # noqa: N801
+            trace = object()
+        views = {"scan": EmptyScan()}
+
+        def show_error(self, message):
+            messages.append(message)
+
+    export(FakeWindow(), "scan", str(ctx.tmp / "s.png"))
     return messages[-1]
 
 
@@ -503,6 +526,8 @@ CASES = [
     Case("File > Export before any run", lambda c: window_export_without_trace(c, "heatmap", str(c.tmp / "a.png")),
          "nothing to export yet: load a model and run a prompt first"),
     Case("File > Export the grid as .npy", window_export_grid_as_npy, "the heads grid exports as .png, .svg or .pdf"),
+    Case("a view's Export before it drew", window_export_of_an_empty_view,
+         "nothing to export yet: this view has drawn nothing"),
     # -- analysis: generation, head detection, logit lens, scans, diffs ---------------------------------------
     Case("generate a negative count", lambda c: gen(c, n_tokens=-1), "the number of tokens to generate must be between 0"),
     Case("generate at a negative temperature", lambda c: gen(c, temperature=-1.0), "temperature must be 0 (greedy)"),

@@ -27,6 +27,7 @@ takes all of them back (`manifest_arguments`): its SAEs are opened through the s
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from dataclasses import replace
@@ -44,7 +45,7 @@ from transformer_viewer.viewer.cli.common import (
     refuse_non_finite,
     session_arguments,
 )
-from transformer_viewer.viewer.cli.export_views import configure_view
+from transformer_viewer.viewer.cli.export_views import apply_region, configure_view
 from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
 from transformer_viewer.viewer.figure import THEMES
 from transformer_viewer.viewer.views.registry import exportable
@@ -64,6 +65,18 @@ def _size(text: str) -> tuple[int, int]:
     if not (16 <= w <= 16384 and 16 <= h <= 16384):
         raise argparse.ArgumentTypeError(f"size {text!r}: each side must be 16..16384 pixels")
     return w, h
+
+
+def _region(text: str) -> tuple[float, float, float, float]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 4 or not all(math.isfinite(v) for v in values) or not (
+            values[0] < values[1] and values[2] < values[3]):
+        raise argparse.ArgumentTypeError(f"region {text!r}: write X0,X1,Y0,Y1 in cells with X0 < X1 and Y0 < Y1, "
+                                         "e.g. 0,8,0,8 (columns, then rows)")
+    return values
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +137,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sort", default="max", choices=["max", "token", "index"],
                    help="mlp: order neurons by max activation, activation on --query, or index (default: max)")
     g.add_argument("--rows", type=int, default=64, help="mlp: how many neurons to show (default: 64)")
+    g.add_argument("--region", type=_region, default=None, metavar="X0,X1,Y0,Y1",
+                   help="views with a heatmap: draw only this part of it, in cells (columns X0..X1, rows Y0..Y1; "
+                        "fractions too), as the view zoomed in")
 
 
 def _qt_app():
@@ -184,6 +200,9 @@ def run(args) -> int:
         app.processEvents()
         if args.size is None and args.width is None:
             widen_for_cell_texts(widget, app)
+        if args.region is not None:  # zoomed once laid out: the view's own drawing resets its range
+            apply_region(args.view, widget, args.region)
+            app.processEvents()
         if args.embed_manifest:
             from transformer_viewer.model.sessions.figure_manifest import manifest_text
 
@@ -229,7 +248,7 @@ def manifest_arguments(args) -> None:
         raise ModelError(f"{args.from_manifest}: the view {e.view[:40]!r} cannot be exported by this version; "
                          f"it exports {', '.join(sorted(exportable()))}")
     for name in ("view", "layer", "head", "query", "mode", "colormap", "log", "theme", "width", "dpi", "scale",
-                 "size", "pooled", "diff", "target", "distractor", "show", "sort", "rows"):
+                 "size", "pooled", "diff", "target", "distractor", "show", "sort", "rows", "region"):
         setattr(args, name, getattr(e, name))
     args.embed_manifest = args.embed_manifest or e.embed
     args.manifest_private = args.manifest_private or e.private
@@ -257,7 +276,7 @@ def export_records(args, loaded, state, path: str, sha256: str, saes: tuple = ()
                           query=args.query, mode=args.mode, colormap=args.colormap, log=args.log, theme=args.theme,
                           width=args.width, dpi=args.dpi, scale=args.scale, size=args.size, pooled=args.pooled,
                           diff=args.diff, target=args.target, distractor=args.distractor, show=args.show,
-                          sort=args.sort, rows=args.rows, file=os.path.basename(path), sha256=sha256,
+                          sort=args.sort, rows=args.rows, region=args.region, file=os.path.basename(path), sha256=sha256,
                           embed=args.embed_manifest, private=args.manifest_private)
     records = {"checkpoint": record_of(loaded), "prompt": PromptRecord(args.prompt),
                "intervention": InterventionRecord(st.n_layer, st.n_head, masked, st.ablation, tuple(st.clamps)),

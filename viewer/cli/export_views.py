@@ -2,7 +2,8 @@
 
 `configure_view(view_id, view, args)` applies `--mode`, `--colormap`, `--log`, `--diff`,
 `--rows`, `--target` ... to a view the export command has built; a view without an entry here
-takes no arguments beyond the common ones. The views registry (viewer/views/registry.py) says
+takes no arguments beyond the common ones. `apply_region` zooms a laid-out view's heatmap to
+`--region`. The views registry (viewer/views/registry.py) says
 what a view is and where it sits; the arguments of one command are this module's.
 """
 
@@ -87,6 +88,21 @@ CONFIGURE: dict[str, Callable] = {
     "diff": _configure_diff,
     "attribution": _configure_attribution,
 }
+
+
+def apply_region(view_id: str, view, region: tuple[float, float, float, float]) -> None:
+    """Zoom the view's heatmap to `region` (x0, x1, y0, y1 in its cells): what `--region` draws."""
+    from transformer_viewer.viewer.views.heatmap import main_heatmap
+
+    heatmap = main_heatmap(view)
+    if heatmap is None:
+        raise ModelError(f"--region: the {view_id} view has no heatmap to zoom; leave --region out")
+    R, C = heatmap.token_size()
+    x0, x1, y0, y1 = region
+    if x0 < 0 or y0 < 0 or x1 > C or y1 > R:
+        raise ModelError(f"--region {x0:g},{x1:g},{y0:g},{y1:g} is outside the heatmap's {C} columns and {R} rows; "
+                         f"give X0,X1 within 0..{C} and Y0,Y1 within 0..{R}")
+    heatmap.view.setRange(xRange=(x0, x1), yRange=(y0, y1), padding=0)
 
 
 def configure_view(view_id: str, view, args) -> None:

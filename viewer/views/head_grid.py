@@ -252,6 +252,12 @@ class HeadGridView(RefreshWhenShown, QtWidgets.QWidget):
             self._log = bool(on)
             self._render()
 
+    def colormap_name(self) -> str:
+        return self._cmap_name
+
+    def log_scale(self) -> bool:
+        return self._log
+
     # -- what is shown --------------------------------------------------------------------
     def mask(self) -> np.ndarray:
         return self._mask.copy()

@@ -201,6 +201,13 @@ class HeatmapView(QtWidgets.QWidget):
         R, C = self._size
         self.view.setRange(xRange=(0, max(C, 1)), yRange=(0, max(R, 1)), padding=0)
 
+    def is_zoomed(self) -> bool:
+        """Whether the view shows less than the whole matrix (zoomed or panned by the user)."""
+        R, C = self._size
+        (x0, x1), (y0, y1) = self.view.viewRange()
+        eps = 1e-6 * max(R, C, 1)
+        return x0 > eps or y0 > eps or x1 < max(C, 1) - eps or y1 < max(R, 1) - eps
+
     # -- what is shown --------------------------------------------------------------------
     def matrix(self) -> np.ndarray:
         """The matrix as given (linear values, also in log scale), float32 (R, C)."""
@@ -286,3 +293,10 @@ class HeatmapView(QtWidgets.QWidget):
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(640, 600)
+
+
+def main_heatmap(view) -> HeatmapView | None:
+    """The heatmap a view draws its matrix in (its `heatmap`, or the view itself), or None: what
+    a figure's `region` zooms (`transformer-viewer export --region`)."""
+    heatmap = view if isinstance(view, HeatmapView) else getattr(view, "heatmap", None)
+    return heatmap if isinstance(heatmap, HeatmapView) else None

@@ -93,7 +93,9 @@ def bar_over(view: QtWidgets.QWidget, bar: QtWidgets.QLayout, body: QtWidgets.QW
 
 
 class ExportButton(QtWidgets.QToolButton):
-    """"Export ▾": PNG, SVG, .npy, .csv of `view` (which has the export protocol)."""
+    """"Export ▾": PNG, SVG, PDF, .npy, .csv of `view` (which has the export protocol). In the
+    window `exporter(ext)` is the window's export (its options dialog, manifest and list of
+    exports); a view on its own exports through `export`, without a manifest."""
 
     exported = QtCore.Signal(str)
     failed = QtCore.Signal(str)
@@ -110,8 +112,12 @@ class ExportButton(QtWidgets.QToolButton):
             menu.addAction(text, lambda e=ext: self.dialog(e))
         self.setMenu(menu)
         self.folder = os.getcwd()
+        self.exporter = None  # set by the window: exporter(ext) asks and writes as File > Export does
 
     def dialog(self, ext: str) -> None:
+        if self.exporter is not None:
+            self.exporter(ext)
+            return
         from transformer_viewer.viewer.views.export_options import FigureOptions, ask_figure_options
 
         options = FigureOptions()

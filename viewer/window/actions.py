@@ -1,6 +1,7 @@
 """The main window's menus: File (open, recent, export), Device, View, Examples, Help, and the
-keyboard navigation of layers and heads. `export(window, what, path)` is the dialog-free core
-of File > Export, used by tests and the monkey test."""
+keyboard navigation of layers and heads. `export(window, view_id, path)` is the dialog-free core
+of every export of the window (File > Export and each view's own Export button), used by tests
+and the monkey test."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ class WindowActions:
         self._build_view()
         self._build_examples()
         self.help = help_menu.install(window)  # Help: keyboard shortcuts, About
+        for view_id, view in window.views.items():  # each view's Export button: the same dialog and manifest
+            button = getattr(view, "export_button", None)
+            if button is not None:
+                button.exporter = lambda ext, v=view_id: self.export_dialog(v, ext)
 
     # -- File -----------------------------------------------------------------------------
     def _build_file(self) -> None:
@@ -65,6 +70,8 @@ class WindowActions:
         self._action(ex, "Heatmap as &SVG…", lambda: self.export_dialog("heatmap", ".svg"))
         self._action(ex, "Heatmap as P&DF…", lambda: self.export_dialog("heatmap", ".pdf"))
         self._action(ex, "All heads grid as P&NG…", lambda: self.export_dialog("grid", ".png"))
+        self._action(ex, "All heads grid as S&VG…", lambda: self.export_dialog("grid", ".svg"))
+        self._action(ex, "&All heads grid as PDF…", lambda: self.export_dialog("grid", ".pdf"))
         self._action(ex, "Displayed matrix as .&npy…", lambda: self.export_dialog("heatmap", ".npy"))
         self._action(ex, "Displayed matrix as .&csv…", lambda: self.export_dialog("heatmap", ".csv"))
         self._action(ex, "Current head's &full pattern as .npy…", self.export_pattern_dialog,
@@ -156,23 +163,40 @@ class WindowActions:
         self._rebuild_recent()
 
     def export_dialog(self, what: str, ext: str) -> None:
-        from transformer_viewer.viewer.views.export_options import ask_figure_options
+        """Ask the export's options, then the file, and export the view `what` (a view id, or
+        "heatmap" for the attention view) to it."""
+        from dataclasses import replace
 
+        from transformer_viewer.viewer.views.export_options import ask_figure_options
+        from transformer_viewer.viewer.window.figure_records import (
+            NOT_REGENERABLE,
+            regenerable,
+            regeneration_notes,
+        )
+
+        view_id = "attention" if what == "heatmap" else what
+        view = self.w.views[view_id]
         folder = self.w.app_settings.export_dir()  # read (and a bad setting noted) whatever the answer
-        view = (self.w.attention if what == "heatmap" else self.w.head_grid).export_target()
-        options = ask_figure_options(self.w, ext, (view.width(), view.height()), self.w.figure_options)
+        target = view.export_target() if hasattr(view, "export_target") else view
+        options = ask_figure_options(self.w, ext, (target.width(), target.height()), self.w.figure_options,
+                                     no_manifest="" if regenerable(view_id) else NOT_REGENERABLE,
+                                     notes=regeneration_notes(view_id, view))
         if options is None:
             return
-        self.w.figure_options = options
+        start = self.w.figure_options
+        self.w.figure_options = options if regenerable(view_id) else replace(  # the boxes it had to turn off
+            options, manifest=start.manifest, embed=start.embed, private=start.private)
         st = self.w.state
-        name = (f"attention_L{st.layer}H{st.head}" if what == "heatmap" else "all_heads") + ext
+        button = getattr(view, "export_button", None)
+        name = (f"attention_L{st.layer}H{st.head}" if view_id == "attention" else "all_heads" if view_id == "grid"
+                else button.name if button is not None else view_id) + ext
         filters = {".png": "PNG image (*.png)", ".svg": "SVG image (*.svg)", ".pdf": "PDF document (*.pdf)",
                    ".npy": "NumPy array (*.npy)",
                    ".csv": "CSV table (*.csv)"}
         path, _ = QFileDialog.getSaveFileName(self.w, "Export", os.path.join(folder, name), filters[ext])
         if path:
-            if export(self.w, what, path, options.scale, theme=options.theme, manifest=options.manifest,
-                      private=options.private) is not None:
+            if export(self.w, view_id, path, options.scale, theme=options.theme, manifest=options.manifest,
+                      private=options.private, embed=options.embed) is not None:
                 self.w.app_settings.set_export_dir(os.path.dirname(os.path.abspath(path)))
 
     def export_pattern_dialog(self) -> None:
@@ -334,26 +358,50 @@ def default_prompt() -> str:
 
 
 def export(window, what: str, path: str, scale: float = 1.0, theme: str = "light", manifest: bool = False,
-           private: bool = False) -> str | None:
-    """Export the heatmap ("heatmap": .png/.svg/.pdf/.npy/.csv) or the heads grid ("grid": .png/.svg/.pdf),
-    an image as a figure in `theme` titled with the model, the view and the mask; with
-    `manifest`, FILE.manifest.json beside it (`private`: without the prompt and local paths).
-    Returns the path written, or None after showing the one-line error."""
-    from transformer_viewer.model.errors import ModelError
-    from transformer_viewer.viewer.export import export_view
-    from transformer_viewer.viewer.figure import FigureStyle, view_title
-    from transformer_viewer.viewer.window.figure_records import record_export
+           private: bool = False, embed: bool = False) -> str | None:
+    """Export the window's view `what` (a registry view id; "heatmap" is the attention view) to
+    `path` by its extension: .png/.svg/.pdf a figure in `theme` titled with the model, the view
+    and the mask, laid out at the view's on-screen size (a PNG at `scale` pixels per logical
+    pixel); .npy/.csv the matrix it draws. With `manifest`, FILE.manifest.json beside it, with
+    `embed` the manifest in the SVG's or PDF's metadata (`private`: without the prompt and local
+    paths). Returns the path written, or None after showing the one-line error."""
+    from dataclasses import replace
 
-    view = window.attention if what == "heatmap" else window.head_grid
+    from transformer_viewer.model.errors import ModelError
+    from transformer_viewer.viewer.export import export_view, extension
+    from transformer_viewer.viewer.export_layout import layout_size
+    from transformer_viewer.viewer.figure import FigureStyle, view_title
+    from transformer_viewer.viewer.views.registry import entry
+    from transformer_viewer.viewer.window.figure_records import (
+        FIGURE_FORMATS,
+        embedded_manifest,
+        record_export,
+        regenerable,
+    )
+
+    view_id = "attention" if what == "heatmap" else what
     try:
         if window.state.trace is None:
             raise ModelError("nothing to export yet: load a model and run a prompt first")
-        if what == "grid" and os.path.splitext(path)[1].lower() in (".npy", ".csv"):
+        view, ext = window.views[view_id], extension(path)
+        if view_id == "grid" and ext in (".npy", ".csv"):
             raise ModelError("the heads grid exports as .png, .svg or .pdf; export one head's matrix from the heatmap")
-        style = FigureStyle(theme=theme, title=view_title(window.state, "Attention" if what == "heatmap"
-                                                          else "All heads", view))
-        written = export_view(view, path, scale=scale, style=style)
-        record_export(window, what, written, scale, theme, manifest, private)
+        if view_id not in ("attention", "grid") and hasattr(view, "matrix") and view.matrix().size == 0:
+            raise ModelError("nothing to export yet: this view has drawn nothing; show it (start a scan) first")
+        notes = tuple(view.figure_notes()) if hasattr(view, "figure_notes") else ()
+        style = FigureStyle(theme=theme, title=view_title(window.state, entry(view_id).title, view), notes=notes)
+        size = None
+        if ext in FIGURE_FORMATS:
+            catch_up = getattr(view, "catch_up", None)
+            if catch_up is not None:  # a view hidden in the window draws what it skipped, before it is measured
+                catch_up()
+            size = layout_size(view, style)  # the whole figure at the view's on-screen size: the manifest says it
+            if embed and ext != ".png" and regenerable(view_id):
+                style = replace(style, manifest=embedded_manifest(window, view_id, view, path, scale, theme, size,
+                                                                  private))
+        written = export_view(view, path, scale=scale if ext == ".png" else 1.0, size=size, style=style)
+        record_export(window, view_id, view, written, scale, theme, size, manifest, private,
+                      embed=embed and ext in (".svg", ".pdf"))
     except (ModelError, OSError) as e:
         window.show_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
         return None

@@ -3,7 +3,8 @@ length (.npy, or .csv with 9 significant digits, which read back as the same flo
 recomputed and streamed to the file by the worker (PatternExportRequest), never whole in
 memory. The status bar shows its progress and a Cancel button like every long task; a
 cancelled or failed export leaves no file behind. A new file gets the mode of any ordinary
-file (0666 less the umask); a replaced one keeps its own."""
+file (0666 less the umask); a replaced one keeps its own. Written, it gets FILE.manifest.json
+beside it when the export options say so (the window's last choice), as every export does."""
 
 from __future__ import annotations
 
@@ -35,7 +36,19 @@ def export_pattern(window, path: str):
         window.show_error(str(e))
         return None
 
+    layer, head = request.layer, request.head
+
     def done(answer) -> None:
+        from transformer_viewer.viewer.window.figure_records import record_export
+
+        options = window.figure_options
+        try:
+            record_export(window, "attention", window.attention, answer.value, 1.0, options.theme, None,
+                          options.manifest, options.private, pooled=False, mode="head", layer=layer, head=head)
+        except OSError as e:
+            window.show_error(f"cannot write {answer.value}.manifest.json: {e.strerror or e}; check the disk and "
+                              "the folder")
+            return
         window.status.showMessage(f"exported {answer.value}", 5000)
 
     def failed(failure) -> None:

@@ -153,3 +153,17 @@ def test_patch_takes_the_clean_and_corrupted_prompts_from_the_session(ckpt, tmp_
     a = json.loads(_ok(capsys, "patch", "--session", session, *common)[0])
     b = json.loads(_ok(capsys, "patch", ckpt, "--clean", PROMPT, "--corrupted", corrupted, "--mask", "1.0", *common)[0])
     assert a == b and a["clean"] == PROMPT and a["corrupted"] == corrupted
+
+
+def test_a_region_zooms_the_heatmap_and_its_manifest_regenerates_it(ckpt, tmp_path, capsys):
+    from tests.helpers.figures import png_pixels
+
+    whole, zoomed, again = (str(tmp_path / f"{n}.png") for n in ("whole", "zoomed", "again"))
+    common = ("export", ckpt, "--prompt", PROMPT, "--view", "logit-lens", "--size", "600x300", "--scale", "1")
+    _ok(capsys, *common, "--out", whole)
+    _ok(capsys, *common, "--region", "2.5,9,0,2", "--out", zoomed, "--write-manifest")
+    assert json.loads(open(zoomed + ".manifest.json").read())["parts"]["export"]["region"] == [2.5, 9.0, 0.0, 2.0]
+    assert png_pixels(whole).shape == png_pixels(zoomed).shape
+    assert not np.array_equal(png_pixels(whole), png_pixels(zoomed))
+    _ok(capsys, "export", "--from-manifest", zoomed + ".manifest.json", "--out", again)
+    assert open(zoomed, "rb").read() == open(again, "rb").read()
