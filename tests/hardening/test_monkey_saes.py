@@ -14,6 +14,7 @@ import os
 import random
 import time
 
+import numpy as np
 from PySide6.QtWidgets import QApplication
 
 from tests.helpers.hardening import TINY, UncaughtExceptions, new_window, save_tiny, wait_idle
@@ -162,6 +163,15 @@ def test_monkey_saes(qtbot, tmp_path, dialogs, no_cuda):
         window.sae_menu.open(saes[0])
         panel = window.views["token-features"]
         wait_idle(qtbot, window, lambda: panel.result is not None and panel.key() == panel._key)
+        # A clamp under a masked head at the end, whatever the random actions reached under the machine's load.
+        mask = np.zeros_like(window.state.mask)
+        mask[0, 1] = True
+        window.state.set_mask(mask)
+        panel.table.selectRow(0)
+        panel.clamp_controls.set_choice("scale", 3.0, here=False)
+        panel.clamp_controls.button.click()
+        wait_idle(qtbot, window, lambda: window.state.trace is not None and bool(window.state.trace.intervention.clamps)
+                  and window.state.trace.intervention.n_masked > 0)
         window.tabs.setCurrentIndex(window.tabs.indexOf(window.attention.parentWidget()))  # redrawn once shown
         QApplication.instance().processEvents()
     monkey.report(time.perf_counter() - t0, traces, dialogs.shown, messages)
