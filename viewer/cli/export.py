@@ -129,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="regenerate the figure a manifest describes (or a figure with one embedded), to --out")
     g = parser.add_argument_group("residual, mlp, logit-lens, scan, attribution and diff views")
     g.add_argument("--diff", action="store_true",
-                   help="residual/mlp/logit-lens: show masked minus clean (needs --mask)")
+                   help="residual/mlp/logit-lens: show the run minus the clean run (needs --mask or --clamp)")
     g.add_argument("--target", default=None, help="scan, attribution: target token (one token of the model's vocabulary as text, or an id)")
     g.add_argument("--distractor", default=None, help="scan, attribution: measure logit(target) - logit(distractor)")
     g.add_argument("--show", default="effect", choices=["effect", "kl", "prob"],

@@ -34,14 +34,14 @@ def _configure_grid(view, args) -> None:
         view.set_selected(None)
 
 
-def _needs_mask_for_diff(view, args) -> None:
-    if args.diff and not view.state.is_masked:
-        raise ModelError("--diff shows masked minus clean: mask a head with --mask L.H "
-                         "(with nothing masked the difference is exactly zero)")
+def _needs_intervention_for_diff(view, args) -> None:
+    if args.diff and view.state.intervention.is_empty:
+        raise ModelError("--diff shows the intervened run minus the clean one: mask a head or clamp a feature "
+                         "(--mask L.H, or --sae PATH --clamp F=V); with neither the difference is exactly zero")
 
 
 def _configure_residual(view, args) -> None:
-    _needs_mask_for_diff(view, args)
+    _needs_intervention_for_diff(view, args)
     view.log_box.setChecked(bool(args.log))
     view.diff.setChecked(bool(args.diff))
 
@@ -49,14 +49,14 @@ def _configure_residual(view, args) -> None:
 def _configure_mlp(view, args) -> None:
     if args.rows < 1:
         raise ModelError(f"--rows must be at least 1, got {args.rows}")
-    _needs_mask_for_diff(view, args)
+    _needs_intervention_for_diff(view, args)
     view.rows_spin.setValue(args.rows)
     view.set_sort(args.sort)
     view.diff.setChecked(bool(args.diff))
 
 
 def _configure_lens(view, args) -> None:
-    _needs_mask_for_diff(view, args)
+    _needs_intervention_for_diff(view, args)
     view.diff.setChecked(bool(args.diff))
 
 

@@ -3,8 +3,9 @@
 The heatmap colours each cell by the probability of its top token (fixed levels 0..1) and, when
 the prompt is short enough, writes the token in the cell; hovering names it at any length. On
 the right, for the selected position: each layer's top token and the rank of the model's final
-top token through depth (log scale). With "Diff" on, the cells show p_masked(clean top token) -
-p_clean(clean top token). The lens is computed on the worker (a LensRequest per trace); a prompt
+top token through depth (log scale). With "Diff vs clean" on, the cells show
+p_intervened(clean top token) - p_clean(clean top token), the intervened run being the one under
+the masked heads and feature clamps. The lens is computed on the worker (a LensRequest per trace); a prompt
 longer than its window (WINDOW positions for GPT-2-small, fewer for a larger model, so that
 the unembedding costs about the same: `window_size`) is shown over the positions around the selected one
 (moving the selection out of it asks for the window there), since every position of a long
@@ -32,6 +33,7 @@ from transformer_viewer.viewer.views.parts import (
     compact_axes,
     compact_table,
     depth_plot,
+    run_name,
     set_depth_ticks,
     shrinkable_title,
     view_bar,
@@ -271,7 +273,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         if diff:
             self.heatmap.hover_prefix = "clean top token"
             self.heatmap.set_data(r.diff, lens.row_labels, labels, levels=None, diverging=True,
-                                  title=f"masked − clean probability of the clean model's top token{window}",
+                                  title=f"{run_name(r.intervention)} − clean probability of the clean model's top token{window}",
                                   row_name="layer", col_name="position")
             lim = max(float(np.abs(r.diff).max()), 1e-12)
             self.heatmap.set_cell_text(TokenGrid(r.clean.top_ids, tok), np.abs(r.diff) < 0.6 * lim)
@@ -279,7 +281,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
             self.heatmap.hover_prefix = "top token"
             self.heatmap.set_data(lens.top_probs, lens.row_labels, labels, levels=(0.0, 1.0),
                                   colormap="viridis", title="logit lens: top token and its probability"
-                                  + (" (masked model)" if not r.intervention.is_empty else "") + window,
+                                  + (f" ({run_name(r.intervention)} model)" if not r.intervention.is_empty else "") + window,
                                   row_name="layer", col_name="position")
             self.heatmap.set_cell_text(tokens, lens.top_probs > 0.55)
         compact_axes(self.heatmap)
@@ -299,7 +301,7 @@ class LensView(HeatmapExport, QtWidgets.QWidget):
         if r.clean is not r.lens:
             plot.plot(x, r.clean.final_ranks[:, q] + 1.0, pen=CLEAN_PEN, name="clean")
         plot.plot(x, r.lens.final_ranks[:, q] + 1.0, pen=MAIN_PEN, symbol="o", symbolSize=5,
-                  symbolBrush=(30, 100, 200), name="masked" if r.clean is not r.lens else None)
+                  symbolBrush=(30, 100, 200), name=run_name(r.intervention) if r.clean is not r.lens else None)
         set_depth_ticks(self.rank_plot, r.lens.row_labels)
         final = token_label(int(r.lens.final_ids[q]), self.state.tokenizer())
         plot.setTitle(f"rank + 1 of the final top token {final!r}", size="9pt")

@@ -7,8 +7,8 @@ until they do the table lists the neurons by their summaries. Neurons are ordere
 largest activation over the prompt, by their activation on the selected token, or by index;
 the heatmap shows the first `rows` of that order (at most MAX_ROWS: a layer may have 16k
 neurons), its token axis pooled by the block maximum when the prompt is longer than the
-screen is wide. With "Diff" on it shows masked minus clean activations, ordered by the largest
-absolute change.
+screen is wide. With "Diff vs clean" on it shows the activations under the intervention (masked
+heads, feature clamps) minus the clean ones, ordered by the largest absolute change.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from transformer_viewer.viewer.views.parts import (
     bar_over,
     compact_axes,
     compact_table,
+    run_name,
 )
 from transformer_viewer.viewer.views.shown_refresh import out_of_sight
 
@@ -66,7 +67,7 @@ class MLPView(QtWidgets.QWidget):
         self.export_button = ExportButton(self, "mlp")
         self.top_table = QtWidgets.QTableWidget(0, 4)
         self.top_table.setHorizontalHeaderLabels(["neuron", "activation", "max", "at"])
-        self.top_table.setToolTip("activation: on the selected token (or the change there when masked); "
+        self.top_table.setToolTip("activation: on the selected token (or the change there under a mask or clamp); "
                                   "max: the neuron's largest activation over the prompt, at that position and token")
         compact_table(self.top_table)
         self.top_table.setMinimumWidth(190)
@@ -194,7 +195,7 @@ class MLPView(QtWidgets.QWidget):
         self.heatmap.highlight_row(int(rows[0]) if len(rows) else None)
         top = top_neurons(acts, q, TOP_K, clean)
         self.top_title.setText(f"top neurons for {trace.labels[q]!r} ({q}), layer {layer}"
-                               + (" — change when masked" if diff else ""))
+                               + (f" — change when {run_name(trace.intervention)}" if diff else ""))
         self._fill_table(trace, layer, top, signed=diff)
 
     def _draw_heatmap(self, trace, layer: int, acts, clean, order: np.ndarray) -> None:
@@ -203,8 +204,9 @@ class MLPView(QtWidgets.QWidget):
         self._full = neuron_rows(acts, order, clean)  # (rows, T)
         cols = column_blocks(trace.n_tokens)
         shown, self._tokens = pool(self._full, cols, signed=diff)
-        what = "masked − clean " if diff else ""
-        model = " (masked model)" if trace.mask.any() and not diff else ""
+        name = run_name(trace.intervention)
+        what = f"{name} − clean " if diff else ""
+        model = f" ({name} model)" if not trace.intervention.is_empty and not diff else ""
         pooled = f", {'largest change' if diff else 'max'} of each {cols.size} tokens" if cols.pooled else ""
         self.heatmap.set_data(shown, [f"n{n}" for n in order], column_labels(trace.labels, cols), levels=None,
                               diverging=diff, colormap=None if diff else "inferno",

@@ -20,34 +20,45 @@ MAX_TEXT_CELLS = 600  # beyond this many cells, values and tokens are only in th
 TEXT_CHARS = 7
 MIN_TEXT_CELL_PX = 40  # cell texts show only while a cell is at least this wide on screen
 
-DIFF_TIP = ("Show masked minus clean on a diverging scale centred at zero "
-            "(mask a head first; unmasked the difference is exactly zero)")
+DIFF_TIP = ("Show the run under the head mask and feature clamps minus the clean run, on a diverging "
+            "scale centred at zero (mask a head or clamp a feature first; without either the difference "
+            "is exactly zero)")
 CLEAN_PEN = pg.mkPen((150, 150, 150), width=1.5, style=QtCore.Qt.PenStyle.DashLine)
 MAIN_PEN = pg.mkPen((30, 100, 200), width=2)
 SELECT_PEN = pg.mkPen((220, 60, 60), width=1.5, style=QtCore.Qt.PenStyle.DotLine)
 
 
+def run_name(intervention) -> str:
+    """What the views call the run under `intervention`, in titles and legends: "masked" (heads
+    only), "clamped" (feature clamps only), "intervened" (both, or activation patches)."""
+    if intervention.patches or (intervention.n_masked and intervention.clamps):
+        return "intervened"
+    return "clamped" if intervention.clamps else "masked"
+
+
 class DiffToggle(QtWidgets.QCheckBox):
-    """"Diff" checkbox; usable only while some head is masked. `active` says if a diff is shown."""
+    """"Diff" checkbox; usable while the runs change anything (a masked head, a feature clamp):
+    the run under the intervention minus the clean run. `active` says if a diff is shown."""
 
     def __init__(self, state, parent=None):
-        super().__init__("Diff: masked − clean", parent)
+        super().__init__("Diff vs clean", parent)
         self.state = state
         self.setToolTip(DIFF_TIP)
-        state.mask_changed.connect(lambda _m: self._update_enabled())
+        state.mask_changed.connect(lambda _m: self._update_enabled())  # a head toggle or a clamp
         state.trace_changed.connect(lambda _t: self._update_enabled())
         self._update_enabled()
 
     def _update_enabled(self) -> None:
-        self.setEnabled(self.state.is_masked)
+        self.setEnabled(not self.state.intervention.is_empty)
 
     @property
     def active(self) -> bool:
-        """Checked, and there is a masked trace and its clean baseline to subtract. Unmasked,
-        the view shows the model itself (the difference would be exactly zero)."""
+        """Checked, and there is a trace under an intervention and its clean baseline to
+        subtract. Without one the view shows the model itself (the difference would be exactly
+        zero)."""
         st = self.state
         return (self.isChecked() and st.trace is not None and st.clean_trace is not None
-                and st.trace is not st.clean_trace and bool(st.trace.mask.any())
+                and st.trace is not st.clean_trace and not st.trace.intervention.is_empty
                 and st.trace.n_tokens == st.clean_trace.n_tokens)
 
 

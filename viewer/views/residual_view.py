@@ -1,9 +1,10 @@
 """Residual stream: L2 norms through depth for every token, and what each head of a layer wrote.
 
 Top: a heatmap of the norms (rows embed, L.pre, L.mid, ..., final; columns tokens). Middle: the
-norms through depth for the selected token (the clean model dashed when a head is masked).
-Bottom: the L2 norm of each head's write into the residual stream, heads x tokens, for the
-selected layer. With "Diff" on, every panel shows masked minus clean. A prompt longer than the
+norms through depth for the selected token (the clean model dashed when a head is masked or a
+feature clamped). Bottom: the L2 norm of each head's write into the residual stream, heads x
+tokens, for the selected layer. With "Diff vs clean" on, every panel shows the run under the
+intervention (masked heads, feature clamps) minus the clean run. A prompt longer than the
 screen is wide is drawn with its token axis max-pooled (the largest norm, or change, of each
 block of tokens; views/decimate.py); a click selects the token the cell's value came from.
 """
@@ -25,6 +26,7 @@ from transformer_viewer.viewer.views.parts import (
     compact_axes,
     depth_plot,
     head_labels,
+    run_name,
     set_depth_ticks,
     shrinkable_title,
     view_bar,
@@ -125,8 +127,9 @@ class ResidualView(RefreshWhenShown, QtWidgets.QWidget):
         diff = self.diff.active
         data = residual_matrices(trace, st.clean_trace, layer, q, diff)
         tokens = trace.labels
-        what = "masked − clean " if diff else ""
-        model = " (masked model)" if trace.mask.any() and not diff else ""
+        name, changed = run_name(trace.intervention), not trace.intervention.is_empty
+        what = f"{name} − clean " if diff else ""
+        model = f" ({name} model)" if changed and not diff else ""
         cols = column_blocks(trace.n_tokens)
         columns = column_labels(tokens, cols)
         pooled = f", {'largest change' if diff else 'max'} of each {cols.size} tokens" if cols.pooled else ""
@@ -158,7 +161,7 @@ class ResidualView(RefreshWhenShown, QtWidgets.QWidget):
         if data["clean_line"] is not None:
             plot.plot(x, data["clean_line"], pen=CLEAN_PEN, name="clean")
         plot.plot(x, data["line"], pen=MAIN_PEN, symbol="o", symbolSize=5, symbolBrush=(30, 100, 200),
-                  name="masked − clean" if diff else ("masked" if trace.mask.any() else None))
+                  name=f"{name} − clean" if diff else (name if changed else None))
         if diff:
             plot.addLine(y=0, pen=CLEAN_PEN)
         set_depth_ticks(self.line, trace.resid_labels)
