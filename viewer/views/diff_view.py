@@ -1,8 +1,10 @@
-"""Attention diff: masked minus clean attention pattern of the selected head.
+"""Attention diff: the attention pattern of the selected head under the intervention (masked
+heads, feature clamps) minus the clean one.
 
 Masking a head leaves the patterns of its own and earlier layers as they were; the heads of
-later layers read a changed residual stream and attend differently. This view shows by how
-much, on a diverging scale centred at zero (exactly zero when nothing is masked).
+later layers read a changed residual stream and attend differently (a clamp likewise changes
+the layers after its SAE's hook). This view shows by how much, on a diverging scale centred at
+zero (exactly zero when nothing is masked or clamped).
 
 A long prompt's difference is drawn from the two traces' mean-pooled overviews: a mean is
 linear, so the difference of block means is the block mean of the difference, exactly.
@@ -16,7 +18,7 @@ import numpy as np
 from PySide6 import QtCore, QtWidgets
 
 from transformer_viewer.viewer.views.heatmap import HeatmapExport
-from transformer_viewer.viewer.views.parts import ExportButton, bar_over, view_bar
+from transformer_viewer.viewer.views.parts import ExportButton, bar_over, run_name, view_bar
 from transformer_viewer.viewer.views.shown_refresh import RefreshWhenShown, when_shown
 from transformer_viewer.viewer.views.tile_loader import TileLoader
 from transformer_viewer.viewer.views.zoom_heatmap import ZoomHeatmap
@@ -24,7 +26,7 @@ from transformer_viewer.viewer.worker.patterns import PatternDiffRequest, diff_s
 
 
 def attention_diff(trace, clean, layer: int, head: int) -> np.ndarray:
-    """(n, n) float32 masked - clean pattern (rows are queries), pooled by block means when the
+    """(n, n) float32 intervened - clean pattern (rows are queries), pooled by block means when the
     traces' overviews are (n = T when the overview is the pattern)."""
     return trace.overview_mean[layer, head].astype(np.float32) - clean.overview_mean[layer, head].astype(np.float32)
 
@@ -62,15 +64,16 @@ class AttentionDiffView(RefreshWhenShown, HeatmapExport, QtWidgets.QWidget):
         self._shown = (trace, clean, layer, head)
         m = attention_diff(trace, clean, layer, head)
         cell = trace.overview_cell
-        title = f"masked − clean attention, layer {layer} head {head}"
+        title = f"{run_name(trace.intervention)} − clean attention, layer {layer} head {head}"
         self.heatmap.set_data(m, trace.labels, trace.labels, levels=None, diverging=True, title=title, cell=cell,
                               pooling="mean")
         self.heatmap.highlight_row(st.query_index)
         self._set_tiles(trace, clean, layer, head)
         clamped = bool(trace.intervention.clamps)
         if not trace.mask.any() and not clamped:
-            self.info.setText("No head is masked: the difference is exactly zero. Mask a head to see "
-                              "how the heads of later layers change where they look.")
+            self.info.setText("No head is masked and no feature clamped: the difference is exactly zero. "
+                              "Mask a head or clamp a feature to see how the heads of later layers change "
+                              "where they look.")
         else:
             # A clamp changes the run from its SAE's layer on, which the view does not know: no "unchanged" then.
             first = int(np.flatnonzero(trace.mask.any(axis=1))[0]) if not clamped else -1
