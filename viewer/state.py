@@ -6,9 +6,11 @@ selection through its setters, never by writing attributes. All of it lives on t
 Signals (each emitted only when the value really changed):
 - `model_changed(ModelInfo | None)`: a new model was loaded or moved to another device. The
   selection is clamped, the mask reset to all-False of the new shape, neuron cleared.
-- `clean_trace_changed(Trace)`: the unmasked run of the current prompt (the baseline).
-- `trace_changed(Trace)`: the run views draw: the masked model when a mask is set, otherwise
-  the same object as `clean_trace`. Emitted after `clean_trace_changed` when both change.
+- `clean_trace_changed(Trace)`: the run of the current prompt without any intervention (the
+  baseline the Diff toggles and the attention diff subtract).
+- `trace_changed(Trace)`: the run views draw: the run under `intervention` when it changes
+  anything (a masked head, a feature clamp), otherwise the same object as `clean_trace`.
+  Emitted after `clean_trace_changed` when both change.
 - `selection_changed()`: `layer`, `head` or `query` changed.
 - `mask_changed(np.ndarray)`: the (L, nh) head mask or the ablation changed: `intervention`, the
   value requests carry, is new (`mask` and `ablation` read it, for the controls).
@@ -56,8 +58,8 @@ class ViewerState(QObject):
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self.model_info: ModelInfo | None = None
-        self.trace = None  # Trace drawn by the views (masked when a mask is set)
-        self.clean_trace = None  # Trace of the unmasked model, the baseline
+        self.trace = None  # Trace drawn by the views (under the mask and clamps when set)
+        self.clean_trace = None  # Trace without any intervention, the baseline
         self.prompt = ""
         self.layer = 0
         self.head = 0

@@ -190,10 +190,10 @@ def progress_after_delay(progress, text: str):
 
 
 def handle_trace(session: WorkerSession, request: TraceRequest, progress, is_cancelled) -> TraceResult:
-    """The clean trace of the prompt, and the masked one when heads are masked: the views first,
-    the log-probabilities after (a LogprobsRequest). A long capture reports its layers and stops
-    at the next one (the model raises `Cancelled`) when a newer trace request or the Cancel
-    button cancels it."""
+    """The clean trace of the prompt, and the one under the request's intervention when it changes
+    anything (masked heads, feature clamps): the views first, the log-probabilities after (a
+    LogprobsRequest). A long capture reports its layers and stops at the next one (the model
+    raises `Cancelled`) when a newer trace request or the Cancel button cancels it."""
     t0, cpu0 = time.perf_counter(), time.thread_time()
     layers = progress_after_delay(progress, "computing layer {step} of {total}…")
     session.ensure_prompt(request.text)
