@@ -1,4 +1,4 @@
-"""Next-token predictions, baseline (clean model) and masked side by side, at the selected
+"""Next-token predictions, baseline (clean model) and masked (or clamped) side by side, at the selected
 position, with what the mask did to the baseline's favourite: its new probability and rank,
 and KL(baseline || masked) over the whole vocabulary."""
 
@@ -20,6 +20,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from transformer_viewer.viewer.views.parts import run_name
 
 BAR_ROLE = Qt.UserRole + 1
 TOKEN_ROLE = Qt.UserRole + 3  # a token cell's id, for the context menu
@@ -163,10 +165,12 @@ class LogitsPanel(QWidget):
         label = trace.labels[pos] if pos < trace.n_tokens else "?"
         where = "the last token" if pos == trace.n_tokens - 1 else "the selected token"
         self.header.setText(f"Next token after position {pos} {label!r} ({where})")
+        name = "masked" if intervention.is_empty else run_name(intervention)
+        self.table.horizontalHeaderItem(3).setText(name)
         self._fill(base, masked)
         self.comparison = c = self._compare(base, masked)
         if intervention.is_empty:
-            self.summary.setText(f"No heads masked: the masked column equals the baseline. "
+            self.summary.setText(f"No head masked and no feature clamped: the masked column equals the baseline. "
                                  f"Top token {token_label(c.top_id, self.state.tokenizer())!r} at p = {format_prob(c.p_baseline)}.")
             return
         sign = "+" if c.delta >= 0 else "\u2212"
@@ -174,7 +178,7 @@ class LogitsPanel(QWidget):
             f"{changed(intervention)}. Baseline top {token_label(c.top_id, self.state.tokenizer())!r}: "
             f"p {format_prob(c.p_baseline)} \u2192 {format_prob(c.p_masked)} ({sign}{format_prob(abs(c.delta))}), "
             f"rank 1 \u2192 {c.new_rank}. "
-            f"KL(baseline \u2016 masked) = {c.kl:.4f} nats.{note}")
+            f"KL(baseline \u2016 {name}) = {c.kl:.4f} nats.{note}")
 
     def _compare(self, base, masked) -> Comparison:
         """`compare` once per pair of distributions: it reads the whole vocabulary (150k-260k

@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from transformer_viewer.viewer.views.chip_canvas import BASE_RGB, GAP, ChipCanvas, mix
+from transformer_viewer.viewer.views.parts import run_name
 from transformer_viewer.viewer.views.shown_refresh import RefreshWhenShown, when_shown
 from transformer_viewer.viewer.worker.patterns import PatternRowRequest, tile_source
 
@@ -57,7 +58,7 @@ def chip_values(state, mode: str, row=None, stopped: bool = False) -> tuple[np.n
         return values, f"attention from {trace.labels[q]!r} ({q}) in L{L}H{h}; max {np.nanmax(values):.3g}"
     if mode == "surprisal":
         if trace.token_logprobs is None:
-            return None, STOPPED if stopped else "surprisal: computing the masked model's log-probabilities…"
+            return None, STOPPED if stopped else "surprisal: computing the intervened model's log-probabilities…"
         values = -trace.token_logprobs.astype(np.float32)  # (T,), NaN at t = 0
         finite = values[np.isfinite(values)]
         return values, f"surprisal -log p(token), 0 to {finite.max() if finite.size else 0:.2f} nats"
@@ -253,11 +254,11 @@ class TokenStrip(RefreshWhenShown, QWidget):
         lp = math.nan if trace.token_logprobs is None else float(trace.token_logprobs[i])
         if trace.token_logprobs is None:
             lines.append("p: stopped (Ctrl+Enter in the prompt computes it)" if self._logprobs_stopped() else
-                         "p: still being computed" + (" for the masked model" if trace is not clean else ""))
+                         "p: still being computed" + (f" for the {run_name(trace.intervention)} model" if trace is not clean else ""))
         elif not math.isfinite(lp):
             lines.append("first token: the model has nothing to predict it from")
         else:
-            lines.append(f"p = {math.exp(lp):.4g}   surprisal {-lp:.2f} nats" + ("   (masked model)" if trace is not clean else ""))
+            lines.append(f"p = {math.exp(lp):.4g}   surprisal {-lp:.2f} nats" + (f"   ({run_name(trace.intervention)} model)" if trace is not clean else ""))
             if clean is not None and trace is not clean and clean.token_logprobs is not None and i < clean.n_tokens:
                 lines.append(f"clean model: p = {math.exp(float(clean.token_logprobs[i])):.4g}")
         values, _ = chip_values(self.state, self.mode, self._fetched_row())

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from transformer_viewer.viewer.worker.client import describe_error
 from transformer_viewer.viewer.worker.registry import lookup_handler
 from transformer_viewer.viewer.worker.requests import Failure, NewSession, Progress, Request, Result
 
@@ -63,6 +62,9 @@ class InlineWorker:
                 raise
             self.held.append(e)
             if on_failure is not None:
+                # Imported here: the worker side imports no Qt, and holding is for a command with a window.
+                from transformer_viewer.viewer.worker.client import describe_error
+
                 on_failure(Failure(request, describe_error(e)))
             return InlineHandle(request)
         if isinstance(value, NewSession):

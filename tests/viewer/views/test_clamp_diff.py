@@ -42,6 +42,8 @@ def test_a_clamp_alone_diffs_every_view_against_the_clean_run(qtbot, window, tin
     wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (CLAMP,))
     trace, clean = st.trace, st.clean_trace
     assert not st.is_masked and clean is not trace and clean.intervention.is_empty  # the baseline kept
+    assert w.logits.table.horizontalHeaderItem(3).text() == "clamped"  # the next-token panel names the run
+    assert "KL(baseline \u2016 clamped)" in w.logits.summary.text()
     for t in toggles:
         assert t.isEnabled()
         t.setChecked(True)
