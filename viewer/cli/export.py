@@ -544,7 +544,7 @@ def _check_patching_arguments(args) -> None:
     if args.corrupted is None:
         raise ModelError("--view patching compares two prompts: give the corrupted one with --corrupted TEXT "
                          "(--prompt is the clean one)")
-    check_experiment(args)
+    check_experiment(args, own_layer=False)
 
 
 def _state(worker, intervention, args):

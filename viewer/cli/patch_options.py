@@ -83,8 +83,10 @@ def resolve_defaults(args) -> None:
     args.what = args.what or DEFAULT_WHAT
 
 
-def check_experiment(args) -> None:
-    """Say any mistake in the experiment's options before a model loads (defaults resolved)."""
+def check_experiment(args, own_layer: bool = True) -> None:
+    """Say any mistake in the experiment's options before a model loads (defaults resolved);
+    `own_layer`: --layer is the experiment's alone (the export command's also selects a layer,
+    so there it is only required for heads-by-pos, not refused for other kinds)."""
     from transformer_viewer.model.capture.prompts import parse_layer_head
 
     resolve_defaults(args)
@@ -97,7 +99,7 @@ def check_experiment(args) -> None:
         raise ModelError("--receiver and --input choose path patching's receiver; add --what path")
     if args.what == "heads-by-pos" and args.layer is None:
         raise ModelError("--what heads-by-pos patches one layer's heads by position: add --layer L")
-    if args.layer is not None and args.what != "heads-by-pos":
+    if own_layer and args.layer is not None and args.what != "heads-by-pos":
         raise ModelError(f"--layer chooses the layer of --what heads-by-pos; --what {args.what} covers every layer")
     if args.tokens and args.metric == "kl":
         raise ModelError("the kl metric compares whole distributions and takes no --tokens")
