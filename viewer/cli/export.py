@@ -17,11 +17,19 @@ pooled overview the heatmap draws instead, with a `.json` sidecar that says the 
 the clamps, so the trace and every request a view makes are computed under them, as in the
 window. `--session` brings the session's SAEs and clamps for those not given.
 
+`--view patching` compares `--prompt` (the clean prompt) with `--corrupted`, its experiment
+given by `patch`'s options (viewer/cli/patch_options.py) or a session's patching part: the state
+holds the setup as the window's controls would, the view asks its grid through the worker's
+patching requests (the estimate first, then the exact grid; `--estimate`: the estimate alone,
+drawn), and `.npy`/`.csv` hold the shown grid's raw metric with `patch`'s `.json` sidecar.
+
 `--write-manifest` writes OUT.manifest.json (model/sessions/figure_manifest.py): the checkpoint,
 prompt, mask and clamps, the SAEs they name, the machine and these options. `--from-manifest`
 takes all of them back (`manifest_arguments`): its SAEs are opened through the same load as
 `--sae` and their fingerprints compared, and `--sae` given stand in for their paths, in order
-(what a private manifest, which leaves them out, needs).
+(what a private manifest, which leaves them out, needs). A patching figure's manifest holds the
+experiment (its `patching` part); a private one leaves the corrupted prompt out as well, so
+regenerating it needs `--prompt` and `--corrupted` again.
 """
 
 from __future__ import annotations

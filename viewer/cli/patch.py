@@ -2,8 +2,10 @@
 [--tokens A [B]] [--position P] [--direction denoise|noise] [--what WHAT] [--layer L]
 [--receiver L.H --input q|k|v] [--estimate] [--pairs FILE] [--mask L.H ...] [--ablation zero|mean]
 [--sae PATH[@HOOK] ... --clamp [SAE:]FEATURE=VALUE|xSCALE[@POSITION] ...] [--session FILE]
-[--json | --out FILE.npy|.csv|.png|.svg|.pdf]`: activation patching between a clean and a
-corrupted prompt, every cell of one grid.
+[--json | --out FILE.npy|.csv|.png|.svg|.pdf [--write-manifest] [--manifest-private]
+[--embed-manifest]]`: activation patching between a clean and a corrupted prompt, every cell of
+one grid. The experiment's options are viewer/cli/patch_options.py's, shared with `export --view
+patching`.
 
 The head mask and the feature clamps apply to both prompts' runs and every patched run alike; a
 clamp's position is a token position of the clean prompt (negative: from its end), and applies
@@ -15,7 +17,10 @@ logprob, the clean run's top prediction. `--json` prints both prompts, the model
 clean and corrupted values and, per cell, the raw and the normalised value (corrupted = 0,
 clean = 1) with the axes labelled, the head mask and the clamps (`"clamps"`: each as `--clamp`
 spells it). `.npy`/`.csv` hold the raw values, with a `.json` sidecar
-saying everything else; figures are drawn by the window's patching view.
+saying everything else; figures are drawn by the window's patching view. `--write-manifest`
+writes FILE.manifest.json beside the file (`--embed-manifest`: inside an SVG or PDF), the same
+manifest `export --view patching --write-manifest` writes, so `export --from-manifest`
+regenerates it; a pairs file's average has none.
 """
 
 from __future__ import annotations
