@@ -163,6 +163,13 @@ def manifest_without_patching(ctx):
     return ctx.cli("export", "--from-manifest", manifest, "--out", str(ctx.tmp / "again.npy"))
 
 
+def long_exact_patching_view(ctx):
+    from transformer_viewer.model.analysis.patching import exact
+
+    ctx.mp.setattr(exact, "EXACT_GRID_MAX_TOKENS", 4)  # the view asks only for the estimate past it
+    return export_patching("--what", "heads")(ctx)
+
+
 def long_exact_grid(ctx):
     from transformer_viewer.model.analysis.patching import exact
 
@@ -305,6 +312,8 @@ CASES = [
     Case("export an estimate of prompts of two lengths",
          export_patching("--what", "heads", "--estimate", corrupted=CORRUPTED + " again"),
          "no estimate: attribution patching does not estimate --what heads here"),
+    Case("export the patching view's exact grid of a long prompt", long_exact_patching_view,
+         "the prompt's 14 tokens are more than the patching view computes exactly (4); add --estimate"),
     Case("a private patching manifest regenerated without the prompts", private_manifest_without_prompts,
          "a private manifest leaves both prompts out; give them again with --prompt CLEAN --corrupted"),
     Case("a patching manifest without its patching part", manifest_without_patching,

@@ -224,9 +224,9 @@ def run(args) -> int:
             records = export_records(args, loaded, state, args.out, "", saes)
             records["export"] = replace(records["export"], file="")  # the file holding it: any name
             args.embedded = manifest_text(records, private=args.manifest_private)
-        worker.raise_held()
         if args.view == "patching":
-            _check_patched(widget, args)
+            _check_patched(widget, args, worker)
+        worker.raise_held()
         path = _write(widget, entry, state, session, args)
         worker.raise_held()
         if args.write_manifest:
@@ -262,14 +262,21 @@ def _set_up_patching(args, session, state) -> None:
                        normalised=getattr(args, "normalised", True))
 
 
-def _check_patched(widget, args) -> None:
-    """The patching view drew the grid asked for, or one line says why not."""
+def _check_patched(widget, args, worker) -> None:
+    """The patching view drew the grid asked for (an estimate that failed on the way to the exact
+    grid is passed over, as the window passes over it), or one line says why not."""
     grid = widget.shown_grid()
+    if grid is not None and grid.estimate == bool(args.estimate):
+        worker.held.clear()
+        return
+    worker.raise_held()
     if grid is None:
         raise ModelError(f"no patching grid: {widget.info.text() or 'nothing was computed'}")
-    if args.estimate and not grid.estimate:
+    if args.estimate:
         why = widget.estimate_failure or f"attribution patching does not estimate --what {args.what} here"
         raise ModelError(f"no estimate: {why}; leave out --estimate for the exact grid")
+    raise ModelError(f"the prompt's {widget.state.n_tokens:,} tokens are more than the patching view computes "
+                     f"exactly ({widget.exact_max_tokens}); add --estimate, or shorten the prompts")
 
 
 def _open_saes(args, session) -> tuple:
