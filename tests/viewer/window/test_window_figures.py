@@ -184,12 +184,12 @@ def _patching(qtbot, w, **setup):
 
 def test_the_patching_views_png_regenerates_pixel_for_pixel(qtbot, tmp_path, capsys, window):
     w = window
-    view = _patching(qtbot, w, what="mlp", direction="noise")
+    view = _patching(qtbot, w, what="mlp", direction="noise", normalised=False)  # the raw metric drawn
     first = export(w, "patching", str(tmp_path / "patching.png"), scale=1.5, manifest=True)
     assert first is not None, w.last_error
     records, _notes = read_manifest(first + ".manifest.json")
     p, e = records["patching"], records["export"]
-    assert (p.corrupted, p.what, p.direction, p.comparing) == (CORRUPTED, "mlp", "noise", True)
+    assert (p.corrupted, p.what, p.direction, p.normalised) == (CORRUPTED, "mlp", "noise", False)
     assert records["prompt"].text == PROMPT and records["intervention"].masked == ((0, 1),) and not e.estimate
     again = regenerate(capsys, first + ".manifest.json", tmp_path / "again.png")
     a, b = png_pixels(first), png_pixels(again)
