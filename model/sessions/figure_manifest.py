@@ -12,9 +12,15 @@ The `saes` part is a session's (saes_part.py): each SAE's spec, hook point, widt
 fingerprint of its files. Like the checkpoint's path, a spec is only text here: regenerating
 opens it through the same load as a typed `--sae` and compares the fingerprint once loaded.
 
+The `patching` part is a saved session's (patching_part.py): the patching view's experiment,
+its corrupted prompt, metric and tokens, position, direction, what is patched, the layer and
+receiver; the export part's `estimate` says whether the figure shows attribution patching's
+estimate rather than the exact grid.
+
 `private=True` leaves the prompt and every local path out (they may not be the user's to share):
-the checkpoint's and each SAE's path and labels file keep only their file names. Such a manifest
-records the rest, and regenerating it needs `--prompt`, the checkpoint and each `--sae` given.
+the checkpoint's and each SAE's path and labels file keep only their file names, and the
+patching part its corrupted prompt (and any pairs). Such a manifest records the rest, and
+regenerating it needs `--prompt` (and `--corrupted`), the checkpoint and each `--sae` given.
 
 A manifest can also travel inside the figure (`embed`): base64 JSON in an SVG's `<metadata>` or
 a PDF's XMP packet, between fixed markers; `--from-manifest FIGURE.svg` reads it back from there.
@@ -34,7 +40,13 @@ from dataclasses import dataclass, replace
 from transformer_viewer.model.errors import ModelError
 from transformer_viewer.model.files import atomic_write, regular_file, untrusted_json
 from transformer_viewer.model.files.file_errors import read_errors
-from transformer_viewer.model.sessions import checkpoint_part, environment_part, prompt_part, saes_part
+from transformer_viewer.model.sessions import (
+    checkpoint_part,
+    environment_part,
+    patching_part,
+    prompt_part,
+    saes_part,
+)
 from transformer_viewer.model.sessions.fields import Fields
 from transformer_viewer.model.sessions.parts import Part
 from transformer_viewer.model.sessions.registry import decode, encode
@@ -76,6 +88,7 @@ class ExportRecord:
     sha256: str = ""  # of the file's bytes
     embed: bool = False  # the manifest is embedded in the SVG or PDF itself
     private: bool = False  # the manifest leaves the prompt and local paths out
+    estimate: bool = False  # patching: attribution patching's estimate, not the exact grid
 
 
 def _export_to_json(r: ExportRecord) -> dict:
@@ -96,12 +109,12 @@ def _export_from_json(f: Fields) -> ExportRecord:
         distractor=f.text("distractor", None, 200), show=f.choice("show", ("effect", "kl", "prob"), "effect"),
         sort=f.choice("sort", ("max", "token", "index"), "max"), rows=f.integer("rows", 1, 1 << 16, 64),
         region=f.span("region", 0, 1 << 24), file=f.text("file", ""), sha256=f.text("sha256", "", 64),
-        embed=f.flag("embed"), private=f.flag("private"))
+        embed=f.flag("embed"), private=f.flag("private"), estimate=f.flag("estimate"))
 
 
 EXPORT = Part("export", 1, _export_to_json, _export_from_json)
 PARTS: dict[str, Part] = {p.name: p for p in (checkpoint_part.PART, prompt_part.PROMPT, prompt_part.INTERVENTION,
-                                               saes_part.PART, environment_part.PART, EXPORT)}
+                                               saes_part.PART, environment_part.PART, patching_part.PART, EXPORT)}
 
 
 def manifest_path(out: str) -> str:
@@ -121,6 +134,8 @@ def manifest_text(records: dict[str, object], private: bool = False) -> str:
     """The manifest as JSON text; `private`: the prompt and the local paths left out."""
     if private:
         records = {k: v for k, v in records.items() if k != "prompt"}
+        if (p := records.get("patching")) is not None:  # the corrupted prompt is a prompt too
+            records["patching"] = replace(p, corrupted="", pairs=())
         if (c := records.get("checkpoint")) is not None and c.source is not None and os.path.isabs(c.source):
             records["checkpoint"] = replace(c, source=os.path.basename(c.source),
                                             tokenizer=c.tokenizer if c.tokenizer == "gpt2" else "")

@@ -16,6 +16,7 @@ from tests.helpers.hardening import TINY, save_tiny
 from tests.helpers.sessions import hostile_sessions
 
 GROUPS = ("sessions", "manifests")
+PATCH_CORRUPTED = "The cat sat on the rug"  # the valid patching manifest's corrupted prompt, as long as its clean one
 FIGURE = "transformer-viewer figure"
 
 
@@ -52,6 +53,7 @@ def build(root: str) -> list[CliCase]:
     from transformer_viewer.model.sessions import registry
     from transformer_viewer.model.sessions.checkpoint_part import record_of
     from transformer_viewer.model.sessions.figure_manifest import ExportRecord, manifest_text
+    from transformer_viewer.model.sessions.patching_part import PatchingRecord
     from transformer_viewer.model.sessions.prompt_part import PromptRecord
     from transformer_viewer.model.sessions.saes_part import SaesRecord
 
@@ -120,11 +122,35 @@ def build(root: str) -> list[CliCase]:
             "source", not_a_checkpoint)), "notes.txt"),
     ]
     manifests += _sae_manifests(root, {**records, "export": ExportRecord("attention", ".png")}, sae, not_a_checkpoint)
+    patching = json.loads(manifest_text({**records, "export": ExportRecord("patching", ".npy"),
+                                         "patching": PatchingRecord(comparing=True, corrupted=PATCH_CORRUPTED,
+                                                                    metric="kl", what="heads")}))
+
+    def patching_variant(name: str, key: str, value) -> str:
+        doc = json.loads(json.dumps(patching))
+        doc["parts"]["patching"][key] = value
+        return _manifest(root, f"patching_{name}", doc)
+
+    manifests += [
+        ("patching_metric", patching_variant("metric", "metric", "vibes"), "patching.metric: is 'vibes', not one of"),
+        ("patching_what", patching_variant("what", "what", "everything"), "patching.what: is 'everything'"),
+        ("patching_token", patching_variant("token", "tokens", [-1]), "patching.tokens[0]: is not a token id"),
+        ("patching_tokens_many", patching_variant("tokens_many", "tokens", list(range(10 ** 5))), "patching.tokens"),
+        ("patching_receiver", patching_variant("receiver", "receiver", [10 ** 12, 0]), "patching.receiver"),
+        ("patching_corrupted_nul", patching_variant("nul", "corrupted", "a\x00b"), "holds a nul character"),
+        ("patching_corrupted_huge", patching_variant("huge", "corrupted", "x" * (1 << 21)), "patching.corrupted"),
+        ("patching_pairs", patching_variant("pairs", "pairs", [["only one"]]), "patching.pairs[0]: is not a pair"),
+        ("patching_position", patching_variant("position", "position", -5), "patching.position"),
+        ("patching_missing", variant("patching_missing", lambda d: d["parts"]["export"].__setitem__("view", "patching")),
+         "without its `patching` part"),
+    ]
     cases += [CliCase(f"manifest_{name}", "manifests", regenerate(path), expect.lower(), keep=(out,))
               for name, path, expect in manifests]
     good_manifest = _manifest(root, "good", valid)
     cases.append(CliCase("manifest_valid", "manifests", ("export", "--from-manifest", good_manifest, "--out",
                                                         os.path.join(root, "again.png")), None))
+    cases.append(CliCase("manifest_patching_valid", "manifests", ("export", "--from-manifest", _manifest(
+        root, "good_patching", patching), "--out", os.path.join(root, "again_patching.npy")), None))
     good_sae_manifest = _manifest(root, "good_sae", _sae_manifest({**records, "export": ExportRecord("attention", ".png")},
                                                                   sae))
     cases.append(CliCase("manifest_sae_valid", "manifests", ("export", "--from-manifest", good_sae_manifest, "--out",

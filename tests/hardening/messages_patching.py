@@ -125,6 +125,51 @@ def patch_cli(*argv, prompts=(CLEAN, CORRUPTED)):
     return lambda ctx: ctx.cli("patch", ctx.ckpt, "--clean", prompts[0], "--corrupted", prompts[1], *argv)
 
 
+def export_patching(*argv, corrupted: str | None = CORRUPTED):
+    given = () if corrupted is None else ("--corrupted", corrupted)
+    return lambda ctx: ctx.cli("export", ctx.ckpt, "--view", "patching", "--prompt", CLEAN, *given, "--metric", "kl",
+                               *argv, "--out", str(ctx.tmp / "patching.npy"))
+
+
+def _patch_manifest(ctx, *extra) -> str:
+    """The manifest `patch --out grid.npy --write-manifest` writes (a command that succeeds)."""
+    import contextlib
+    import io
+
+    from transformer_viewer.viewer.cli.main import main
+
+    out = ctx.tmp / "grid.npy"
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert main(["patch", ctx.ckpt, "--clean", CLEAN, "--corrupted", CORRUPTED, "--metric", "kl", "--what",
+                     "heads", "--out", str(out), "--write-manifest", *extra]) == 0
+    return str(out) + ".manifest.json"
+
+
+def private_manifest_without_prompts(ctx):
+    manifest = _patch_manifest(ctx, "--manifest-private")
+    return ctx.cli("export", "--from-manifest", manifest, "--prompt", CLEAN, "--checkpoint", ctx.ckpt, "--out",
+                   str(ctx.tmp / "again.npy"))
+
+
+def manifest_without_patching(ctx):
+    import json
+
+    manifest = _patch_manifest(ctx)
+    with open(manifest, encoding="utf-8") as f:
+        doc = json.load(f)
+    del doc["parts"]["patching"]
+    with open(manifest, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    return ctx.cli("export", "--from-manifest", manifest, "--out", str(ctx.tmp / "again.npy"))
+
+
+def long_exact_patching_view(ctx):
+    from transformer_viewer.model.analysis.patching import exact
+
+    ctx.mp.setattr(exact, "EXACT_GRID_MAX_TOKENS", 4)  # the view asks only for the estimate past it
+    return export_patching("--what", "heads")(ctx)
+
+
 def long_exact_grid(ctx):
     from transformer_viewer.model.analysis.patching import exact
 
@@ -251,4 +296,33 @@ CASES = [
     Case("a run pair with an empty prompt", run_pair_of([], [1]), "a prompt is empty; type a clean and a corrupted"),
     Case("a run pair of two lengths", run_pair_of([1, 2], [1, 2, 3]),
          "path patching needs the clean and corrupted prompts to have the same number of tokens"),
+    # the patching view's exports and manifests
+    Case("export the patching view without a corrupted prompt", export_patching(corrupted=None),
+         "--view patching compares two prompts: give the corrupted one with --corrupted"),
+    Case("export another view with a corrupted prompt", lambda ctx: ctx.cli(
+        "export", ctx.ckpt, "--prompt", CLEAN, "--corrupted", CORRUPTED, "--what", "mlp", "--out",
+        str(ctx.tmp / "a.png")), "--what --corrupted: the patching experiment's options are for --view patching"),
+    Case("export the patching view of an empty corrupted prompt", export_patching(corrupted=""),
+         "the corrupted prompt is empty"),
+    Case("export a patching position past the prompt", export_patching("--position", "-99"),
+         "--position -99 is outside the clean prompt's 14 tokens"),
+    Case("export a by-position grid of prompts of two lengths",
+         export_patching("--what", "resid", corrupted=CORRUPTED + " again"),
+         "no patching grid: the clean prompt is 14 tokens and the corrupted one 15"),
+    Case("export an estimate of prompts of two lengths",
+         export_patching("--what", "heads", "--estimate", corrupted=CORRUPTED + " again"),
+         "no estimate: attribution patching does not estimate --what heads here"),
+    Case("export the patching view's exact grid of a long prompt", long_exact_patching_view,
+         "the prompt's 14 tokens are more than the patching view computes exactly (4); add --estimate"),
+    Case("a private patching manifest regenerated without the prompts", private_manifest_without_prompts,
+         "a private manifest leaves both prompts out; give them again with --prompt CLEAN --corrupted"),
+    Case("a patching manifest without its patching part", manifest_without_patching,
+         "a patching figure's manifest without its `patching` part"),
+    Case("patch --write-manifest without --out", patch_cli("--metric", "kl", "--write-manifest"),
+         "describe the file --out writes; add --out FILE"),
+    Case("patch --embed-manifest in a PNG", patch_cli("--metric", "kl", "--embed-manifest", "--out", "g.png"),
+         "--embed-manifest is for .svg and .pdf figures"),
+    Case("patch a pairs file with a manifest", pairs_file(f"{CLEAN}\t{CORRUPTED}\n", "--write-manifest", "--out",
+                                                          "g.npy"),
+         "a manifest regenerates one prompt pair's grid"),
 ]

@@ -185,6 +185,8 @@ FIGURE_ARGS = {  # what each view shows: a selected row (a red outline) wherever
     "attribution": [],
     "routes": [],  # edges of many widths: strokes that renderers must draw alike
     "rollout": [],
+    "patching": ["--corrupted", "The cat sat on the mat, and the dog slept.", "--what", "heads", "--metric", "kl",
+                 "--size", "1200x900"],  # its long title: a smaller share of the figure
 }
 OUTLINE = (255, 60, 60)  # the selected query row's / head's outline
 LINE = (30, 100, 200)  # the residual view's norm through depth

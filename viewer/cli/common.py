@@ -320,6 +320,13 @@ def fill_from_records(args, records: dict, origin: str) -> None:
         own_clean = True
         if args.corrupted is None and patching is not None and patching.corrupted:
             args.corrupted = patching.corrupted
+    # `patch` and `export --view patching`: the experiment the session's patching view set up
+    experiment = patching is not None and patching.comparing and (
+        own_clean or (own_prompt and getattr(args, "view", None) == "patching"))
+    if experiment:
+        from transformer_viewer.viewer.cli.patch_options import fill_from_record
+
+        fill_from_record(args, patching)
     i = records.get("intervention")
     if i is not None and hasattr(args, "mask") and not args.mask:
         args.mask = [f"{layer}.{head}" for layer, head in i.masked]
@@ -327,13 +334,16 @@ def fill_from_records(args, records: dict, origin: str) -> None:
     s = records.get("selection")
     if s is not None:
         # --head is text ("[L.]H"), parsed with --layer by the command
-        positions = (("query", s.query), ("position", s.query)) if own_prompt else ()  # of the session's prompt
-        head = (("layer", s.layer), ("head", str(s.head))) if hasattr(args, "head") else ()  # a selected head
+        # export's --position is the patching metric's, never the selected query
+        selected_position = not experiment and not hasattr(args, "view")
+        positions = (("query", s.query),) + ((("position", s.query),) if selected_position else ()) if own_prompt else ()
+        head = (("layer", s.layer), ("head", str(s.head))) if hasattr(args, "head") and not experiment else ()
         for name, value in (*head, *positions):
             if hasattr(args, name) and getattr(args, name) is None:
                 setattr(args, name, value)
     v = records.get("views")
-    if v is not None and v.attribution_tokens and hasattr(args, "tokens") and args.tokens is None:
+    if v is not None and v.attribution_tokens and hasattr(args, "tokens") and args.tokens is None \
+            and not experiment and not hasattr(args, "view"):  # export's --tokens: the patching metric's
         args.tokens = [str(t) for t in v.attribution_tokens]  # token ids, as --tokens takes them
     env = records.get("environment")
     if env is not None:

@@ -17,11 +17,19 @@ pooled overview the heatmap draws instead, with a `.json` sidecar that says the 
 the clamps, so the trace and every request a view makes are computed under them, as in the
 window. `--session` brings the session's SAEs and clamps for those not given.
 
+`--view patching` compares `--prompt` (the clean prompt) with `--corrupted`, its experiment
+given by `patch`'s options (viewer/cli/patch_options.py) or a session's patching part: the state
+holds the setup as the window's controls would, the view asks its grid through the worker's
+patching requests (the estimate first, then the exact grid; `--estimate`: the estimate alone,
+drawn), and `.npy`/`.csv` hold the shown grid's raw metric with `patch`'s `.json` sidecar.
+
 `--write-manifest` writes OUT.manifest.json (model/sessions/figure_manifest.py): the checkpoint,
 prompt, mask and clamps, the SAEs they name, the machine and these options. `--from-manifest`
 takes all of them back (`manifest_arguments`): its SAEs are opened through the same load as
 `--sae` and their fingerprints compared, and `--sae` given stand in for their paths, in order
-(what a private manifest, which leaves them out, needs).
+(what a private manifest, which leaves them out, needs). A patching figure's manifest holds the
+experiment (its `patching` part); a private one leaves the corrupted prompt out as well, so
+regenerating it needs `--prompt` and `--corrupted` again.
 """
 
 from __future__ import annotations
@@ -140,6 +148,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--region", type=_region, default=None, metavar="X0,X1,Y0,Y1",
                    help="views with a heatmap: draw only this part of it, in cells (columns X0..X1, rows Y0..Y1; "
                         "fractions too), as the view zoomed in")
+    from transformer_viewer.viewer.cli.patch_options import add_experiment_arguments
+
+    p = parser.add_argument_group("patching view (--prompt is the clean prompt; --layer: heads-by-pos's layer)")
+    p.add_argument("--corrupted", default=None, help="patching: the corrupted prompt (required for --view patching)")
+    add_experiment_arguments(p, layer=False)
 
 
 def _qt_app():
@@ -189,6 +202,8 @@ def run(args) -> int:
     state = _state(worker, intervention, args)
     trace = state.trace
     note_truncated(trace.dropped_tokens, trace.n_tokens, c.block_size)
+    if args.view == "patching":
+        _set_up_patching(args, session, state)
     entry = exportable()[args.view]
     widget = entry.build(state, worker)
     worker.hold_errors()  # a view's request fails inside Qt's events: raised below, as one line
@@ -209,6 +224,8 @@ def run(args) -> int:
             records = export_records(args, loaded, state, args.out, "", saes)
             records["export"] = replace(records["export"], file="")  # the file holding it: any name
             args.embedded = manifest_text(records, private=args.manifest_private)
+        if args.view == "patching":
+            _check_patched(widget, args, worker)
         worker.raise_held()
         path = _write(widget, entry, state, session, args)
         worker.raise_held()
@@ -219,6 +236,47 @@ def run(args) -> int:
         _dispose(widget, app)
     print(path, file=sys.stdout)
     return 0
+
+
+def _set_up_patching(args, session, state) -> None:
+    """The patching view's experiment in the state, as the window's controls would set it: the
+    corrupted prompt tokenized, the metric's tokens (by default the two runs' top predictions,
+    read as `patch` reads them) and the position counted from the start."""
+    from transformer_viewer.viewer.cli.patch_options import absolute_position, check_exact_size, metric_for
+
+    session.prepare_analysis(args.prompt)
+    session.set_corrupted(args.corrupted)
+    if not session.corrupted.ids:
+        raise ModelError("the corrupted prompt is empty; give its text with --corrupted TEXT")
+    note_truncated(session.corrupted_dropped, len(session.corrupted.ids), state.model_info.block_size)
+    T = len(session.tokens.ids)
+    position = absolute_position(args.position, T)
+    check_exact_size(args.what, T, args.estimate)
+    metric = metric_for(args, session, state.intervention)
+    receiver = args.receiver.split(".") if args.what == "path" else (0, 0)
+    state.set_corrupted_tokens(session.corrupted)
+    state.set_patching(comparing=True, corrupted=args.corrupted, metric=args.metric, tokens=tuple(metric.tokens),
+                       position=position, direction=args.direction, what=args.what,
+                       layer=args.layer if args.what == "heads-by-pos" else 0,
+                       receiver=tuple(int(v) for v in receiver), input=args.input or "v",
+                       normalised=getattr(args, "normalised", True))
+
+
+def _check_patched(widget, args, worker) -> None:
+    """The patching view drew the grid asked for (an estimate that failed on the way to the exact
+    grid is passed over, as the window passes over it), or one line says why not."""
+    grid = widget.shown_grid()
+    if grid is not None and grid.estimate == bool(args.estimate):
+        worker.held.clear()
+        return
+    worker.raise_held()
+    if grid is None:
+        raise ModelError(f"no patching grid: {widget.info.text() or 'nothing was computed'}")
+    if args.estimate:
+        why = widget.estimate_failure or f"attribution patching does not estimate --what {args.what} here"
+        raise ModelError(f"no estimate: {why}; leave out --estimate for the exact grid")
+    raise ModelError(f"the prompt's {widget.state.n_tokens:,} tokens are more than the patching view computes "
+                     f"exactly ({widget.exact_max_tokens}); add --estimate, or shorten the prompts")
 
 
 def _open_saes(args, session) -> tuple:
@@ -236,7 +294,7 @@ def manifest_arguments(args) -> None:
     """Take the export's options, checkpoint, prompt, mask, SAEs and clamps from
     `--from-manifest`; the checkpoint and prompt given on the command line win (a private
     manifest has neither), and `--sae` given replace the paths of its SAEs, in order."""
-    from transformer_viewer.model.sessions.figure_manifest import read_manifest
+    from transformer_viewer.model.sessions.figure_manifest import FIX, read_manifest
     from transformer_viewer.viewer.cli.common import fill_from_records
     from transformer_viewer.viewer.cli.sae_options import fill_from_manifest
 
@@ -248,8 +306,18 @@ def manifest_arguments(args) -> None:
         raise ModelError(f"{args.from_manifest}: the view {e.view[:40]!r} cannot be exported by this version; "
                          f"it exports {', '.join(sorted(exportable()))}")
     for name in ("view", "layer", "head", "query", "mode", "colormap", "log", "theme", "width", "dpi", "scale",
-                 "size", "pooled", "diff", "target", "distractor", "show", "sort", "rows", "region"):
+                 "size", "pooled", "diff", "target", "distractor", "show", "sort", "rows", "region", "estimate"):
         setattr(args, name, getattr(e, name))
+    patching = records.pop("patching", None)
+    if e.view == "patching":
+        from transformer_viewer.viewer.cli.patch_options import fill_from_record
+
+        if patching is None:
+            raise ModelError(f"{args.from_manifest}: a patching figure's manifest without its `patching` part; {FIX}")
+        fill_from_record(args, patching, override=True)
+        if e.private and (args.prompt is None or args.corrupted is None):
+            raise ModelError(f"{args.from_manifest}: a private manifest leaves both prompts out; give them again "
+                             "with --prompt CLEAN --corrupted CORRUPTED")
     args.embed_manifest = args.embed_manifest or e.embed
     args.manifest_private = args.manifest_private or e.private
     args.head = None if e.head is None else str(e.head)  # as typed: check_arguments parses it
@@ -263,26 +331,41 @@ def manifest_arguments(args) -> None:
 def export_records(args, loaded, state, path: str, sha256: str, saes: tuple = ()) -> dict:
     """The manifest's records of the export to `path` (see model/sessions/figure_manifest.py);
     `saes`: the SaeRecords of the SAEs open, whose features the state's clamps name."""
-    from transformer_viewer.model.sessions.checkpoint_part import record_of
-    from transformer_viewer.model.sessions.environment_part import current_environment
     from transformer_viewer.model.sessions.figure_manifest import ExportRecord
-    from transformer_viewer.model.sessions.prompt_part import InterventionRecord, PromptRecord
-    from transformer_viewer.model.sessions.saes_part import SaesRecord
     from transformer_viewer.viewer.export import extension
 
-    st = state
-    masked = tuple((int(a), int(b)) for a, b in zip(*st.mask.nonzero(), strict=True))
     export = ExportRecord(view=args.view, out_format=extension(path), layer=args.layer, head=args.head,
                           query=args.query, mode=args.mode, colormap=args.colormap, log=args.log, theme=args.theme,
                           width=args.width, dpi=args.dpi, scale=args.scale, size=args.size, pooled=args.pooled,
                           diff=args.diff, target=args.target, distractor=args.distractor, show=args.show,
                           sort=args.sort, rows=args.rows, region=args.region, file=os.path.basename(path), sha256=sha256,
-                          embed=args.embed_manifest, private=args.manifest_private)
-    records = {"checkpoint": record_of(loaded), "prompt": PromptRecord(args.prompt),
-               "intervention": InterventionRecord(st.n_layer, st.n_head, masked, st.ablation, tuple(st.clamps)),
+                          embed=args.embed_manifest, private=args.manifest_private, estimate=args.estimate)
+    patching = None
+    if args.view == "patching":
+        from transformer_viewer.model.sessions.patching_part import PatchingRecord
+
+        patching = PatchingRecord(**state.patching.__dict__)
+    return manifest_records(loaded, args.prompt, state.intervention, export, saes, patching)
+
+
+def manifest_records(loaded, prompt: str, intervention, export, saes: tuple = (), patching=None) -> dict:
+    """A manifest's records: the checkpoint, the (clean) `prompt`, the `intervention` (head mask
+    and feature clamps), the environment, the `export` part, and the SAEs and patching
+    experiment when there are any."""
+    from transformer_viewer.model.sessions.checkpoint_part import record_of
+    from transformer_viewer.model.sessions.environment_part import current_environment
+    from transformer_viewer.model.sessions.prompt_part import InterventionRecord, PromptRecord
+    from transformer_viewer.model.sessions.saes_part import SaesRecord
+
+    c, i = loaded.config, intervention
+    masked = tuple((int(a), int(b)) for a, b in zip(*i.mask.nonzero(), strict=True))
+    records = {"checkpoint": record_of(loaded), "prompt": PromptRecord(prompt),
+               "intervention": InterventionRecord(c.n_layer, c.n_head, masked, i.ablation, tuple(i.clamps)),
                "environment": current_environment(loaded.model), "export": export}
     if saes:
         records["saes"] = SaesRecord(tuple(saes))
+    if patching is not None:
+        records["patching"] = patching
     return records
 
 
@@ -325,10 +408,13 @@ def _write(widget, entry, state, session, args) -> str:
         if args.view == "attention" and not args.pooled:
             return _exact_attention(widget, state, session, args)
         path = export_view(widget, args.out)
+        if args.view == "patching":
+            _patching_sidecar(widget, state, session, args, path)
         if args.pooled:
             _pooling_sidecar(widget, state, session, args, path)
         return path
-    style = FigureStyle(theme=args.theme, title=view_title(state, entry.title, widget),
+    notes = tuple(widget.figure_notes()) if hasattr(widget, "figure_notes") else ()  # as the window's figure has them
+    style = FigureStyle(theme=args.theme, title=view_title(state, entry.title, widget), notes=notes,
                         manifest=getattr(args, "embedded", ""))
     size, scale = figure_geometry(args, (widget.width(), widget.height()))
     if ext == ".png" and size is not None:
@@ -387,6 +473,17 @@ def _pooling_sidecar(widget, state, session, args, path: str) -> None:
     write_file(path + ".json", (json.dumps(described, indent=1) + "\n").encode("utf-8"))
 
 
+def _patching_sidecar(widget, state, session, args, path: str) -> None:
+    """`path`.json beside the patching grid's raw values: what `patch --out FILE.npy` writes."""
+    from transformer_viewer.viewer.cli.patch import as_json, write_sidecar
+
+    grid, p = widget.shown_grid(), state.patching
+    metric = p.metric_value(state.model_info.vocab_size or None)
+    result = as_json(grid, session, {"clean": args.prompt, "corrupted": args.corrupted}, [metric],
+                     state.intervention)
+    write_sidecar(grid, result, path)
+
+
 def widen_for_cell_texts(widget, app, max_width: int = MAX_WIDENED) -> None:
     """Widen a view whose cell texts (the lens's top tokens, the scan's values) its default size
     leaves too narrow to show, so that the figure has them; never past `max_width` pixels, and
@@ -443,10 +540,26 @@ def check_arguments(args) -> None:
             raise ModelError(f"--{flag} {value}: counts from 0; give 0 or more")
     check_mask_syntax(args.mask)
     check_sae_syntax(args)
+    _check_patching_arguments(args)
     if getattr(args, "rows", 1) < 1:
         raise ModelError(f"--rows must be at least 1, got {args.rows}")
     if args.colormap:
         _check_colormap(args.colormap)
+
+
+def _check_patching_arguments(args) -> None:
+    """The patching view's experiment (`patch`'s own checks), or none for any other view."""
+    from transformer_viewer.viewer.cli.patch_options import check_experiment, given_experiment_options
+
+    if args.view != "patching":
+        given = given_experiment_options(args) + (["--corrupted"] if args.corrupted is not None else [])
+        if given:
+            raise ModelError(f"{' '.join(given)}: the patching experiment's options are for --view patching")
+        return
+    if args.corrupted is None:
+        raise ModelError("--view patching compares two prompts: give the corrupted one with --corrupted TEXT "
+                         "(--prompt is the clean one)")
+    check_experiment(args, own_layer=False)
 
 
 def _state(worker, intervention, args):

@@ -78,6 +78,11 @@ def _configure_diff(view, _args) -> None:
               file=sys.stderr)
 
 
+def _configure_patching(view, args) -> None:
+    view.estimate_only = bool(args.estimate)  # attribution patching's estimate alone: no exact grid after it
+    view.show_estimate.setChecked(bool(args.estimate))  # the estimate drawn instead of the exact grid
+
+
 CONFIGURE: dict[str, Callable] = {
     "attention": _configure_attention,
     "grid": _configure_grid,
@@ -86,6 +91,7 @@ CONFIGURE: dict[str, Callable] = {
     "logit-lens": _configure_lens,
     "scan": _configure_scan,
     "diff": _configure_diff,
+    "patching": _configure_patching,
     "attribution": _configure_attribution,
 }
 

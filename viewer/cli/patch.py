@@ -2,8 +2,10 @@
 [--tokens A [B]] [--position P] [--direction denoise|noise] [--what WHAT] [--layer L]
 [--receiver L.H --input q|k|v] [--estimate] [--pairs FILE] [--mask L.H ...] [--ablation zero|mean]
 [--sae PATH[@HOOK] ... --clamp [SAE:]FEATURE=VALUE|xSCALE[@POSITION] ...] [--session FILE]
-[--json | --out FILE.npy|.csv|.png|.svg|.pdf]`: activation patching between a clean and a
-corrupted prompt, every cell of one grid.
+[--json | --out FILE.npy|.csv|.png|.svg|.pdf [--write-manifest] [--manifest-private]
+[--embed-manifest]]`: activation patching between a clean and a corrupted prompt, every cell of
+one grid. The experiment's options are viewer/cli/patch_options.py's, shared with `export --view
+patching`.
 
 The head mask and the feature clamps apply to both prompts' runs and every patched run alike; a
 clamp's position is a token position of the clean prompt (negative: from its end), and applies
@@ -15,7 +17,10 @@ logprob, the clean run's top prediction. `--json` prints both prompts, the model
 clean and corrupted values and, per cell, the raw and the normalised value (corrupted = 0,
 clean = 1) with the axes labelled, the head mask and the clamps (`"clamps"`: each as `--clamp`
 spells it). `.npy`/`.csv` hold the raw values, with a `.json` sidecar
-saying everything else; figures are drawn by the window's patching view.
+saying everything else; figures are drawn by the window's patching view. `--write-manifest`
+writes FILE.manifest.json beside the file (`--embed-manifest`: inside an SVG or PDF), the same
+manifest `export --view patching --write-manifest` writes, so `export --from-manifest`
+regenerates it; a pairs file's average has none.
 """
 
 from __future__ import annotations
@@ -30,41 +35,24 @@ from transformer_viewer.viewer.cli.common import (
     add_ablation_argument,
     add_checkpoint_arguments,
     add_session_argument,
-    add_token_pair_argument,
     session_arguments,
 )
+from transformer_viewer.viewer.cli.patch_options import metric_for
 from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
 
 DATA_SUFFIXES = (".npy", ".csv")
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
-INPUTS = ("q", "k", "v")
 TABLE_CELLS = 12  # cells the text output lists, largest effect first
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from transformer_viewer.model.analysis.patching.grid import DIRECTIONS, WHAT_HELP
-    from transformer_viewer.model.analysis.patching.metric import METRICS
+    from transformer_viewer.viewer.cli.patch_options import add_experiment_arguments, add_manifest_arguments
 
     add_checkpoint_arguments(p)
     add_session_argument(p)
     p.add_argument("--clean", default=None, help="the clean prompt (its answer is the one patches restore)")
     p.add_argument("--corrupted", default=None, help="the corrupted prompt (e.g. the clean one with the names swapped)")
-    p.add_argument("--metric", default=METRICS[0], choices=METRICS,
-                   help="what each run is measured by: logit-diff (A - B), logprob (log p(A)) or kl (from the clean "
-                        "run's distribution) (default: logit-diff)")
-    add_token_pair_argument(p, "the metric's tokens (default: the clean run's top prediction, and for logit-diff "
-                               "the corrupted run's top prediction as B)")
-    p.add_argument("--position", type=int, default=None,
-                   help="the position whose prediction is measured, 0-based; negative counts from the end (default: last)")
-    p.add_argument("--direction", default=DIRECTIONS[0], choices=DIRECTIONS,
-                   help="denoise: clean values into the corrupted run; noise: corrupted into clean (default: denoise)")
-    p.add_argument("--what", default="resid", choices=tuple(WHAT_HELP),
-                   help="what is patched: " + "; ".join(f"{k}: {v}" for k, v in WHAT_HELP.items()) + " (default: resid)")
-    p.add_argument("--layer", type=int, default=None, help="the layer whose heads heads-by-pos patches by position")
-    p.add_argument("--receiver", default=None, metavar="L.H", help="path patching's receiver head (with --what path)")
-    p.add_argument("--input", default=None, choices=INPUTS, help="the receiver's input path patching writes into")
-    p.add_argument("--estimate", action="store_true",
-                   help="attribution patching: a first-order estimate of every cell from one forward and backward")
+    add_experiment_arguments(p)
     p.add_argument("--pairs", default=None, metavar="FILE",
                    help="a file of prompt pairs, one CLEAN<TAB>CORRUPTED a line, whose results are averaged "
                         "(instead of --clean and --corrupted)")
@@ -78,12 +66,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--out", default=None, help="write the grid to FILE.npy or FILE.csv (raw values, with a "
                                                  "FILE.json sidecar) or draw it to FILE.png, .svg or .pdf")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_manifest_arguments(p)
 
 
 def check_arguments(args) -> None:
     """Say any mistake in the arguments before a model loads."""
-    from transformer_viewer.model.capture.prompts import parse_layer_head
     from transformer_viewer.viewer.cli.common import check_mask_syntax
+    from transformer_viewer.viewer.cli.patch_options import check_experiment
 
     if args.pairs is not None and (args.clean is not None or args.corrupted is not None):
         raise ModelError("give --clean and --corrupted, or --pairs FILE, not both")
@@ -96,62 +85,27 @@ def check_arguments(args) -> None:
             raise ModelError(f"--out {args.out}: a patching grid is written as .npy or .csv (data) or .png, .svg "
                              "or .pdf")
         check_writable(args.out)  # before minutes of patched runs
-    if args.what == "path":
-        if args.receiver is None or args.input is None:
-            raise ModelError("--what path needs the receiver head and its input: --receiver L.H --input q|k|v")
-        if parse_layer_head(args.receiver) is None:
-            raise ModelError(f"--receiver {args.receiver!r}: write the receiver head as LAYER.HEAD, e.g. 9.6")
-    elif args.receiver is not None or args.input is not None:
-        raise ModelError("--receiver and --input choose path patching's receiver; add --what path")
-    if args.what == "heads-by-pos" and args.layer is None:
-        raise ModelError("--what heads-by-pos patches one layer's heads by position: add --layer L")
-    if args.layer is not None and args.what != "heads-by-pos":
-        raise ModelError(f"--layer chooses the layer of --what heads-by-pos; --what {args.what} covers every layer")
-    if args.tokens and args.metric == "kl":
-        raise ModelError("the kl metric compares whole distributions and takes no --tokens")
+    if (args.write_manifest or args.manifest_private or args.embed_manifest) and args.out is None:
+        raise ModelError("--write-manifest, --manifest-private and --embed-manifest describe the file --out writes; "
+                         "add --out FILE")
+    if args.embed_manifest and not args.out.lower().endswith((".svg", ".pdf")):
+        raise ModelError("--embed-manifest is for .svg and .pdf figures; write the manifest beside the file with "
+                         "--write-manifest")
+    if args.pairs is not None and (args.write_manifest or args.embed_manifest):
+        raise ModelError("a manifest regenerates one prompt pair's grid; a pairs file's average has none: "
+                         "leave out --write-manifest, or patch one pair with --clean and --corrupted")
+    check_experiment(args)
     check_mask_syntax(args.mask)
     from transformer_viewer.viewer.cli.sae_options import check_sae_syntax
 
     check_sae_syntax(args)
 
 
-def metric_for(args, session, intervention=None):
-    """The metric the arguments ask for, its default tokens read from this session's two runs."""
-    from transformer_viewer.model.analysis.patching.metric import PatchMetric
-    from transformer_viewer.viewer.cli.common import parse_token_pair
-
-    tokens = parse_token_pair(args.tokens, session.tokenizer, session.n_vocab)
-    need = {"logit-diff": 2, "logprob": 1, "kl": 0}[args.metric]
-    if tokens is not None and len(tokens) != need:
-        raise ModelError(f"--metric {args.metric} takes {need} token{'s' if need != 1 else ''} in --tokens, "
-                         f"got {len(tokens)}")
-    if tokens is None and need:
-        tokens = default_tokens(session, args.position, need, intervention)
-    return PatchMetric.make(args.metric, tokens or (), args.position, session.n_vocab)
-
-
-def default_tokens(session, position, need: int, intervention=None) -> tuple[int, ...]:
-    """The clean run's top prediction at the position, and for a pair the corrupted run's."""
-    from transformer_viewer.model.analysis.patching.exact import metric_top_tokens
-
-    clean_top, corrupted_top = metric_top_tokens(session, position, intervention)
-    if need == 1:
-        return (clean_top,)
-    if clean_top == corrupted_top:
-        label = session.tokenizer.label(clean_top)
-        raise ModelError(f"the clean and the corrupted run both predict {label!r} first, so their logit "
-                         "difference says nothing; give the two tokens to compare: --tokens A B")
-    return clean_top, corrupted_top
-
-
 def compute_grid(args, session, metric, intervention, progress):
     """The grid the arguments ask for, of the session's two prompts."""
-    from transformer_viewer.model.analysis.patching.exact import BY_POSITION, EXACT_GRID_MAX_TOKENS
+    from transformer_viewer.viewer.cli.patch_options import check_exact_size
 
-    T = len(session.tokens.ids)
-    if not args.estimate and args.what in BY_POSITION and T > EXACT_GRID_MAX_TOKENS:
-        raise ModelError(f"the exact {args.what} grid of {T:,} tokens is a patched run per position and layer; "
-                         f"shorten the prompts to {EXACT_GRID_MAX_TOKENS} tokens or fewer, or add --estimate")
+    check_exact_size(args.what, len(session.tokens.ids), args.estimate)
     if args.estimate:
         from transformer_viewer.model.analysis.patching.attribution_patching import (
             ESTIMATE_WHATS,
@@ -209,7 +163,7 @@ def run(args) -> int:
     with TerminalBar("run", after_s=0.5, enabled=not args.no_progress) as bar, torch.inference_mode():
         if pairs is None:
             intervention = set_pair(args.clean, args.corrupted)
-            attach_saes(args, session)  # for the session's model, its prompt set (an SAE notes a long one)
+            attached = attach_saes(args, session)  # for the session's model, its prompt set (an SAE notes a long one)
             metric = metric_for(args, session, intervention)
             grid = compute_grid(args, session, metric, intervention, bar.update)
             metrics = [metric]
@@ -228,32 +182,41 @@ def run(args) -> int:
     import numpy as np
 
     refuse_non_finite("patched metrics", [grid.clean, grid.corrupted], grid.raw[~np.isnan(grid.raw)])
-    result = as_json(grid, session, pairs, metrics, args, intervention)
+    prompts = ({"pairs": [{"clean": a, "corrupted": b} for a, b in pairs], "pairs_file": os.path.basename(args.pairs)}
+               if pairs is not None else {"clean": args.clean, "corrupted": args.corrupted})
+    result = as_json(grid, session, prompts, metrics, intervention)
     if args.json:
         from transformer_viewer.viewer.cli.common import write_json_or_print
 
         write_json_or_print(result, None)
     elif args.out is not None:
-        print(f"wrote {write_out(grid, result, args, intervention)}", file=sys.stderr)
+        manifest = None
+        if pairs is None and (args.write_manifest or args.embed_manifest):
+            from transformer_viewer.viewer.cli.sae_options import sae_records
+
+            manifest = manifest_maker(args, loaded, session, metrics[0], intervention,
+                                      sae_records(args, attached) if args.sae else ())
+        if pairs is None and args.out.lower().endswith(FIGURE_SUFFIXES):
+            grid = labelled(grid, metrics[0], session.tokenizer)
+        print(f"wrote {write_out(grid, result, args, intervention, manifest)}", file=sys.stderr)
     else:
         print_table(grid, result)
     return 0
 
 
-def as_json(grid, session, pairs, metrics, args, intervention) -> dict:
-    """What the command reports: the model, the prompts, the metric and every cell."""
+def as_json(grid, session, prompts: dict, metrics, intervention) -> dict:
+    """What the command reports: the model, the `prompts` ({"clean", "corrupted"}, or a pairs
+    file's "pairs" and "pairs_file"), the metric and every cell."""
     tok = session.tokenizer
     normalised = grid.normalised
     cells = [{"row": grid.rows[r], "col": grid.cols[c], "r": r, "c": c, "raw": float(grid.raw[r, c]),
               "normalised": float(normalised[r, c])}
              for r in range(grid.raw.shape[0]) for c in range(grid.raw.shape[1])]
-    prompts = ({"pairs": [{"clean": a, "corrupted": b} for a, b in pairs], "pairs_file": os.path.basename(args.pairs)}
-               if pairs is not None else {"clean": args.clean, "corrupted": args.corrupted})
     first = metrics[0]
     return {"model": session.loaded.name, "source": session.loaded.source, **prompts,
             "what": grid.what, "direction": grid.direction, "estimate": grid.estimate,
             "metric": {"kind": first.kind, "describe": grid.metric, "position": first.position,
-                       "tokens": [list(m.tokens) for m in metrics] if pairs is not None else list(first.tokens),
+                       "tokens": [list(m.tokens) for m in metrics] if "pairs" in prompts else list(first.tokens),
                        "token_text": [tok.token_bytes(t).decode("utf-8", "replace") for t in first.tokens]},
             "clean_metric": grid.clean, "corrupted_metric": grid.corrupted,
             "normalisation": "(raw - corrupted_metric) / (clean_metric - corrupted_metric): corrupted = 0, clean = 1",
@@ -264,29 +227,93 @@ def as_json(grid, session, pairs, metrics, args, intervention) -> dict:
             "rows": list(grid.rows), "cols": list(grid.cols), "cells": cells}
 
 
-def write_out(grid, result: dict, args, intervention=None) -> str:
-    """The grid to --out: raw values as .npy/.csv with a .json sidecar, or the view's figure."""
-    import json
+def write_out(grid, result: dict, args, intervention=None, manifest=None) -> str:
+    """The grid to --out: raw values as .npy/.csv with a .json sidecar, or the view's figure.
+    `manifest(path, size, sha256)`: the manifest's records of the file (`size`: a figure's laid-out
+    size), when one is asked for; written beside it and/or embedded in an SVG or PDF."""
+    from transformer_viewer.viewer.export import export_matrix
 
-    from transformer_viewer.viewer.export import export_matrix, write_file
-
+    size = None
     if args.out.lower().endswith(FIGURE_SUFFIXES):
         try:
             from transformer_viewer.viewer.cli.patch_figure import write_figure
         except ImportError:
             raise ModelError(f"--out {args.out}: figures come from the window's patching view, which this build "
                              "does not have; write .npy or .csv") from None
+
+        def embedded(laid_out: tuple[int, int]) -> str:
+            nonlocal size
+            size = laid_out
+            if not (manifest is not None and args.embed_manifest):
+                return ""
+            from dataclasses import replace
+
+            from transformer_viewer.model.sessions.figure_manifest import manifest_text
+
+            records = manifest(args.out, laid_out, "")
+            records["export"] = replace(records["export"], file="")  # the file holding it: any name
+            return manifest_text(records, private=args.manifest_private)
+
         pairs_name = result.get("pairs_file", "")
-        return write_figure(grid, result.get("clean", ""), result.get("corrupted", ""), args.out,
-                            model=result["model"], pairs_name=pairs_name, intervention=intervention)
-    path = export_matrix(grid.raw, args.out, grid.rows, grid.cols)
+        path = write_figure(grid, result.get("clean", ""), result.get("corrupted", ""), args.out,
+                            model=result["model"], pairs_name=pairs_name, intervention=intervention,
+                            manifest=embedded)
+    else:
+        path = export_matrix(grid.raw, args.out, grid.rows, grid.cols)
+        write_sidecar(grid, result, path)
+    if manifest is not None and args.write_manifest:
+        from transformer_viewer.model.sessions.figure_manifest import file_sha256, write_manifest
+
+        try:
+            written = write_manifest(path, manifest(path, size, file_sha256(path)), private=args.manifest_private)
+        except OSError as e:
+            raise ModelError(f"cannot write {path}.manifest.json: {e.strerror or e}; check the disk and the "
+                             "folder") from None
+        print(f"wrote {written}", file=sys.stderr)
+    return path
+
+
+def write_sidecar(grid, result: dict, path: str) -> None:
+    """`path`.json beside a grid's raw values: everything `result` says but the cells."""
+    import json
+
+    from transformer_viewer.viewer.cli.common import json_safe
+    from transformer_viewer.viewer.export import write_file
+
     sidecar = {k: v for k, v in result.items() if k != "cells"}
     sidecar.update(file=os.path.basename(path), shape=list(grid.raw.shape), dtype=str(grid.raw.dtype),
                    values="the raw metric of each patched run (NaN: not computed)")
-    from transformer_viewer.viewer.cli.common import json_safe
-
     write_file(path + ".json", (json.dumps(json_safe(sidecar), indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
-    return path
+
+
+def manifest_maker(args, loaded, session, metric, intervention, saes: tuple):
+    """`manifest(path, size, sha256)` -> the manifest's records of `patch --out` writing `path`:
+    the same records `export --view patching --write-manifest` writes for the same experiment."""
+    from transformer_viewer.model.sessions.figure_manifest import ExportRecord
+    from transformer_viewer.viewer.cli.export import manifest_records
+    from transformer_viewer.viewer.cli.patch_figure import FIGURE_SCALE
+    from transformer_viewer.viewer.cli.patch_options import patching_record
+    from transformer_viewer.viewer.export import extension
+
+    patching = patching_record(args, args.corrupted, metric, len(session.tokens.ids))
+
+    def manifest(path: str, size, sha256: str) -> dict:
+        ext = extension(path)
+        export = ExportRecord(view="patching", out_format=ext, scale=FIGURE_SCALE if ext == ".png" else None,
+                              size=None if size is None else tuple(size), file=os.path.basename(path), sha256=sha256,
+                              embed=args.embed_manifest, private=args.manifest_private, estimate=args.estimate)
+        return manifest_records(loaded, args.clean, intervention, export, saes, patching)
+
+    return manifest
+
+
+def labelled(grid, metric, tokenizer):
+    """`grid` with its metric described by its tokens' labels, as the window's patching view names it."""
+    from dataclasses import replace
+
+    from transformer_viewer.viewer.views.logits_panel import token_label
+
+    return replace(grid, metric=metric.describe(lambda t: token_label(t, tokenizer)))
 
 
 def print_table(grid, result: dict) -> None:

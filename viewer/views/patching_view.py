@@ -13,7 +13,8 @@ head and position in every view. Computed on the worker (PatchRequest, PatchCell
 the view is shown, with progress; Stop or the status bar's Cancel stops it within one batch of
 patched runs, and a new prompt supersedes it. The state's head mask and feature clamps apply to
 both runs and every patched run: a change of either asks again, and the title says how many
-clamps the grid is under.
+clamps the grid is under. Its data exports (.npy/.csv) hold the shown grid's raw metric, as
+`transformer-viewer patch` and `export --view patching` write it.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class PatchingView(CellRequests, HeatmapExport, QtWidgets.QWidget):
         self.estimate_failure = ""  # why the estimate could not be computed, when it could not
         self.exact_max_tokens: int | None = None  # the worker's long-prompt threshold, once it has answered
         self.dropped = 0
+        self.estimate_only = False  # the export command's --estimate: the exact grid is not asked for after it
         self.controls = PatchControls(state)
         self.compare_button = QtWidgets.QPushButton("Compare with a corrupted prompt")
         self.compare_button.clicked.connect(lambda: state.set_patching(comparing=True))
@@ -195,7 +197,7 @@ class PatchingView(CellRequests, HeatmapExport, QtWidgets.QWidget):
             grid = layer_rows(grid, self.state.patching.layer, self.state.n_head)
         if grid.estimate:
             self.estimate = grid
-            if not self.long_prompt():
+            if not self.long_prompt() and not self.estimate_only:
                 self._submit(dataclasses.replace(answer.request, estimate=False))
         else:
             self.exact = grid
@@ -256,7 +258,7 @@ class PatchingView(CellRequests, HeatmapExport, QtWidgets.QWidget):
         """The lines under the grid (the metric of both runs, the mask, an estimate's caveats), for
         figures: the view's own labels are left out of them."""
         text = self.notes.text()
-        return text.split("\n") if text else []
+        return [line for line in text.split("\n") if line != CLICK_NOTE] if text else []  # a figure has no cells to click
 
     def draw(self) -> None:
         grid, p = self.shown_grid(), self.state.patching
@@ -308,6 +310,22 @@ class PatchingView(CellRequests, HeatmapExport, QtWidgets.QWidget):
         else:
             self.exact, self.estimate = grid, estimate
         self.draw()
+
+    def matrix(self):
+        """The data an export writes: the shown grid's raw metric per cell (NaN: not computed),
+        whichever scale the heatmap draws, as `transformer-viewer patch --out FILE.npy` writes it."""
+        import numpy as np
+
+        grid = self.shown_grid()
+        return np.zeros((0, 0), dtype=np.float32) if grid is None else grid.raw
+
+    def row_labels(self):
+        grid = self.shown_grid()
+        return None if grid is None else list(grid.rows)
+
+    def col_labels(self):
+        grid = self.shown_grid()
+        return None if grid is None else list(grid.cols)
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(900, 700)

@@ -72,9 +72,8 @@ VIEWS: tuple[ViewEntry, ...] = (
               export=True, export_size=(1100, 760), needs_trace=True),
     ViewEntry("routes", "Routes", f"{_V}.routes_view:RoutesView", "tab", uses_worker=True, export=True,
               export_size=(1000, 700), needs_trace=True),
-    # Exported from its own Export button and by `transformer-viewer patch --out` (it needs two prompts).
-    ViewEntry("patching", "Patching", f"{_V}.patching_view:PatchingView", "tab", uses_worker=True,
-              needs_trace=True),
+    ViewEntry("patching", "Patching", f"{_V}.patching_view:PatchingView", "tab", uses_worker=True, export=True,
+              export_size=(1000, 700), needs_trace=True),
     ViewEntry("rollout", "Rollout", f"{_V}.rollout_view:RolloutView", "tab", uses_worker=True, export=True,
               export_size=(900, 700), needs_trace=True),
     ViewEntry("features", "SAE feature", f"{_V}.feature_view:FeatureView", "tab-on-demand", uses_worker=True),

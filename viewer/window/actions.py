@@ -168,23 +168,19 @@ class WindowActions:
         from dataclasses import replace
 
         from transformer_viewer.viewer.views.export_options import ask_figure_options
-        from transformer_viewer.viewer.window.figure_records import (
-            NOT_REGENERABLE,
-            regenerable,
-            regeneration_notes,
-        )
+        from transformer_viewer.viewer.window.figure_records import no_manifest, regeneration_notes
 
         view_id = "attention" if what == "heatmap" else what
         view = self.w.views[view_id]
         folder = self.w.app_settings.export_dir()  # read (and a bad setting noted) whatever the answer
         target = view.export_target() if hasattr(view, "export_target") else view
         options = ask_figure_options(self.w, ext, (target.width(), target.height()), self.w.figure_options,
-                                     no_manifest="" if regenerable(view_id) else NOT_REGENERABLE,
+                                     no_manifest=(why := no_manifest(view_id, self.w.state)),
                                      notes=regeneration_notes(view_id, view))
         if options is None:
             return
         start = self.w.figure_options
-        self.w.figure_options = options if regenerable(view_id) else replace(  # the boxes it had to turn off
+        self.w.figure_options = options if not why else replace(  # the boxes it had to turn off
             options, manifest=start.manifest, embed=start.embed, private=start.private)
         st = self.w.state
         button = getattr(view, "export_button", None)
@@ -396,7 +392,7 @@ def export(window, what: str, path: str, scale: float = 1.0, theme: str = "light
             if catch_up is not None:  # a view hidden in the window draws what it skipped, before it is measured
                 catch_up()
             size = layout_size(view, style)  # the whole figure at the view's on-screen size: the manifest says it
-            if embed and ext != ".png" and regenerable(view_id):
+            if embed and ext != ".png" and regenerable(view_id, window.state):
                 style = replace(style, manifest=embedded_manifest(window, view_id, view, path, scale, theme, size,
                                                                   private))
         written = export_view(view, path, scale=scale if ext == ".png" else 1.0, size=size, style=style)

@@ -20,9 +20,12 @@ hover is drawn in no figure.
 The window's heatmap data (.npy/.csv) is the matrix it draws, the trace's overview: its
 manifest says `pooled`, which is what the export command writes for the same request; the
 head's full pattern (File > Export > "Current head's full pattern") is the export command's
-exact attention data, and its manifest says so. A view the export command cannot build (the
-patching view needs two prompts: `transformer-viewer patch --out` writes it) is exported
-without a manifest, and the export dialog says why.
+exact attention data, and its manifest says so. The patching view's manifest also holds its
+experiment (the `patching` part, from viewer/patch_setup.py's PatchSetup: the corrupted prompt,
+the metric and its tokens, what is patched ...) and whether the estimate is shown (`estimate`);
+its data is the shown grid's raw metric, as the export command writes it. What the export
+command cannot rebuild (a view it does not export; the patching view averaging a pairs file) is
+exported without a manifest, and the export dialog says why (`no_manifest`).
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ from transformer_viewer.model.sessions.prompt_part import PromptRecord
 
 FIGURE_FORMATS = (".png", ".svg", ".pdf")
 ROUTES_THRESHOLD_STEP = 8  # the routes view's threshold slider as it is built (0.04)
-NOT_REGENERABLE = ("No manifest: the export command cannot rebuild this view (the patching view needs two "
-                   "prompts; `transformer-viewer patch --out` writes it).")
+NOT_EXPORTABLE = "No manifest: the export command does not export this view."
+PAIRS_NOT_REGENERABLE = ("No manifest: a manifest regenerates one prompt pair's grid, not a pairs file's average "
+                         "(`transformer-viewer patch --pairs FILE --out` writes that).")
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,21 @@ class ViewSettings:
     rows: int = 64
 
 
-def regenerable(view_id: str) -> bool:
-    """Whether `transformer-viewer export --view VIEW_ID` can rebuild this view from a manifest."""
+def no_manifest(view_id: str, state) -> str:
+    """Why `transformer-viewer export --view VIEW_ID` cannot rebuild this view from a manifest as
+    `state` has it now, in one line for the export dialog; "" when it can."""
     from transformer_viewer.viewer.views.registry import exportable
 
-    return view_id in exportable()
+    if view_id not in exportable():
+        return NOT_EXPORTABLE
+    if view_id == "patching" and state.patching.pairs:
+        return PAIRS_NOT_REGENERABLE
+    return ""
+
+
+def regenerable(view_id: str, state) -> bool:
+    """Whether a manifest can regenerate an export of this view as `state` has it now."""
+    return not no_manifest(view_id, state)
 
 
 def view_settings(view_id: str, view) -> ViewSettings:
@@ -147,22 +161,29 @@ def export_record(window, view_id: str, view, path: str, scale: float, theme: st
     query = st.query_index
     if view_id == "attention" and view.heatmap.highlighted_row() is None:
         query = None  # no row highlighted
+    estimate = False
+    if view_id == "patching":  # the experiment is the `patching` part; --layer is heads-by-pos's layer
+        p = st.patching
+        layer, head, query = (p.layer if p.what == "heads-by-pos" else None), None, None
+        estimate = view.estimate is not None and view.shown_grid() is view.estimate
     return ExportRecord(
         view=view_id, out_format=ext, layer=layer, head=head, query=query, mode=s.mode, colormap=s.colormap,
         log=s.log, theme=theme, scale=round(float(scale), 6) if ext == ".png" else None,
         size=tuple(int(v) for v in size) if figure and size is not None else None,
         pooled=view_id == "attention" and not figure, diff=s.diff, target=s.target, distractor=s.distractor,
         show=s.show, sort=s.sort, rows=s.rows, region=zoom_region(view) if figure else None,
-        file=os.path.basename(path), sha256=sha256, embed=embed, private=private)
+        file=os.path.basename(path), sha256=sha256, embed=embed, private=private, estimate=estimate)
 
 
 def manifest_records(window, export: ExportRecord) -> dict:
     """The manifest's records: the window's checkpoint, intervention (the mask and feature
-    clamps), the SAEs the clamps name, the environment, its prompt, and `export`."""
+    clamps), the SAEs the clamps name, the environment, its prompt, and `export` (and, for the
+    patching view, its experiment)."""
     from transformer_viewer.viewer.window.session_binding import capture
 
     session = capture(window)
-    records = {k: session[k] for k in ("checkpoint", "intervention", "saes", "environment") if k in session}
+    parts = ("checkpoint", "intervention", "saes", "environment") + (("patching",) if export.view == "patching" else ())
+    records = {k: session[k] for k in parts if k in session}
     records.update(prompt=PromptRecord(window.state.prompt), export=export)
     return records
 
@@ -186,7 +207,7 @@ def record_export(window, view_id: str, view, path: str, scale: float, theme: st
     from dataclasses import replace
 
     written = None
-    if manifest and regenerable(view_id):
+    if manifest and regenerable(view_id, window.state):
         export = replace(export_record(window, view_id, view, path, scale, theme, size, embed=embed, private=private,
                                        sha256=file_sha256(path)), **exact)
         written = write_manifest(path, manifest_records(window, export), private=private)

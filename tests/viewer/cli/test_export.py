@@ -145,7 +145,7 @@ def test_a_registry_entry_is_an_export_choice(ckpt, capsys, tmp_path, monkeypatc
     """The export command offers every view the registry marks exportable, built as the window builds it."""
     from transformer_viewer.viewer.views import registry
 
-    assert {"attention", "grid", "residual", "mlp", "logit-lens", "scan", "diff", "attribution", "routes",
+    assert {"attention", "grid", "residual", "mlp", "logit-lens", "scan", "diff", "attribution", "routes", "patching",
             "rollout"} == set(registry.exportable())
     probe = registry.ViewEntry("probe", "Probe", "transformer_viewer.viewer.views.diff_view:AttentionDiffView", "tab",
                                export=True, export_size=(300, 200))

@@ -68,8 +68,9 @@ def test_clamped_exports_are_the_runs_under_the_clamps(ckpt, tmp_path, capsys):
     folder = _sae(tmp_path / "sae")
     clamped = ("--sae", folder, *TYPED_CLAMPS)
     for view in sorted(exportable()):
-        _export(capsys, ckpt, tmp_path / f"plain-{view}.npy", "--view", view)
-        err = _export(capsys, ckpt, tmp_path / f"clamped-{view}.npy", "--view", view, *clamped)
+        own = ("--corrupted", PROMPT.replace("John gave", "Mary gave"), "--metric", "kl") if view == "patching" else ()
+        _export(capsys, ckpt, tmp_path / f"plain-{view}.npy", "--view", view, *own)
+        err = _export(capsys, ckpt, tmp_path / f"clamped-{view}.npy", "--view", view, *clamped, *own)
         plain, under = np.load(tmp_path / f"plain-{view}.npy"), np.load(tmp_path / f"clamped-{view}.npy")
         assert plain.shape != under.shape or not np.array_equal(plain, under), view  # routes: other nodes
         assert "exactly zero" not in err  # the diff view: clamped minus clean

@@ -48,7 +48,7 @@ def test_the_view_draws_the_workers_grid_and_a_click_selects_everywhere(qtbot, t
         np.testing.assert_allclose(view.exact.raw, want.raw, rtol=1e-5, atol=1e-5)
         assert (view.exact.clean, view.exact.corrupted) == pytest.approx((want.clean, want.corrupted), abs=1e-5)
         assert np.isfinite(view.exact.raw).all() and np.ptp(view.exact.raw) > 0  # heads differ
-        np.testing.assert_allclose(view.matrix(), want.normalised, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(view.heatmap.matrix(), want.normalised, rtol=1e-4, atol=1e-5)
         lo, hi = view.heatmap.levels()
         assert lo == pytest.approx(-hi)  # diverging, centred on 0
         assert view.heatmap.row_labels() == want.rows and view.heatmap.col_labels() == want.cols
@@ -56,7 +56,7 @@ def test_the_view_draws_the_workers_grid_and_a_click_selects_everywhere(qtbot, t
         assert "logit(" in title and "corrupted = 0, clean = 1" in title and "Mary" in title
         assert "clean" in view.notes.text() and "no heads masked" in view.notes.text()
         view.controls.normalised.setChecked(False)  # raw values, same grid
-        np.testing.assert_allclose(view.matrix(), want.raw, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(view.heatmap.matrix(), want.raw, rtol=1e-5, atol=1e-5)
         assert "raw metric" in view.title()
         QtCore.QCoreApplication.processEvents()
         # A real click on cell (layer 1, head 2) selects that head in every view.

@@ -18,6 +18,8 @@ from transformer_viewer.model.sessions.figure_manifest import read_manifest
 from transformer_viewer.viewer.views.export_options import ExportOptionsDialog
 from transformer_viewer.viewer.window.actions import export
 
+CORRUPTED = PROMPT.replace("sat", "ran")  # as many tokens: every kind patches by position
+
 
 @pytest.fixture
 def window(qtbot, tmp_path, tiny_ckpt, monkeypatch):
@@ -140,14 +142,14 @@ def test_a_pdf_with_its_manifest_embedded_regenerates_from_itself(qtbot, tmp_pat
     assert np.array_equal(png_pixels(rasterise_pdf(pdf, tmp_path / "a")), png_pixels(rasterise_pdf(again, tmp_path / "b")))
 
 
-def test_the_dialog_of_a_view_export_cannot_rebuild_writes_no_manifest_and_says_why(qtbot, tmp_path, window,
-                                                                                      monkeypatch):
-    from transformer_viewer.viewer.window.figure_records import NOT_REGENERABLE
+def test_the_dialog_of_an_export_no_manifest_can_rebuild_writes_none_and_says_why(qtbot, tmp_path, window,
+                                                                                    monkeypatch):
+    from transformer_viewer.viewer.window.figure_records import PAIRS_NOT_REGENERABLE
 
-    dialog = ExportOptionsDialog(window, ".svg", (300, 200), window.figure_options, no_manifest=NOT_REGENERABLE)
+    dialog = ExportOptionsDialog(window, ".svg", (300, 200), window.figure_options, no_manifest=PAIRS_NOT_REGENERABLE)
     qtbot.addWidget(dialog)
     for box in (dialog.manifest_box, dialog.embed_box, dialog.private_box):
-        assert not box.isEnabled() and not box.isChecked() and box.toolTip() == NOT_REGENERABLE
+        assert not box.isEnabled() and not box.isChecked() and box.toolTip() == PAIRS_NOT_REGENERABLE
     seen = {}
     original = ExportOptionsDialog.__init__
 
@@ -158,8 +160,55 @@ def test_the_dialog_of_a_view_export_cannot_rebuild_writes_no_manifest_and_says_
     monkeypatch.setattr(ExportOptionsDialog, "__init__", spy)
     _answer_dialogs(monkeypatch, tmp_path / "patching.png")
     window.views["patching"].export_button.dialog(".png")
-    assert seen["boxes"] == (False, NOT_REGENERABLE)
+    assert seen["boxes"] == (True, "")  # one prompt pair: the patching view has its manifest
+    window.state.set_patching(comparing=True, pairs=((PROMPT, PROMPT.replace("cat", "dog")),), pairs_name="p.tsv")
+    window.views["patching"].export_button.dialog(".png")
+    assert seen["boxes"] == (False, PAIRS_NOT_REGENERABLE)
     assert window.figure_options.manifest  # the box stays on for the next export
+
+
+def _patching(qtbot, w, **setup):
+    """The window's patching view comparing PROMPT with CORRUPTED (one token changed), its exact
+    grid computed under the window's head mask."""
+    from transformer_viewer.model.tokenizers.tokenizer import Tokenizer
+
+    tok = Tokenizer()
+    w.state.set_patching(tokens=(tok.encode(" cat")[0], tok.encode(" dog")[0]), **setup)
+    w.views["corrupted-prompt"].set_text(CORRUPTED)
+    w.show_view("patching")
+    view = w.views["patching"]
+    wait_idle(qtbot, w, lambda: view.exact is not None)
+    qtbot.wait(30)  # the shown view's last layout pass
+    return view
+
+
+def test_the_patching_views_png_regenerates_pixel_for_pixel(qtbot, tmp_path, capsys, window):
+    w = window
+    view = _patching(qtbot, w, what="mlp", direction="noise", normalised=False)  # the raw metric drawn
+    first = export(w, "patching", str(tmp_path / "patching.png"), scale=1.5, manifest=True)
+    assert first is not None, w.last_error
+    records, _notes = read_manifest(first + ".manifest.json")
+    p, e = records["patching"], records["export"]
+    assert (p.corrupted, p.what, p.direction, p.normalised) == (CORRUPTED, "mlp", "noise", False)
+    assert records["prompt"].text == PROMPT and records["intervention"].masked == ((0, 1),) and not e.estimate
+    again = regenerate(capsys, first + ".manifest.json", tmp_path / "again.png")
+    a, b = png_pixels(first), png_pixels(again)
+    assert a.shape == b.shape and a.shape[1] == round(1.5 * e.size[0])
+    assert np.array_equal(a, b)
+    npy = export(w, "patching", str(tmp_path / "patching.npy"), manifest=True)
+    assert np.load(npy).tobytes() == view.exact.raw.tobytes()  # the raw metric, whatever the heatmap's scale
+    again = regenerate(capsys, npy + ".manifest.json", tmp_path / "again.npy")
+    assert np.load(again).tobytes() == np.load(npy).tobytes()
+
+
+def test_the_shown_estimate_regenerates_as_the_estimate(qtbot, tmp_path, capsys, window):
+    w = window
+    view = _patching(qtbot, w, what="resid")
+    view.show_estimate.setChecked(True)
+    first = export(w, "patching", str(tmp_path / "estimate.png"), scale=1.0, manifest=True)
+    assert read_manifest(first + ".manifest.json")[0]["export"].estimate
+    again = regenerate(capsys, first + ".manifest.json", tmp_path / "again.png")
+    assert np.array_equal(png_pixels(first), png_pixels(again))
 
 
 @pytest.mark.parametrize("view_id", ["attention", "logit-lens"])
