@@ -12,7 +12,7 @@ import pytest
 from PySide6 import QtWidgets
 
 from tests.helpers.figures import png_pixels, regenerate, without_embedded_manifest
-from tests.helpers.sae_window import opened
+from tests.helpers.sae_window import HOOK, opened
 from tests.helpers.window import PROMPT, mask_of, new_window, wait_idle
 from transformer_viewer.model.sessions.figure_manifest import read_manifest
 from transformer_viewer.viewer.views.export_options import ExportOptionsDialog
@@ -296,10 +296,16 @@ def test_a_figure_exported_under_a_feature_clamp_regenerates_pixel_for_pixel(qtb
     wait_idle(qtbot, w, lambda: st.trace.intervention.clamps == (clamp,))
     _front(qtbot, w, "logit-lens")
     first = export(w, "logit-lens", str(tmp_path / "lens.png"), manifest=True)
+    st.set_selection(layer=1, head=2)
+    data = export(w, "heatmap", str(tmp_path / "att.npy"), manifest=True)
     w.close()
-    assert read_manifest(first + ".manifest.json")[0]["intervention"].clamps == (clamp,)
+    records = read_manifest(first + ".manifest.json")[0]
+    (sae,) = records["saes"].saes  # the SAE the clamp names, reopened from the manifest
+    assert sae.spec == str(sae_folder) and sae.hook == HOOK and records["intervention"].clamps == (clamp,)
     again = regenerate(capsys, first + ".manifest.json", tmp_path / "again.png")
     assert np.array_equal(png_pixels(first), png_pixels(again))
+    again = regenerate(capsys, data + ".manifest.json", tmp_path / "again.npy")
+    assert np.load(data).tobytes() == np.load(again).tobytes()
 
 
 def test_rollout_and_routes_settings_export_cannot_set_are_said(qtbot, window):
