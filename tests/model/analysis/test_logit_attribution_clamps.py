@@ -54,15 +54,21 @@ def _edit_name(hook):
 def _hand_run(s, mask, ablation, hook, w, clamps):
     """(the clamp's activation before and after it, the final residual (T, C)) in a forward
     written out with hooks: the head mask, then the hand-written clamp."""
-    seen, final = {}, {}
+    seen = {}
     named = head_mask_hooks(mask, ablation or "zero") + [(_edit_name(hook), standard_clamp_hook(w, clamps, seen))]
+    return seen, _final_residual(s, named)
+
+
+def _final_residual(s, named):
+    """The final residual stream (T, C) of a plain forward with the hooks `named`."""
+    final = {}
     take = s.model.ln_f.register_forward_pre_hook(lambda _m, inputs: final.setdefault("x", inputs[0][0]))
     try:
         with hooks(s.model, named), torch.no_grad():
             s.model(torch.tensor([s.tokens.ids]))
     finally:
         take.remove()
-    return seen, final["x"]
+    return final["x"]
 
 
 def _residual_write(s, hook, delta):
@@ -167,16 +173,10 @@ def test_heads_under_a_z_clamp_write_their_unclamped_outputs_of_the_clamped_run(
     named = head_mask_hooks(mask, ablation or "zero") + [
         ("blocks.0.hook_resid_post", standard_clamp_hook(w0, clamps[:1])),
         ("blocks.1.attn.hook_z", standard_clamp_hook(w, z_clamps, seen))]
-    final = {}
-    take = s.model.ln_f.register_forward_pre_hook(lambda _m, inputs: final.setdefault("x", inputs[0][0]))
-    try:
-        with hooks(s.model, named), torch.no_grad():
-            s.model(torch.tensor([s.tokens.ids]))
-    finally:
-        take.remove()
+    final = _final_residual(s, named)
     hs = TINY.n_embd // TINY.n_head
     w_o = s.model.blocks[1].attn.c_proj.weight  # (C, nh * hs)
-    want = [_through_final_norm(s, final["x"][p], seen["in"][0, p, h] @ w_o[:, h * hs:(h + 1) * hs].T, got.token_id)
+    want = [_through_final_norm(s, final[p], seen["in"][0, p, h] @ w_o[:, h * hs:(h + 1) * hs].T, got.token_id)
             for h in range(TINY.n_head)]
     assert_float32_close(got.direct[1], want, reduction=model_reduction(TINY), depth=TINY.n_layer + 1,
                          scale=max(1.0, abs(got.logit)), what="layer 1's heads under the z clamp")
