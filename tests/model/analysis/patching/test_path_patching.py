@@ -37,6 +37,20 @@ GPT3 = GPTConfig(n_layer=3, n_head=4, n_embd=32, block_size=64, vocab_size=300)
 METRICS = {"logit-diff": PatchMetric.make("logit-diff", (11, 12)), "kl": PatchMetric.make("kl")}
 
 
+
+def _frozen_but_sender(own: dict, theirs: dict, sender: tuple[int, int], L: int) -> list:
+    """Hooks holding every head's z and every MLP's output at the patched run's own (`own`),
+    but the sender head's z at the source run's (`theirs`)."""
+    s, h = sender
+    frozen = []
+    for layer in range(L):
+        z = own[f"blocks.{layer}.attn.hook_z"].clone()
+        if layer == s:
+            z[:, :, h] = theirs[f"blocks.{layer}.attn.hook_z"][:, :, h]
+        frozen += [(f"blocks.{layer}.attn.hook_z", replacing(z, slice(None))),
+                   (f"blocks.{layer}.hook_mlp_out", replacing(own[f"blocks.{layer}.hook_mlp_out"], slice(None)))]
+    return frozen
+
 def reference(model, clean, corrupted, receiver, input, sender, metric, direction, change=None):
     """The metric of the path sender -> receiver's input, by the two forwards."""
     config = model.config
@@ -47,14 +61,7 @@ def reference(model, clean, corrupted, receiver, input, sender, metric, directio
     mlp_names = [f"blocks.{layer}.hook_mlp_out" for layer in range(L)]
     own = cache_of(model, patched, z_names + mlp_names, mask_hooks)
     theirs = cache_of(model, source, z_names, mask_hooks)
-    s, h = sender
-    frozen = []
-    for layer in range(L):
-        z = own[f"blocks.{layer}.attn.hook_z"].clone()
-        if layer == s:
-            z[:, :, h] = theirs[f"blocks.{layer}.attn.hook_z"][:, :, h]
-        frozen += [(f"blocks.{layer}.attn.hook_z", replacing(z, slice(None))),
-                   (f"blocks.{layer}.hook_mlp_out", replacing(own[f"blocks.{layer}.hook_mlp_out"], slice(None)))]
+    frozen = _frozen_but_sender(own, theirs, sender, L)
     R, r = receiver
     name = f"blocks.{R}.attn.hook_{input}"
     fork = cache_of(model, patched, [name], frozen)[name]  # the receiver's input along the path
@@ -225,14 +232,8 @@ def clamped_reference(model, clean, corrupted, receiver, input, sender, metric, 
     own = cache_of(model, patched, z_names + mlp_names, recorded)
     theirs = cache_of(model, source, z_names, [*mask_hooks, *clamp_hooks])
     edits = {name: seen[(name, "after")] - seen[(name, "before")] for name in around}  # each clamp's own edit
-    s, h = sender
     frozen = [(name, lambda _m, _i, act, d=d: act + d) for name, d in edits.items()]
-    for layer in range(L):
-        z = own[f"blocks.{layer}.attn.hook_z"].clone()
-        if layer == s:
-            z[:, :, h] = theirs[f"blocks.{layer}.attn.hook_z"][:, :, h]
-        frozen += [(f"blocks.{layer}.attn.hook_z", replacing(z, slice(None))),
-                   (f"blocks.{layer}.hook_mlp_out", replacing(own[f"blocks.{layer}.hook_mlp_out"], slice(None)))]
+    frozen += _frozen_but_sender(own, theirs, sender, L)
     R, r = receiver
     name = f"blocks.{R}.attn.hook_{input}"
     fork = cache_of(model, patched, [name], frozen)[name]
