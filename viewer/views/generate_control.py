@@ -46,7 +46,7 @@ class GenerateControl(QtWidgets.QWidget):
         self.seed_spin.setValue(0)
         self.seed_spin.setPrefix("seed ")
         self.seed_spin.setToolTip("The same seed gives the same continuation")
-        self.mask_box = QtWidgets.QCheckBox("with mask/clamps")
+        self.mask_box = QtWidgets.QCheckBox("intervene")
         self.mask_box.setChecked(True)
         self.mask_box.setToolTip("Generate with the current head mask and feature clamps (steering), or without "
                                  "either (clean)")

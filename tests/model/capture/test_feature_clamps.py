@@ -195,4 +195,6 @@ def test_a_hook_that_sees_the_last_rows_places_clamps_by_the_prompts_length(tmp_
     for first in (0, 2, 3, 9):
         (_name, part), = clamp_hooks(clamps, saes, total=10)
         got = part(None, (), x[:, first:])
-        assert torch.equal(got, want[:, first:]), first
+        # The same arithmetic on fewer rows: equal within float32 rounding (a matmul's kernel may
+        # depend on its row count), while a clamp placed at the wrong row would differ by whole units.
+        assert_float32_close(got, want[:, first:], reduction=D_SAE, depth=2, what=f"rows from {first}")
