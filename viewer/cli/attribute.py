@@ -20,9 +20,9 @@ from transformer_viewer.viewer.cli.common import (
     add_ablation_argument,
     add_checkpoint_arguments,
     add_session_argument,
-    add_token_pair_argument,
 )
 from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
+from transformer_viewer.viewer.cli.token_pair import add_token_pair_argument, parse_token_pair
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,7 +58,6 @@ def run(args) -> int:
     from transformer_viewer.viewer.cli.common import (
         check_mask_syntax,
         intervention_from_args,
-        parse_token_pair,
         refuse_non_finite,
         session_arguments,
         session_for_prompt,

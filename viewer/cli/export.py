@@ -54,6 +54,7 @@ from transformer_viewer.viewer.cli.common import (
     session_arguments,
 )
 from transformer_viewer.viewer.cli.export_views import apply_region, configure_view
+from transformer_viewer.viewer.cli.offscreen import dispose_widget, offscreen_app
 from transformer_viewer.viewer.cli.sae_options import add_clamp_argument, add_sae_argument
 from transformer_viewer.viewer.figure import THEMES
 from transformer_viewer.viewer.views.registry import exportable
@@ -155,25 +156,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_experiment_arguments(p, layer=False)
 
 
-def _qt_app():
-    # Exports never show a window; offscreen also works where there is no display at all.
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6 import QtCore, QtWidgets
-
-    app = QtWidgets.QApplication.instance()
-    if app is None:
-        QtCore.qInstallMessageHandler(_quiet_offscreen)
-        app = QtWidgets.QApplication(["transformer-viewer"])
-    return app
-
-
-def _quiet_offscreen(mode, context, message: str) -> None:
-    # The offscreen platform warns about window size hints it cannot honour; nothing to act on.
-    if "propagateSizeHints" in message:
-        return
-    print(message, file=sys.stderr)
-
-
 def run(args) -> int:
     if args.from_manifest:
         manifest_arguments(args)
@@ -196,7 +178,7 @@ def run(args) -> int:
     clamps = clamps_from_args(args, len(session.tokens.ids)) if saes else ()  # a clamp needs an SAE
     intervention = intervention_from_args(args, c, clamps=clamps)
 
-    app = _qt_app()
+    app = offscreen_app()
     bar = TerminalBar("head")  # for the requests that report progress (the scan)
     worker = InlineWorker(session, report=lambda progress: bar.update(progress.done, progress.total))
     state = _state(worker, intervention, args)
@@ -233,7 +215,7 @@ def run(args) -> int:
             write_export_manifest(args, loaded, state, path, saes)
     finally:
         bar.close()
-        _dispose(widget, app)
+        dispose_widget(widget, app)
     print(path, file=sys.stdout)
     return 0
 
@@ -475,7 +457,7 @@ def _pooling_sidecar(widget, state, session, args, path: str) -> None:
 
 def _patching_sidecar(widget, state, session, args, path: str) -> None:
     """`path`.json beside the patching grid's raw values: what `patch --out FILE.npy` writes."""
-    from transformer_viewer.viewer.cli.patch import as_json, write_sidecar
+    from transformer_viewer.viewer.cli.patch_results import as_json, write_sidecar
 
     grid, p = widget.shown_grid(), state.patching
     metric = p.metric_value(state.model_info.vocab_size or None)
@@ -586,21 +568,10 @@ def _state(worker, intervention, args):
     return st
 
 
-def _dispose(widget, app) -> None:
-    # Delete the C++ widget now, while the QApplication is alive: left to interpreter shutdown,
-    # pyqtgraph's scene can outlive the app and crash on exit.
-    import shiboken6
-
-    widget.close()
-    if shiboken6.isValid(widget):
-        shiboken6.delete(widget)
-    app.processEvents()
-
-
 def _check_colormap(name: str) -> None:
     from transformer_viewer.viewer.views.heatmap import get_colormap
 
-    _qt_app()
+    offscreen_app()
     try:
         get_colormap(name)
     except ValueError as e:

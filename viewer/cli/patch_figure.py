@@ -21,14 +21,14 @@ def write_figure(grid, clean: str, corrupted: str, path: str, model: str = "", n
     in both runs; None: nothing masked or clamped), in the patching view and export it to `path`; returns the path written.
     `manifest(laid_out)`: told the whole figure's size in logical pixels, returns the manifest
     text an SVG or PDF embeds ("": none)."""
-    from transformer_viewer.viewer.cli.export import _dispose, _qt_app
+    from transformer_viewer.viewer.cli.offscreen import dispose_widget, offscreen_app
     from transformer_viewer.viewer.export import export_view
     from transformer_viewer.viewer.export_layout import layout_size
     from transformer_viewer.viewer.figure import FigureStyle, figure_title
     from transformer_viewer.viewer.state import ViewerState
     from transformer_viewer.viewer.views.patching_view import PatchingView
 
-    app = _qt_app()
+    app = offscreen_app()
     state = ViewerState()
     state.set_patching(normalised=normalised, pairs_name=pairs_name)
     if intervention is not None:
@@ -53,4 +53,4 @@ def write_figure(grid, clean: str, corrupted: str, path: str, model: str = "", n
         return export_view(view, path, scale=scale if path.lower().endswith(".png") else 1.0, size=laid_out,
                            style=style)
     finally:
-        _dispose(view, app)
+        dispose_widget(view, app)

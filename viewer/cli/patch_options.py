@@ -26,7 +26,7 @@ def add_experiment_arguments(p, layer: bool = True) -> None:
     shares it: there it is the layer of --what heads-by-pos for the patching view)."""
     from transformer_viewer.model.analysis.patching.grid import DIRECTIONS, WHAT_HELP
     from transformer_viewer.model.analysis.patching.metric import METRICS
-    from transformer_viewer.viewer.cli.common import add_token_pair_argument
+    from transformer_viewer.viewer.cli.token_pair import add_token_pair_argument
 
     p.add_argument("--metric", default=None, choices=METRICS,
                    help="what each run is measured by: logit-diff (A - B), logprob (log p(A)) or kl (from the clean "
@@ -123,7 +123,7 @@ def check_exact_size(what: str, n_tokens: int, estimate: bool) -> None:
 def metric_for(args, session, intervention=None):
     """The metric the arguments ask for, its default tokens read from this session's two runs."""
     from transformer_viewer.model.analysis.patching.metric import PatchMetric
-    from transformer_viewer.viewer.cli.common import parse_token_pair
+    from transformer_viewer.viewer.cli.token_pair import parse_token_pair
 
     tokens = parse_token_pair(args.tokens, session.tokenizer, session.n_vocab)
     need = {"logit-diff": 2, "logprob": 1, "kl": 0}[args.metric]

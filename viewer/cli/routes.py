@@ -98,12 +98,12 @@ def run(args) -> int:
 def write_figure(routes, labels, path: str, size: tuple[int, int] = FIGURE_SIZE) -> str:
     """Draw `routes` over the token `labels` in the Routes tab's widget and export it to `path`
     (.svg, .pdf or .png) as the window would; returns the path written."""
-    from transformer_viewer.viewer.cli.export import _dispose, _qt_app
+    from transformer_viewer.viewer.cli.offscreen import dispose_widget, offscreen_app
     from transformer_viewer.viewer.export import export_view
     from transformer_viewer.viewer.state import ViewerState
     from transformer_viewer.viewer.views.routes_view import RoutesView
 
-    app = _qt_app()
+    app = offscreen_app()
     view = RoutesView(ViewerState(), worker=None)
     try:
         view.resize(*size)
@@ -113,7 +113,7 @@ def write_figure(routes, labels, path: str, size: tuple[int, int] = FIGURE_SIZE)
         app.processEvents()
         return export_view(view, path)
     finally:
-        _dispose(view, app)
+        dispose_widget(view, app)
 
 
 def format_text(r, session) -> str:

@@ -17,9 +17,9 @@ from transformer_viewer.viewer.cli.common import (
     add_checkpoint_arguments,
     intervention_from_args,
     load_from_args,
-    parse_token_pair,
     refuse_non_finite,
 )
+from transformer_viewer.viewer.cli.token_pair import parse_token_pair
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
